@@ -1,0 +1,38 @@
+#pragma once
+// Library-internal RAII guards over this thread's recording state.
+#include <memory>
+
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax::detail {
+
+class TapeImpl;
+
+/// Makes `tape` the recorder of this thread for the guard's lifetime.
+class RecordingScope {
+ public:
+  explicit RecordingScope(TapeImpl* tape);
+  ~RecordingScope();
+  RecordingScope(const RecordingScope&) = delete;
+  RecordingScope& operator=(const RecordingScope&) = delete;
+
+ private:
+  RecordState previous_;
+};
+
+/// Stops recording for the guard's lifetime (sweeps run ops without recording them).
+class PauseRecording {
+ public:
+  PauseRecording();
+  ~PauseRecording();
+  PauseRecording(const PauseRecording&) = delete;
+  PauseRecording& operator=(const PauseRecording&) = delete;
+
+ private:
+  RecordState previous_;
+};
+
+/// A tape with a fresh serial.
+std::unique_ptr<TapeImpl> new_tape();
+
+}  // namespace tenax::detail

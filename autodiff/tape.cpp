@@ -1,0 +1,275 @@
+// The tape: recording, the adjoint store (lazy, views alias their parent's adjoint), and the
+// reverse and forward sweeps. The reverse sweep is one short loop over flat records.
+#include "tenax/autodiff/tape_impl.h"
+
+#include <atomic>
+
+#include "tenax/autodiff/recording.h"
+#include "tenax/core/ops.h"
+
+namespace tenax::detail {
+namespace {
+
+uint32_t next_serial() {
+  static std::atomic<uint32_t> serial{0};
+  uint32_t s = serial.fetch_add(1, std::memory_order_relaxed) + 1;
+  return s == 0 ? serial.fetch_add(1, std::memory_order_relaxed) + 1 : s;
+}
+
+int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
+
+// Index of input i's residual in the record's slice of saved_, or -1 when not kept.
+int saved_slot(const Record& r, bool all, int i) {
+  if (all) return i;
+  const uint32_t s = r.op->saves;
+  if (i < 31 && !(s & (1u << i))) return -1;
+  int slot = 0;
+  for (int k = 0; k < i && k < 31; ++k) slot += (s >> k) & 1u;
+  return slot;
+}
+
+int saved_output_slot(const Record& r, bool all) {
+  if (all) return r.n_inputs;
+  const uint32_t s = r.op->saves;
+  if (!(s & kSaveOutput)) return -1;
+  int slot = 0;
+  for (int k = 0; k < 31; ++k) slot += (s >> k) & 1u;
+  return slot;
+}
+
+class SweepContext final : public VjpContext, public JvpContext {
+ public:
+  SweepContext(TapeImpl& tape, const Record& r, bool all, const std::vector<Tensor>* tangents)
+      : tape_(tape), r_(r), all_(all), tangents_(tangents) {}
+
+  const Tensor& cotangent() const override { return tape_.adjoint(r_.out); }
+  const Tensor& input(int i) const override {
+    int slot = saved_slot(r_, all_, i);
+    if (slot < 0)
+      throw AutodiffError(std::string("[") + r_.op->name + "] internal: input " + std::to_string(i) +
+                          " was not saved for the reverse pass");
+    return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
+  }
+  const Tensor& output() const override {
+    int slot = saved_output_slot(r_, all_);
+    if (slot < 0)
+      throw AutodiffError(std::string("[") + r_.op->name + "] internal: the output was not saved");
+    return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
+  }
+  const Axes& input_axes(int i) const override {
+    int32_t v = input_var(i);
+    if (v >= 0) return tape_.var(v).axes;
+    return input(i).axes();
+  }
+  int num_inputs() const override { return r_.n_inputs; }
+  bool needs_grad(int i) const override { return input_var(i) >= 0; }
+  Tensor adjoint(int i) override {
+    int32_t v = input_var(i);
+    if (v < 0) throw AutodiffError(std::string("[") + r_.op->name + "] internal: input needs no gradient");
+    return tape_.adjoint(v);
+  }
+  const Attrs& attrs() const override { return r_.attrs; }
+  const Tensor& tangent(int i) const override {
+    int32_t v = input_var(i);
+    static const Tensor none;
+    return v >= 0 ? (*tangents_)[static_cast<size_t>(v)] : none;
+  }
+
+ private:
+  int32_t input_var(int i) const { return tape_.inputs()[static_cast<size_t>(r_.first_input + i)]; }
+
+  TapeImpl& tape_;
+  const Record& r_;
+  bool all_;
+  const std::vector<Tensor>* tangents_;
+};
+
+}  // namespace
+
+int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
+  vars_.push_back({t.axes(), t.dtype(), t.device(), record});
+  return static_cast<int32_t>(vars_.size() - 1);
+}
+
+int32_t TapeImpl::var_of(const Tensor& t, const char* what) const {
+  if (!t.defined()) throw AutodiffError(std::string("[grad] ") + what + " is undefined");
+  if (t.var() < 0 || t.tape_serial() != serial_)
+    throw AutodiffError(std::string("[grad] ") + what + " " + t.axes().describe() +
+                        " is not tracked by this tape; watch it (or pass it as an argument) before using it");
+  return t.var();
+}
+
+Tensor TapeImpl::watch(const Tensor& t) {
+  if (!t.defined()) throw AutodiffError("[watch] the tensor is undefined");
+  if (!is_floating(t.dtype()))
+    throw DTypeError(std::string("[watch] only float64 and float32 tensors can be differentiated, got ") +
+                     dtype_name(t.dtype()));
+  Tensor w = t;
+  TensorAccess::set_var(w, new_var(t, -1), serial_);
+  return w;
+}
+
+void TapeImpl::record(const OpDef& op, const Tensor* in, int n, const Attrs& attrs, Tensor& out) {
+  const int32_t rid = static_cast<int32_t>(records_.size());
+  Record r{&op, attrs, -1, static_cast<int32_t>(inputs_.size()), n, static_cast<int32_t>(saved_.size())};
+  for (int i = 0; i < n; ++i)
+    inputs_.push_back(!(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1);
+  r.out = new_var(out, rid);
+  TensorAccess::set_var(out, r.out, serial_);
+  for (int i = 0; i < n; ++i)
+    if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
+      saved_.push_back(in[i]);
+      residual_bytes_ += logical_bytes(in[i]);
+    }
+  if (keep_all_ || (op.saves & kSaveOutput)) {
+    saved_.push_back(out);
+    residual_bytes_ += logical_bytes(out);
+  }
+  records_.push_back(r);
+}
+
+Tensor& TapeImpl::adjoint(int32_t v) {
+  Tensor& a = adjoints_[static_cast<size_t>(v)];
+  if (a.defined()) return a;
+  const VarInfo& info = vars_[static_cast<size_t>(v)];
+  if (info.record >= 0) {
+    const Record& r = records_[static_cast<size_t>(info.record)];
+    const int32_t parent = inputs_[static_cast<size_t>(r.first_input)];
+    if (r.op->view && parent >= 0) {
+      // The view's adjoint is the same view of the parent's adjoint: one buffer for the family.
+      Tensor pa = adjoint(parent);
+      Tensor view = r.op->forward(&pa, 1, r.attrs);
+      adjoints_[static_cast<size_t>(v)] = view;
+      return adjoints_[static_cast<size_t>(v)];
+    }
+  }
+  a = zeros(info.axes, info.dtype, info.device);
+  ++adjoint_buffers_;
+  adjoint_bytes_ += logical_bytes(a);
+  return a;
+}
+
+std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<Tensor>& wrt,
+                                       const Tensor& cotangent) {
+  std::vector<int32_t> wrt_vars;
+  for (size_t k = 0; k < wrt.size(); ++k) wrt_vars.push_back(var_of(wrt[k], "a tensor to differentiate with respect to"));
+  PauseRecording pause;
+  adjoints_.assign(vars_.size(), Tensor());
+  adjoint_buffers_ = adjoint_bytes_ = 0;
+  const bool tracked = output.defined() && output.var() >= 0 && output.tape_serial() == serial_;
+  if (cotangent.defined()) {
+    if (!output.defined() || !cotangent.axes().same_set(output.axes()))
+      throw ShapeError("[grad] the cotangent " + cotangent.axes().describe() + " must have the output's axes " +
+                       output.axes().describe());
+  } else if (!output.defined() || output.numel() != 1) {
+    throw AutodiffError("[grad] the output " + output.axes().describe() +
+                        " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
+  }
+  if (tracked) {
+    Tensor& seed = adjoint(output.var());
+    if (cotangent.defined()) accumulate(seed, astype(cotangent, seed.dtype()));
+    else accumulate(seed, full(output.axes(), 1.0, seed.dtype(), seed.device()));
+    for (size_t k = records_.size(); k-- > 0;) {
+      const Record& r = records_[k];
+      if (r.op->view || !adjoints_[static_cast<size_t>(r.out)].defined()) continue;
+      SweepContext ctx(*this, r, keep_all_, nullptr);
+      r.op->vjp(ctx);
+    }
+  }
+  std::vector<Tensor> out;
+  for (int32_t v : wrt_vars) {
+    const Tensor& a = adjoints_[static_cast<size_t>(v)];
+    out.push_back(a.defined() ? a : zeros(vars_[static_cast<size_t>(v)].axes, vars_[static_cast<size_t>(v)].dtype,
+                                          vars_[static_cast<size_t>(v)].device));
+  }
+  adjoints_.clear();
+  return out;
+}
+
+Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
+                                 const std::vector<Tensor>& tangents) {
+  if (!keep_all_) throw AutodiffError("[jvp] internal: the tape did not keep the residuals forward mode needs");
+  if (inputs.size() != tangents.size())
+    throw AutodiffError("[jvp] " + std::to_string(inputs.size()) + " inputs but " + std::to_string(tangents.size()) +
+                        " tangents");
+  PauseRecording pause;
+  std::vector<Tensor> tan(vars_.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    int32_t v = var_of(inputs[k], "a primal");
+    if (!tangents[k].defined()) continue;
+    if (!tangents[k].axes().same_set(inputs[k].axes()))
+      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + tangents[k].axes().describe() +
+                       " must have its primal's axes " + inputs[k].axes().describe());
+    tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
+  }
+  for (const Record& r : records_) {
+    bool any = false;
+    for (int i = 0; i < r.n_inputs; ++i) {
+      int32_t v = inputs_[static_cast<size_t>(r.first_input + i)];
+      any |= v >= 0 && tan[static_cast<size_t>(v)].defined();
+    }
+    if (!any) continue;
+    SweepContext ctx(*this, r, true, &tan);
+    if (r.op->view) {
+      Tensor t = ctx.tangent(0);
+      tan[static_cast<size_t>(r.out)] = r.op->forward(&t, 1, r.attrs);
+    } else {
+      tan[static_cast<size_t>(r.out)] = r.op->jvp(ctx);
+    }
+  }
+  const bool tracked = output.var() >= 0 && output.tape_serial() == serial_;
+  if (tracked && tan[static_cast<size_t>(output.var())].defined()) return tan[static_cast<size_t>(output.var())];
+  return zeros(output.axes(), output.dtype(), output.device());
+}
+
+TapeStats TapeImpl::stats() const {
+  return {static_cast<int64_t>(records_.size()), static_cast<int64_t>(vars_.size()), residual_bytes_,
+          adjoint_buffers_, adjoint_bytes_};
+}
+
+int64_t TapeImpl::bytes() const {
+  return static_cast<int64_t>(records_.capacity() * sizeof(Record) + inputs_.capacity() * sizeof(int32_t) +
+                              saved_.capacity() * sizeof(Tensor) + vars_.capacity() * sizeof(VarInfo)) +
+         residual_bytes_;
+}
+
+RecordingScope::RecordingScope(TapeImpl* tape) : previous_(g_record_state) {
+  g_record_state = {tape, tape ? tape->serial() : 0};
+}
+RecordingScope::~RecordingScope() { g_record_state = previous_; }
+
+PauseRecording::PauseRecording() : previous_(g_record_state) { g_record_state = {}; }
+PauseRecording::~PauseRecording() { g_record_state = previous_; }
+
+std::unique_ptr<TapeImpl> new_tape() { return std::make_unique<TapeImpl>(next_serial()); }
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tape::Tape() : impl_(detail::new_tape()) {
+  previous_ = detail::g_record_state.recorder;
+  previous_serial_ = detail::g_record_state.serial;
+  detail::g_record_state = {impl_.get(), impl_->serial()};
+}
+
+Tape::~Tape() {
+  detail::g_record_state = {static_cast<detail::Recorder*>(previous_), previous_serial_};
+}
+
+Tensor Tape::watch(const Tensor& t) { return impl_->watch(t); }
+
+std::vector<Tensor> Tape::gradient(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent) {
+  return impl_->gradient(output, wrt, cotangent);
+}
+
+Tensor Tape::forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
+                             const std::vector<Tensor>& tangents) {
+  return impl_->forward_tangent(output, inputs, tangents);
+}
+
+void Tape::keep_all_residuals() { impl_->keep_all(); }
+TapeStats Tape::stats() const { return impl_->stats(); }
+int64_t Tape::bytes() const { return impl_->bytes(); }
+
+}  // namespace tenax

@@ -1,0 +1,59 @@
+#pragma once
+// The tape: define-by-run recording of op calls on this thread, and the reverse sweep over it.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+namespace detail {
+class TapeImpl;
+}
+
+/// Figures of one tape, for memory accounting and benchmarks.
+struct TapeStats {
+  int64_t records = 0;           ///< op calls recorded
+  int64_t variables = 0;         ///< tracked tensors (watched inputs and op outputs)
+  int64_t residual_bytes = 0;    ///< bytes of tensors the records keep for the reverse pass
+  int64_t adjoint_buffers = 0;   ///< adjoint buffers allocated by the last sweep (views share)
+  int64_t adjoint_bytes = 0;     ///< their bytes
+};
+
+/// Records every op whose input is watched (directly or through other ops) while it is the
+/// innermost live Tape of this thread. Tapes are per thread and not shared. A tensor tracked by an
+/// enclosing or finished tape is a constant here (no higher-order derivatives through nesting yet).
+class Tape {
+ public:
+  /// Starts recording on this thread.
+  Tape();
+  /// Stops recording; restores the enclosing tape, if any.
+  ~Tape();
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+
+  /// A tracked alias of `t` (same buffer, no copy); ops on it are recorded.
+  [[nodiscard]] Tensor watch(const Tensor& t);
+  /// Reverse sweep from `output` seeded with `cotangent` (default: 1 for a one-element output).
+  /// Returns the adjoint of each of `wrt` (zeros when it does not influence `output`).
+  [[nodiscard]] std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt,
+                                             const Tensor& cotangent = Tensor());
+  /// Forward sweep: tangents of `output` given tangents of watched `inputs` (zeros where absent).
+  [[nodiscard]] Tensor forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
+                                       const std::vector<Tensor>& tangents);
+  /// Makes the tape keep every input and output (what forward_tangent needs). Call before recording.
+  void keep_all_residuals();
+  /// Current figures.
+  [[nodiscard]] TapeStats stats() const;
+  /// Bytes held by the tape: records, variable table and residuals.
+  [[nodiscard]] int64_t bytes() const;
+
+ private:
+  friend class detail::TapeImpl;
+  std::unique_ptr<detail::TapeImpl> impl_;
+  void* previous_;
+  uint32_t previous_serial_;
+};
+
+}  // namespace tenax

@@ -1,0 +1,169 @@
+// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: direct loops for small matrices, BLAS gemm
+// (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
+#include <cblas.h>
+
+#include <vector>
+
+#include "tenax/backends/cpu/register.h"
+
+namespace tenax::cpu {
+namespace {
+
+using detail::ContractArgs;
+using detail::ContractGroup;
+
+// Per-matrix work from which BLAS beats direct loops (call overhead vs. blocking and SIMD).
+constexpr int64_t kBlasWork = 4096;
+
+int64_t group_size(const ContractGroup& g) {
+  int64_t n = 1;
+  for (int d = 0; d < g.rank; ++d) n *= g.sizes[d];
+  return n;
+}
+
+// Offsets of every flat index of group g, for the operand whose strides are `st`.
+void offsets(const ContractGroup& g, const int64_t* st, std::vector<int64_t>& out) {
+  out.assign(static_cast<size_t>(group_size(g)), 0);
+  int64_t idx[detail::kMaxLoopRank] = {};
+  int64_t off = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = off;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      off += st[d];
+      if (++idx[d] < g.sizes[d]) break;
+      off -= st[d] * g.sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+struct Scratch {
+  std::vector<int64_t> bx, by, bz, mx, mz, nyo, nz, kx, ky;
+  std::vector<double> pack;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// A group as a single BLAS dimension: its size and stride (one dim, or none: size 1).
+bool single(const ContractGroup& g, const int64_t* st, int64_t& size, int64_t& stride) {
+  if (g.rank > 1) return false;
+  size = g.rank ? g.sizes[0] : 1;
+  stride = g.rank ? st[0] : 0;
+  return true;
+}
+
+// How BLAS sees a rows x cols matrix with strides (sr, sc) in the given storage order.
+bool blas_view(CBLAS_ORDER order, int64_t rows, int64_t cols, int64_t sr, int64_t sc,
+               CBLAS_TRANSPOSE& trans, int64_t& ld) {
+  if (rows == 1) sr = order == CblasRowMajor ? std::max<int64_t>(cols, 1) : 1;
+  if (cols == 1) sc = order == CblasRowMajor ? 1 : std::max<int64_t>(rows, 1);
+  if (order == CblasRowMajor) {
+    if (sc == 1 && sr >= std::max<int64_t>(cols, 1)) { trans = CblasNoTrans; ld = sr; return true; }
+    if (sr == 1 && sc >= std::max<int64_t>(rows, 1)) { trans = CblasTrans; ld = sc; return true; }
+  } else {
+    if (sr == 1 && sc >= std::max<int64_t>(rows, 1)) { trans = CblasNoTrans; ld = sc; return true; }
+    if (sc == 1 && sr >= std::max<int64_t>(cols, 1)) { trans = CblasTrans; ld = sr; return true; }
+  }
+  return false;
+}
+
+template <class T>
+void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  if constexpr (sizeof(T) == 8)
+    cblas_dgemm(o, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  else
+    cblas_sgemm(o, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// Tries gemm on the operands in place; false when a layout needs packing.
+template <class T>
+bool gemm_in_place(const ContractArgs& a, const std::vector<int64_t>& bx,
+                   const std::vector<int64_t>& by, const std::vector<int64_t>& bz) {
+  int64_t M, N, K, xm, xk, yk, yn, zm, zn, unused;
+  if (!single(a.m, a.m.x, M, xm) || !single(a.m, a.m.z, M, zm) || !single(a.n, a.n.y, N, yn) ||
+      !single(a.n, a.n.z, N, zn) || !single(a.k, a.k.x, K, xk) || !single(a.k, a.k.y, K, yk))
+    return false;
+  (void)unused;
+  CBLAS_ORDER order;
+  int64_t ldz;
+  CBLAS_TRANSPOSE tz;
+  if (blas_view(CblasRowMajor, M, N, zm, zn, tz, ldz) && tz == CblasNoTrans) order = CblasRowMajor;
+  else if (blas_view(CblasColMajor, M, N, zm, zn, tz, ldz) && tz == CblasNoTrans) order = CblasColMajor;
+  else return false;
+  CBLAS_TRANSPOSE tx, ty;
+  int64_t ldx, ldy;
+  if (!blas_view(order, M, K, xm, xk, tx, ldx) || !blas_view(order, K, N, yk, yn, ty, ldy)) return false;
+  const T* x = static_cast<const T*>(a.x);
+  const T* y = static_cast<const T*>(a.y);
+  T* z = static_cast<T*>(a.z);
+  for (size_t b = 0; b < bx.size(); ++b)
+    gemm<T>(order, tx, ty, M, N, K, x + bx[b], ldx, y + by[b], ldy, a.accumulate ? T(1) : T(0),
+            z + bz[b], ldz);
+  return true;
+}
+
+template <class T>
+void contract(const ContractArgs& a) {
+  Scratch& s = scratch();
+  offsets(a.batch, a.batch.x, s.bx);
+  offsets(a.batch, a.batch.y, s.by);
+  offsets(a.batch, a.batch.z, s.bz);
+  const int64_t M = group_size(a.m), N = group_size(a.n), K = group_size(a.k);
+  const T* x = static_cast<const T*>(a.x);
+  const T* y = static_cast<const T*>(a.y);
+  T* z = static_cast<T*>(a.z);
+  if (M * N * K >= kBlasWork && gemm_in_place<T>(a, s.bx, s.by, s.bz)) return;
+  offsets(a.m, a.m.x, s.mx);
+  offsets(a.m, a.m.z, s.mz);
+  offsets(a.n, a.n.y, s.nyo);
+  offsets(a.n, a.n.z, s.nz);
+  offsets(a.k, a.k.x, s.kx);
+  offsets(a.k, a.k.y, s.ky);
+  if (M * N * K >= kBlasWork) {
+    // Pack x as M x K and y as K x N (row-major), gemm into M x N, scatter into z.
+    s.pack.resize(static_cast<size_t>((M * K + K * N + M * N) * sizeof(T) / sizeof(double) + 3));
+    T* px = reinterpret_cast<T*>(s.pack.data());
+    T* py = px + M * K;
+    T* pz = py + K * N;
+    for (size_t b = 0; b < s.bx.size(); ++b) {
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) px[m * K + k] = x[s.bx[b] + s.mx[m] + s.kx[k]];
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t n = 0; n < N; ++n) py[k * N + n] = y[s.by[b] + s.ky[k] + s.nyo[n]];
+      gemm<T>(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, px, K, py, N, T(0), pz, N);
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          T& dst = z[s.bz[b] + s.mz[m] + s.nz[n]];
+          dst = a.accumulate ? dst + pz[m * N + n] : pz[m * N + n];
+        }
+    }
+    return;
+  }
+  for (size_t b = 0; b < s.bx.size(); ++b) {
+    const T* xb = x + s.bx[b];
+    const T* yb = y + s.by[b];
+    T* zb = z + s.bz[b];
+    for (int64_t m = 0; m < M; ++m) {
+      const T* xm = xb + s.mx[m];
+      for (int64_t n = 0; n < N; ++n) {
+        const T* yn = yb + s.nyo[n];
+        T acc = T(0);
+        for (int64_t k = 0; k < K; ++k) acc += xm[s.kx[k]] * yn[s.ky[k]];
+        T& dst = zb[s.mz[m] + s.nz[n]];
+        dst = a.accumulate ? dst + acc : acc;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void register_contract(detail::KernelTable& t) {
+  t.contract[0] = contract<double>;
+  t.contract[1] = contract<float>;
+}
+
+}  // namespace tenax::cpu

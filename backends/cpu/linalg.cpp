@@ -1,0 +1,212 @@
+// CPU batched small dense linear algebra. Cholesky and triangular solves are direct loops (per-call
+// LAPACK overhead dominates at the 2..16 sizes of state-space models); LU solve and log-determinant
+// call LAPACK getrf/getrs on a packed column-major copy.
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "tenax/backends/cpu/register.h"
+
+extern "C" {
+void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
+void sgetrf_(const int* m, const int* n, float* a, const int* lda, int* ipiv, int* info);
+void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, const int* lda,
+             const int* ipiv, double* b, const int* ldb, int* info, std::size_t trans_len);
+void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda,
+             const int* ipiv, float* b, const int* ldb, int* info, std::size_t trans_len);
+}
+
+namespace tenax::cpu {
+namespace {
+
+using detail::MatBatch;
+using detail::MatView;
+using detail::RhsView;
+
+template <class T>
+struct M {
+  T* p;
+  int64_t rs, cs;
+  T& operator()(int64_t i, int64_t j) const { return p[i * rs + j * cs]; }
+};
+
+template <class T>
+M<T> at(MatView v, const int64_t* offsets, int64_t b) {
+  return {static_cast<T*>(v.data) + (offsets ? offsets[b] : 0), v.rs, v.cs};
+}
+
+template <class T>
+int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
+  const int64_t n = a.n;
+  for (int64_t b = 0; b < batch.count; ++b) {
+    M<T> A = at<T>(a, batch.offsets_a, b), L = at<T>(l, batch.offsets_b, b);
+    for (int64_t j = 0; j < n; ++j) {
+      T s = A(j, j);
+      for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
+      if (!(s > T(0)) || !std::isfinite(s)) return b;
+      const T d = std::sqrt(s);
+      L(j, j) = d;
+      for (int64_t i = j + 1; i < n; ++i) {
+        T t = A(i, j);
+        for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
+        L(i, j) = t / d;
+      }
+      for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);
+    }
+  }
+  return -1;
+}
+
+// Abar from L and Lbar, A read through its lower triangle:
+// S = L^{-T} Φ(Lᵀ Lbar) L^{-1} (Φ: lower triangle, halved diagonal); Abar_ij = S_ij + S_ji below
+// the diagonal, S_ii on it, 0 above.
+template <class T>
+void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) {
+  const int64_t n = l.n;
+  thread_local std::vector<double> buf;
+  buf.assign(static_cast<size_t>(2 * n * n), 0.0);
+  double* P = buf.data();
+  double* S = P + n * n;
+  for (int64_t b = 0; b < batch.count; ++b) {
+    M<T> L = at<T>(l, batch.offsets_a, b), G = at<T>(lbar, batch.offsets_b, b),
+         R = at<T>(abar, batch.offsets_c, b);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j <= i; ++j) {
+        double s = 0;
+        for (int64_t k = i; k < n; ++k) s += double(L(k, i)) * double(G(k, j));  // L lower: k >= i
+        P[i * n + j] = i == j ? 0.5 * s : s;
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i + 1; j < n; ++j) P[i * n + j] = 0;
+    // Y = P L^{-1}: each row y of Y solves y L = p, i.e. back substitution on Lᵀ.
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = n - 1; j >= 0; --j) {
+        double s = P[r * n + j];
+        for (int64_t k = j + 1; k < n; ++k) s -= S[r * n + k] * double(L(k, j));
+        S[r * n + j] = s / double(L(j, j));
+      }
+    // S = L^{-T} Y: each column solves Lᵀ s = y (back substitution), in place.
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t i = n - 1; i >= 0; --i) {
+        double s = S[i * n + c];
+        for (int64_t k = i + 1; k < n; ++k) s -= double(L(k, i)) * S[k * n + c];
+        S[i * n + c] = s / double(L(i, i));
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        R(i, j) += static_cast<T>(i > j ? S[i * n + j] + S[j * n + i] : (i == j ? S[i * n + i] : 0.0));
+  }
+}
+
+template <class T>
+int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
+  const int64_t n = t.n;
+  for (int64_t b = 0; b < batch.count; ++b) {
+    M<T> A = at<T>(t, batch.offsets_a, b);
+    T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
+    for (int64_t i = 0; i < n; ++i)
+      if (A(i, i) == T(0)) return b;
+    for (int64_t c = 0; c < r.nrhs; ++c) {
+      T* z = rb + c * r.cs;
+      if (lower) {
+        for (int64_t i = 0; i < n; ++i) {
+          T s = z[i * r.rs];
+          for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * r.rs];
+          z[i * r.rs] = s / A(i, i);
+        }
+      } else {
+        for (int64_t i = n - 1; i >= 0; --i) {
+          T s = z[i * r.rs];
+          for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * r.rs];
+          z[i * r.rs] = s / A(i, i);
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+template <class T>
+void getrf(int n, T* a, int* ipiv, int* info) {
+  if constexpr (sizeof(T) == 8) dgetrf_(&n, &n, a, &n, ipiv, info);
+  else sgetrf_(&n, &n, a, &n, ipiv, info);
+}
+template <class T>
+void getrs(int n, int nrhs, const T* a, const int* ipiv, T* b, int* info) {
+  const char tr = 'N';
+  if constexpr (sizeof(T) == 8) dgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
+  else sgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
+}
+
+// Packs matrix b of `a` column-major into lu and factorises it; false when singular.
+template <class T>
+bool lu(MatView a, const int64_t* offsets, int64_t b, std::vector<T>& lu_buf, std::vector<int>& piv) {
+  const int64_t n = a.n;
+  M<T> A = at<T>(a, offsets, b);
+  lu_buf.resize(static_cast<size_t>(n * n));
+  piv.resize(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < n; ++i) lu_buf[j * n + i] = A(i, j);
+  int info = 0;
+  getrf<T>(int(n), lu_buf.data(), piv.data(), &info);
+  return info == 0;
+}
+
+template <class T>
+int64_t solve(MatView a, RhsView r, const MatBatch& batch) {
+  const int64_t n = a.n;
+  thread_local std::vector<T> lu_buf, rhs;
+  thread_local std::vector<int> piv;
+  for (int64_t b = 0; b < batch.count; ++b) {
+    if (!lu<T>(a, batch.offsets_a, b, lu_buf, piv)) return b;
+    T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
+    rhs.resize(static_cast<size_t>(n * r.nrhs));
+    for (int64_t c = 0; c < r.nrhs; ++c)
+      for (int64_t i = 0; i < n; ++i) rhs[c * n + i] = rb[i * r.rs + c * r.cs];
+    int info = 0;
+    getrs<T>(int(n), int(r.nrhs), lu_buf.data(), piv.data(), rhs.data(), &info);
+    for (int64_t c = 0; c < r.nrhs; ++c)
+      for (int64_t i = 0; i < n; ++i) rb[i * r.rs + c * r.cs] = rhs[c * n + i];
+  }
+  return -1;
+}
+
+template <class T>
+int64_t logdet(MatView a, void* out, MatView inv_t, bool want_inverse, const MatBatch& batch) {
+  const int64_t n = a.n;
+  thread_local std::vector<T> lu_buf, eye;
+  thread_local std::vector<int> piv;
+  for (int64_t b = 0; b < batch.count; ++b) {
+    if (!lu<T>(a, batch.offsets_a, b, lu_buf, piv)) return b;
+    T s = T(0);
+    for (int64_t i = 0; i < n; ++i) s += std::log(std::fabs(lu_buf[i * n + i]));
+    static_cast<T*>(out)[batch.offsets_b ? batch.offsets_b[b] : 0] = s;
+    if (!want_inverse) continue;
+    eye.assign(static_cast<size_t>(n * n), T(0));
+    for (int64_t i = 0; i < n; ++i) eye[i * n + i] = T(1);
+    int info = 0;
+    getrs<T>(int(n), int(n), lu_buf.data(), piv.data(), eye.data(), &info);
+    M<T> R = at<T>(inv_t, batch.offsets_c, b);
+    // eye now holds A^{-1} column-major: (A^{-1})_{ij} = eye[j * n + i]; write its transpose.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) R(i, j) = eye[i * n + j];
+  }
+  return -1;
+}
+
+}  // namespace
+
+void register_linalg(detail::KernelTable& t) {
+  t.cholesky[0] = cholesky<double>;
+  t.cholesky[1] = cholesky<float>;
+  t.cholesky_vjp[0] = cholesky_vjp<double>;
+  t.cholesky_vjp[1] = cholesky_vjp<float>;
+  t.tri_solve[0] = tri_solve<double>;
+  t.tri_solve[1] = tri_solve<float>;
+  t.solve[0] = solve<double>;
+  t.solve[1] = solve<float>;
+  t.logdet[0] = logdet<double>;
+  t.logdet[1] = logdet<float>;
+}
+
+}  // namespace tenax::cpu

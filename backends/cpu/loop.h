@@ -1,0 +1,136 @@
+#pragma once
+// The strided N-ary loop every CPU elementwise kernel runs on: drops unit dims, orders dims by the
+// output's strides, merges contiguous dims, runs a unit-stride inner loop the compiler vectorises,
+// and splits large loops across oneTBB workers (in the caller's task_arena).
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <cstdint>
+#include <tuple>
+#include <utility>
+
+#include "tenax/backends/kernels.h"
+
+namespace tenax::cpu {
+
+/// Loops of at least this many elements run in parallel (when the output has no broadcast dims).
+inline constexpr int64_t kParallelGrain = 1 << 15;
+
+namespace loop_detail {
+
+template <int N>
+struct Plan {
+  int rank = 0;
+  int64_t sizes[detail::kMaxLoopRank] = {};
+  int64_t strides[N][detail::kMaxLoopRank] = {};
+};
+
+template <int N>
+Plan<N> make_plan(const detail::LoopDims& dims, const detail::LoopArg* args) {
+  Plan<N> p;
+  int order[detail::kMaxLoopRank];
+  int r = 0;
+  for (int d = 0; d < dims.rank; ++d)
+    if (dims.sizes[d] != 1) order[r++] = d;
+  // Outermost first: larger output stride (then larger first-input stride) goes outside.
+  auto key_less = [&](int a, int b) {
+    int64_t oa = args[0].strides[a] < 0 ? -args[0].strides[a] : args[0].strides[a];
+    int64_t ob = args[0].strides[b] < 0 ? -args[0].strides[b] : args[0].strides[b];
+    if (oa != ob) return oa < ob;
+    if constexpr (N > 1) return args[1].strides[a] < args[1].strides[b];
+    return false;
+  };
+  for (int i = 1; i < r; ++i)
+    for (int j = i; j > 0 && key_less(order[j - 1], order[j]); --j) std::swap(order[j - 1], order[j]);
+  for (int i = 0; i < r; ++i) {
+    int d = order[i];
+    bool merge = p.rank > 0;
+    for (int a = 0; a < N && merge; ++a)
+      merge = p.strides[a][p.rank - 1] == args[a].strides[d] * dims.sizes[d];
+    if (merge) {
+      p.sizes[p.rank - 1] *= dims.sizes[d];
+      for (int a = 0; a < N; ++a) p.strides[a][p.rank - 1] = args[a].strides[d];
+    } else {
+      p.sizes[p.rank] = dims.sizes[d];
+      for (int a = 0; a < N; ++a) p.strides[a][p.rank] = args[a].strides[d];
+      ++p.rank;
+    }
+  }
+  return p;
+}
+
+template <class... Ts, class F, std::size_t... I>
+inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
+                  std::index_sequence<I...>) {
+  if (((s[I] == 1) && ...)) {
+    for (int64_t i = 0; i < len; ++i) f(std::get<I>(ptr)[i]...);
+  } else {
+    for (int64_t i = 0; i < len; ++i) f(std::get<I>(ptr)[i * s[I]]...);
+  }
+}
+
+template <class... Ts, class F, std::size_t... I>
+void run_range(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, int64_t begin, int64_t end,
+               F& f, std::index_sequence<I...> seq) {
+  constexpr int N = sizeof...(Ts);
+  const int outer = p.rank - 1;
+  const int64_t len = p.sizes[outer];
+  int64_t idx[detail::kMaxLoopRank] = {};
+  int64_t rem = begin;
+  for (int d = outer - 1; d >= 0; --d) {
+    idx[d] = rem % p.sizes[d];
+    rem /= p.sizes[d];
+  }
+  int64_t off[N];
+  for (int a = 0; a < N; ++a) {
+    off[a] = 0;
+    for (int d = 0; d < outer; ++d) off[a] += idx[d] * p.strides[a][d];
+  }
+  int64_t s_inner[N];
+  for (int a = 0; a < N; ++a) s_inner[a] = p.strides[a][outer];
+  for (int64_t it = begin; it < end; ++it) {
+    std::tuple<Ts*...> ptr{static_cast<Ts*>(args[I].data) + off[I]...};
+    inner<Ts...>(len, ptr, s_inner, f, seq);
+    for (int d = outer - 1; d >= 0; --d) {
+      for (int a = 0; a < N; ++a) off[a] += p.strides[a][d];
+      if (++idx[d] < p.sizes[d]) break;
+      for (int a = 0; a < N; ++a) off[a] -= p.strides[a][d] * p.sizes[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace loop_detail
+
+/// Calls f(args[0][i], args[1][i], ...) (as Ts&...) for every index of `dims`. args[0] is written;
+/// when it has a zero stride over a dim of size > 1 (an accumulation into a broadcast), the loop
+/// stays serial so each destination element has one writer.
+template <class... Ts, class F>
+void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
+  constexpr int N = sizeof...(Ts);
+  for (int d = 0; d < dims.rank; ++d)
+    if (dims.sizes[d] == 0) return;
+  auto p = loop_detail::make_plan<N>(dims, args);
+  auto seq = std::index_sequence_for<Ts...>{};
+  if (p.rank == 0) {
+    p.rank = 1;
+    p.sizes[0] = 1;
+  }
+  int64_t outer_count = 1, total = 1;
+  for (int d = 0; d < p.rank; ++d) total *= p.sizes[d];
+  for (int d = 0; d + 1 < p.rank; ++d) outer_count *= p.sizes[d];
+  bool dst_broadcast = false;
+  for (int d = 0; d < p.rank; ++d) dst_broadcast |= p.strides[0][d] == 0;
+  if (total < kParallelGrain || outer_count < 2 || dst_broadcast) {
+    loop_detail::run_range<Ts...>(p, args, 0, outer_count, f, seq);
+    return;
+  }
+  const int64_t rows_per_task = (kParallelGrain + p.sizes[p.rank - 1] - 1) / p.sizes[p.rank - 1];
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer_count, rows_per_task),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      F local = f;
+                      loop_detail::run_range<Ts...>(p, args, r.begin(), r.end(), local, seq);
+                    });
+}
+
+}  // namespace tenax::cpu

@@ -1,0 +1,13 @@
+// The CPU backend's one explicit registration list.
+#include "tenax/backends/cpu/register.h"
+
+namespace tenax::detail {
+
+void register_cpu_kernels(KernelTable& t) {
+  cpu::register_elementwise(t);
+  cpu::register_memory(t);
+  cpu::register_contract(t);
+  cpu::register_linalg(t);
+}
+
+}  // namespace tenax::detail

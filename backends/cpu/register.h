@@ -1,0 +1,13 @@
+#pragma once
+// The CPU backend's registration entry points, one per kernel family (explicit: static
+// self-registration gets dropped by linkers).
+#include "tenax/backends/kernels.h"
+
+namespace tenax::cpu {
+
+void register_elementwise(detail::KernelTable& t);
+void register_memory(detail::KernelTable& t);
+void register_contract(detail::KernelTable& t);
+void register_linalg(detail::KernelTable& t);
+
+}  // namespace tenax::cpu

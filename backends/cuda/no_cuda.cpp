@@ -1,0 +1,10 @@
+// Linked instead of the CUDA backend in builds without it (TENAX_CUDA=OFF or no nvcc).
+#include "tenax/backends/kernels.h"
+
+namespace tenax::detail {
+
+int cuda_device_count() { return 0; }
+
+void register_cuda_kernels(KernelTable& t) { (void)t; }
+
+}  // namespace tenax::detail

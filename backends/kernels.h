@@ -1,0 +1,126 @@
+#pragma once
+// The interface between core and the backends: a table of kernels on raw pointers and element
+// strides. No names, no tape. Each backend fills one table in its register_*_kernels().
+#include <cstdint>
+
+namespace tenax::detail {
+
+/// Most loop dimensions a kernel sees (equals tenax::kMaxRank).
+inline constexpr int kMaxLoopRank = 8;
+
+/// The index space of an elementwise loop: sizes of up to kMaxLoopRank dimensions.
+struct LoopDims {
+  int rank = 0;
+  int64_t sizes[kMaxLoopRank] = {};
+};
+
+/// One operand of a loop: element pointer and element strides over the loop dims (0 = broadcast).
+struct LoopArg {
+  void* data = nullptr;
+  int64_t strides[kMaxLoopRank] = {};
+};
+
+enum class UnaryOp : int {
+#define TENAX_UNARY(name, f, df, saves) name,
+#include "tenax/core/ops/elementwise.def"
+  count
+};
+enum class BinaryOp : int {
+#define TENAX_BINARY(name, f, dfa, dfb, saves) name,
+#include "tenax/core/ops/elementwise.def"
+  count
+};
+/// Derivative functors D for the fused "dst += g * D(p0, p1, p2)" kernel: one per unary op
+/// (D(x, y)), two per binary op (D(a, b, y) for each side), plus the reduction rules.
+enum class DerivOp : int {
+#define TENAX_UNARY(name, f, df, saves) unary_##name,
+#include "tenax/core/ops/elementwise.def"
+#define TENAX_BINARY(name, f, dfa, dfb, saves) name##_a, name##_b,
+#include "tenax/core/ops/elementwise.def"
+  one,          ///< D = 1
+  argmax_mask,  ///< D(x, y) = x == y
+  softmax,      ///< D(x, y) = exp(x - y)   (logsumexp)
+  count
+};
+enum class CompareOp : int { greater, less, equal };
+
+/// Elementwise kernel: args[0] is the output (or accumulator), the rest are inputs.
+using ElementwiseFn = void (*)(const LoopDims& dims, const LoopArg* args);
+
+/// Contraction z[b, m, n] (+)= Σ_k x[b, m, k] y[b, k, n] where each of b, m, n, k is a group of
+/// up to kMaxLoopRank dims with per-operand strides (a dim absent from an operand has stride 0).
+struct ContractGroup {
+  int rank = 0;
+  int64_t sizes[kMaxLoopRank] = {};
+  int64_t x[kMaxLoopRank] = {}, y[kMaxLoopRank] = {}, z[kMaxLoopRank] = {};
+};
+struct ContractArgs {
+  const void* x = nullptr;
+  const void* y = nullptr;
+  void* z = nullptr;
+  ContractGroup batch, m, n, k;
+  bool accumulate = false;  ///< add into z instead of overwriting it
+};
+using ContractFn = void (*)(const ContractArgs& args);
+
+/// A square matrix view: a[i][j] = data[i * rs + j * cs].
+struct MatView {
+  void* data = nullptr;
+  int64_t n = 0, rs = 0, cs = 0;
+};
+/// Batched square-matrix kernels; `count` matrices, matrix b at `offsets[b]` elements from the base
+/// pointers. They return the index of the first matrix that failed (not PD, singular) or -1.
+struct MatBatch {
+  int64_t count = 0;
+  const int64_t* offsets_a = nullptr;  // per matrix, into a
+  const int64_t* offsets_b = nullptr;  // per matrix, into b (second operand / output)
+  const int64_t* offsets_c = nullptr;  // per matrix, into c (third operand) when used
+};
+/// L = chol(A) (lower; reads A's lower triangle; writes zeros above the diagonal).
+using CholeskyFn = int64_t (*)(MatView a, MatView l, const MatBatch& batch);
+/// Triangular solve with `nrhs` columns: solves T z = r where T is lower (or upper), in place on r.
+/// r's column c, element i at r.data[i * r.rs + c * r.cs].
+struct RhsView {
+  void* data = nullptr;
+  int64_t n = 0, nrhs = 0, rs = 0, cs = 0;
+};
+using TriSolveFn = int64_t (*)(MatView t, RhsView r, bool lower, const MatBatch& batch);
+/// General solve A z = r in place on r (LU with partial pivoting, LAPACK getrf/getrs).
+using SolveFn = int64_t (*)(MatView a, RhsView r, const MatBatch& batch);
+/// log|det A| per matrix into out[offsets_b[b]]; with `inv_t`, also writes A^{-T} (c operand).
+using LogdetFn = int64_t (*)(MatView a, void* out, MatView inv_t, bool want_inverse,
+                             const MatBatch& batch);
+/// Reverse rule of Cholesky: Abar from L and Lbar (see core/ops/linalg.cpp for the formula).
+using CholeskyVjpFn = void (*)(MatView l, MatView lbar, MatView abar, const MatBatch& batch);
+
+/// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
+struct KernelTable {
+  ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
+  ElementwiseFn binary[static_cast<int>(BinaryOp::count)][2] = {};
+  /// args: dst, g, p0, p1, p2 (unused p's may be null with zero strides).
+  ElementwiseFn deriv_acc[static_cast<int>(DerivOp::count)][2] = {};
+  ElementwiseFn compare[3][2] = {};  ///< out (bool), a, b
+  ElementwiseFn where[2] = {};       ///< out, cond (bool), a, b
+  ElementwiseFn copy[4] = {};        ///< out, in; by dtype index 0 f64, 1 f32, 2 i64, 3 bool
+  ElementwiseFn acc[2] = {};         ///< out += in (serial where out has zero strides)
+  ElementwiseFn max_acc[2] = {};     ///< out = max(out, in)
+  ElementwiseFn scale[2] = {};       ///< out = in * scalar, scalar passed in args[2].data (double*)
+  ElementwiseFn fill[2] = {};        ///< out = *(double*)args[1].data
+  ElementwiseFn cast_f64_f32 = nullptr;  ///< out float32 = in float64
+  ElementwiseFn cast_f32_f64 = nullptr;  ///< out float64 = in float32
+  ContractFn contract[2] = {};
+  CholeskyFn cholesky[2] = {};
+  CholeskyVjpFn cholesky_vjp[2] = {};
+  TriSolveFn tri_solve[2] = {};
+  SolveFn solve[2] = {};
+  LogdetFn logdet[2] = {};
+};
+
+/// Fills `t` with the host kernels (backends/cpu).
+void register_cpu_kernels(KernelTable& t);
+/// Fills `t` with the CUDA kernels; a no-op in builds without the CUDA backend.
+void register_cuda_kernels(KernelTable& t);
+/// Number of usable CUDA devices (0 without a driver, a device or the CUDA backend).
+int cuda_device_count();
+
+}  // namespace tenax::detail

@@ -1,0 +1,110 @@
+// Tensor factories.
+#include "tenax/core/creation.h"
+
+#include <cstring>
+#include <random>
+
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax {
+namespace {
+
+void contiguous_strides(const Axes& axes, int64_t* strides) {
+  int64_t s = 1;
+  for (int i = axes.rank() - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= axes.size(i);
+  }
+}
+
+template <class T>
+Tensor from_values(const std::vector<T>& values, const Axes& axes) {
+  if (static_cast<int64_t>(values.size()) != axes.numel())
+    throw ShapeError("[tensor] " + std::to_string(values.size()) + " values do not fill axes " +
+                     axes.describe() + " (" + std::to_string(axes.numel()) + " elements)");
+  Tensor t = empty(axes, dtype_of<T>::value);
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+}  // namespace
+
+Tensor empty(const Axes& axes, DType dtype, Device device) {
+  int64_t strides[kMaxRank];
+  contiguous_strides(axes, strides);
+  StoragePtr s(Storage::allocate(static_cast<std::size_t>(axes.numel()) * itemsize(dtype), device));
+  return Tensor(std::move(s), 0, axes, strides, dtype);
+}
+
+Tensor full(const Axes& axes, double value, DType dtype, Device device) {
+  Tensor t = empty(axes, dtype, device);
+  if (dtype == DType::i64 || dtype == DType::b8) {
+    if (device.kind != Device::Kind::cpu) throw DeviceError("[full] integer fills are host-only for now");
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (dtype == DType::i64) static_cast<int64_t*>(t.data_ptr())[i] = static_cast<int64_t>(value);
+      else static_cast<bool*>(t.data_ptr())[i] = value != 0.0;
+    }
+    return t;
+  }
+  const detail::KernelTable& k = detail::kernels(device);
+  detail::LoopArg args[2] = {detail::loop_arg(t, axes), {}};
+  args[1].data = &value;
+  detail::need(k.fill[detail::float_index(dtype, "full")], "full", device)(detail::loop_dims(axes), args);
+  return t;
+}
+
+Tensor zeros(const Axes& axes, DType dtype, Device device) { return full(axes, 0.0, dtype, device); }
+Tensor ones(const Axes& axes, DType dtype, Device device) { return full(axes, 1.0, dtype, device); }
+Tensor scalar(double value, DType dtype) { return full(Axes{}, value, dtype); }
+
+Tensor tensor(const std::vector<double>& values, const Axes& axes) { return from_values(values, axes); }
+Tensor tensor(const std::vector<float>& values, const Axes& axes) { return from_values(values, axes); }
+
+Tensor tensor(std::initializer_list<double> values, Name axis) {
+  return from_values(std::vector<double>(values), Axes{{axis, static_cast<int64_t>(values.size())}});
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col) {
+  const int64_t n_rows = static_cast<int64_t>(rows.size());
+  const int64_t n_cols = n_rows ? static_cast<int64_t>(rows.begin()->size()) : 0;
+  std::vector<double> v;
+  v.reserve(static_cast<size_t>(n_rows * n_cols));
+  int64_t r = 0;
+  for (const auto& line : rows) {
+    if (static_cast<int64_t>(line.size()) != n_cols)
+      throw ShapeError("[tensor] row " + std::to_string(r) + " has " + std::to_string(line.size()) +
+                       " values; row 0 has " + std::to_string(n_cols));
+    v.insert(v.end(), line.begin(), line.end());
+    ++r;
+  }
+  return from_values(v, Axes{{row, n_rows}, {col, n_cols}});
+}
+
+namespace {
+template <class Dist>
+Tensor sample(const Axes& axes, uint64_t seed, DType dtype, Dist dist, const char* op) {
+  if (!is_floating(dtype)) throw DTypeError(std::string("[") + op + "] needs float64 or float32");
+  std::mt19937_64 gen(seed);
+  std::vector<double> v(static_cast<size_t>(axes.numel()));
+  for (double& x : v) x = dist(gen);
+  if (dtype == DType::f64) return tensor(v, axes);
+  return tensor(std::vector<float>(v.begin(), v.end()), axes);
+}
+}  // namespace
+
+Tensor randn(const Axes& axes, uint64_t seed, DType dtype) {
+  return sample(axes, seed, dtype, std::normal_distribution<double>(0.0, 1.0), "randn");
+}
+
+Tensor uniform(const Axes& axes, uint64_t seed, double lo, double hi, DType dtype) {
+  if (!(lo < hi)) throw Error("[uniform] needs lo < hi, got " + std::to_string(lo) + ", " + std::to_string(hi));
+  return sample(axes, seed, dtype, std::uniform_real_distribution<double>(lo, hi), "uniform");
+}
+
+Tensor arange(Name axis, int64_t n) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i);
+  return tensor(v, Axes{{axis, n}});
+}
+
+}  // namespace tenax

@@ -1,0 +1,38 @@
+#pragma once
+// Making tensors: from C++ containers with axis names, constants, and seeded random fills.
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+/// Uninitialised contiguous tensor.
+Tensor empty(const Axes& axes, DType dtype = DType::f64, Device device = Device::cpu());
+/// All zeros.
+Tensor zeros(const Axes& axes, DType dtype = DType::f64, Device device = Device::cpu());
+/// All ones.
+Tensor ones(const Axes& axes, DType dtype = DType::f64, Device device = Device::cpu());
+/// Every element `value`.
+Tensor full(const Axes& axes, double value, DType dtype = DType::f64, Device device = Device::cpu());
+/// A rank-0 tensor.
+Tensor scalar(double value, DType dtype = DType::f64);
+/// Copies `values` (row-major over `axes`) into a new float64 tensor; throws ShapeError when the
+/// count differs from the product of the sizes.
+Tensor tensor(const std::vector<double>& values, const Axes& axes);
+/// Copies float32 `values` into a new float32 tensor.
+Tensor tensor(const std::vector<float>& values, const Axes& axes);
+/// A 1-D float64 tensor along `axis`.
+Tensor tensor(std::initializer_list<double> values, Name axis);
+/// A 2-D float64 tensor from rows: axes (row, col). Throws ShapeError on ragged rows.
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col);
+/// Standard normal samples from a seeded generator (same seed and standard library, same values).
+Tensor randn(const Axes& axes, uint64_t seed, DType dtype = DType::f64);
+/// Uniform samples in [lo, hi) from a seeded generator.
+Tensor uniform(const Axes& axes, uint64_t seed, double lo = 0.0, double hi = 1.0,
+               DType dtype = DType::f64);
+/// 0, 1, ..., n-1 along `axis` (float64).
+Tensor arange(Name axis, int64_t n);
+
+}  // namespace tenax

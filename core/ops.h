@@ -1,0 +1,100 @@
+#pragma once
+// The public op API. Every function here applies one registered op (core/ops/), so it runs on any
+// device with kernels, records onto the tape when an input is tracked, and differentiates.
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+// ---- elementwise (operands broadcast by name; result: first operand's axes, then new ones) ----
+#define TENAX_UNARY(name, f, df, saves) /** Elementwise name. */ Tensor name(const Tensor& x);
+#define TENAX_BINARY(name, f, dfa, dfb, saves) \
+  /** Elementwise name, broadcast by axis name. */ Tensor name(const Tensor& a, const Tensor& b);
+#include "tenax/core/ops/elementwise.def"
+
+/// cond ? a : b, elementwise; cond is a bool tensor; all three broadcast by name.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// a > b as a bool tensor (not differentiable).
+Tensor greater(const Tensor& a, const Tensor& b);
+/// a < b as a bool tensor (not differentiable).
+Tensor less(const Tensor& a, const Tensor& b);
+/// a == b as a bool tensor (not differentiable).
+Tensor equal(const Tensor& a, const Tensor& b);
+/// Explicit conversion between float64 and float32 (the only way dtypes change).
+Tensor astype(const Tensor& x, DType dtype);
+
+// ---- reductions over named axes (no axes given: all axes) ----
+/// Sum over every axis.
+Tensor sum(const Tensor& x);
+/// Sum over `axes`.
+Tensor sum(const Tensor& x, const AxisList& axes);
+/// Mean over every axis.
+Tensor mean(const Tensor& x);
+/// Mean over `axes`.
+Tensor mean(const Tensor& x, const AxisList& axes);
+/// Maximum over every axis (the gradient goes to every maximal element).
+Tensor max(const Tensor& x);
+/// Maximum over `axes`.
+Tensor max(const Tensor& x, const AxisList& axes);
+/// log Σ exp over every axis, computed stably.
+Tensor logsumexp(const Tensor& x);
+/// log Σ exp over `axes`.
+Tensor logsumexp(const Tensor& x, const AxisList& axes);
+
+// ---- contraction ----
+/// Σ_over a * b: axes in `over` are summed (they must be in both); other shared axes are batch
+/// axes; result: a's remaining axes in a's order, then b's. Matrix product: dot(A, B, {"k"}).
+Tensor dot(const Tensor& a, const Tensor& b, const AxisList& over);
+
+// ---- layout: views unless stated ----
+/// Renames axis `from` to `to` (view).
+Tensor rename(const Tensor& x, Name from, Name to);
+/// Renames several axes at once (view).
+Tensor rename(const Tensor& x, const AxisList& from, const AxisList& to);
+/// Reorders axes to `order`, which names every axis (view).
+Tensor transpose(const Tensor& x, const AxisList& order);
+/// Elements start, start+step, ... < stop along `axis` (view). 0 <= start <= stop <= size, step >= 1.
+Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t step = 1);
+/// The slice at `index` along `axis`, which disappears (view).
+Tensor select(const Tensor& x, Name axis, int64_t index);
+/// Adds the axes `extra` (not already present) with stride 0, after x's axes (view).
+Tensor broadcast(const Tensor& x, const Axes& extra);
+/// A dense row-major copy (the only layout op that copies).
+Tensor contiguous(const Tensor& x);
+/// Joins tensors along `axis`; every other axis must agree by name and size. Result: first
+/// operand's axis order.
+Tensor concat(const std::vector<Tensor>& xs, Name axis);
+/// Stacks equal-axes tensors along a new outermost axis `axis`.
+Tensor stack(const std::vector<Tensor>& xs, Name axis);
+
+// ---- small dense linear algebra, batched over every other axis ----
+/// Lower Cholesky factor of the SPD matrices over (row, col); reads the lower triangle.
+/// Throws NumericError naming the batch index when a matrix is not positive definite.
+Tensor cholesky(const Tensor& a, Name row, Name col);
+/// Solves T z = b for triangular T over (row, col) (transpose: Tᵀ z = b). b has the axis T's
+/// equations run along (row; col when transposed); z has the other one in its place.
+Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower = true,
+                        bool transpose = false);
+/// Solves A z = b (LU with partial pivoting); axes as for triangular_solve.
+Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose = false);
+/// log |det A| over (row, col); throws NumericError on a singular matrix.
+Tensor logdet(const Tensor& a, Name row, Name col);
+
+// ---- operators ----
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+/// Operators with a scalar use a rank-0 constant of the tensor's dtype.
+Tensor operator+(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator/(double a, const Tensor& b);
+
+}  // namespace tenax

@@ -1,0 +1,130 @@
+// Applying ops: device checks, the forward call, recording onto this thread's tape; shared helpers.
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax::detail {
+namespace {
+
+KernelTable make_cpu_table() {
+  KernelTable t;
+  register_cpu_kernels(t);
+  return t;
+}
+KernelTable make_cuda_table() {
+  KernelTable t;
+  register_cuda_kernels(t);
+  return t;
+}
+
+}  // namespace
+
+const KernelTable& kernels(Device d) {
+  if (d.kind == Device::Kind::cpu) {
+    static const KernelTable cpu = make_cpu_table();
+    return cpu;
+  }
+  static const int count = cuda_device_count();
+  if (d.index < 0 || d.index >= count)
+    throw DeviceError("[device] " + d.str() + " is not available (" + std::to_string(count) +
+                      " CUDA devices visible to this build)");
+  static const KernelTable cuda = make_cuda_table();
+  return cuda;
+}
+
+Tensor apply(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs) {
+  if (op.arity >= 0 && n != op.arity)
+    throw Error(std::string("[") + op.name + "] takes " + std::to_string(op.arity) + " inputs, got " +
+                std::to_string(n));
+  for (int i = 0; i < n; ++i) {
+    if (!inputs[i].defined())
+      throw Error(std::string("[") + op.name + "] input " + std::to_string(i) + " is undefined");
+    if (!(inputs[i].device() == inputs[0].device()))
+      throw DeviceError(std::string("[") + op.name + "] input 0 is on " + inputs[0].device().str() +
+                        " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
+                        "; move one with to(device)");
+  }
+  Tensor out = op.forward(inputs, n, attrs);
+  if (g_record_state.recorder && op.vjp) {
+    for (int i = 0; i < n; ++i) {
+      if (!(op.nondiff & (1u << i)) && is_tracked(inputs[i])) {
+        g_record_state.recorder->record(op, inputs, n, attrs, out);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+int float_index(DType t, const char* op) {
+  if (t == DType::f64) return 0;
+  if (t == DType::f32) return 1;
+  throw DTypeError(std::string("[") + op + "] needs float64 or float32, got " + dtype_name(t));
+}
+
+void check_float_operands(const char* op, const Tensor* in, int n) {
+  for (int i = 0; i < n; ++i) {
+    (void)float_index(in[i].dtype(), op);
+    if (in[i].dtype() != in[0].dtype())
+      throw DTypeError(std::string("[") + op + "] input 0 is " + dtype_name(in[0].dtype()) + " but input " +
+                       std::to_string(i) + " is " + dtype_name(in[i].dtype()) +
+                       "; convert one with astype (Tenax never converts silently)");
+  }
+}
+
+LoopDims loop_dims(const Axes& axes) {
+  LoopDims d;
+  d.rank = axes.rank();
+  for (int i = 0; i < axes.rank(); ++i) d.sizes[i] = axes.size(i);
+  return d;
+}
+
+LoopArg loop_arg(const Tensor& t, const Axes& loop) {
+  LoopArg a;
+  a.data = t.data_ptr();
+  const Axes& ax = t.axes();
+  for (int l = 0; l < loop.rank(); ++l) {
+    int i = ax.index_of(loop.name(l));
+    a.strides[l] = i < 0 ? 0 : t.strides()[i];
+  }
+  return a;
+}
+
+void accumulate(Tensor& out, const Tensor& v) {
+  for (int i = 0; i < out.rank(); ++i)
+    if (!v.axes().contains(out.axes().name(i)))
+      throw ShapeError("[accumulate] value " + v.axes().describe() + " lacks axis '" +
+                       out.axes().name(i).str() + "' of " + out.axes().describe());
+  const KernelTable& k = kernels(out.device());
+  LoopArg args[2] = {loop_arg(out, v.axes()), loop_arg(v, v.axes())};
+  need(k.acc[float_index(out.dtype(), "accumulate")], "accumulate", out.device())(loop_dims(v.axes()), args);
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor out = empty(t.axes(), t.dtype(), t.device());
+  const KernelTable& k = kernels(t.device());
+  LoopArg args[2] = {loop_arg(out, t.axes()), loop_arg(t, t.axes())};
+  int idx = t.dtype() == DType::f64 ? 0 : t.dtype() == DType::f32 ? 1 : t.dtype() == DType::i64 ? 2 : 3;
+  need(k.copy[idx], "copy", t.device())(loop_dims(t.axes()), args);
+  return out;
+}
+
+void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out) {
+  out.assign(static_cast<size_t>(batch.numel()), 0);
+  int64_t st[kMaxRank];
+  for (int d = 0; d < batch.rank(); ++d) {
+    int i = t.axes().index_of(batch.name(d));
+    st[d] = i < 0 ? 0 : t.strides()[i];
+  }
+  int64_t idx[kMaxRank] = {};
+  int64_t off = 0;
+  for (size_t n = 0; n < out.size(); ++n) {
+    out[n] = off;
+    for (int d = batch.rank() - 1; d >= 0; --d) {
+      off += st[d];
+      if (++idx[d] < batch.size(d)) break;
+      off -= st[d] * batch.size(d);
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace tenax::detail

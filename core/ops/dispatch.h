@@ -1,0 +1,65 @@
+#pragma once
+// Library-internal: applying an op (device check, forward, recording) and the helpers op
+// definitions share (kernel lookup, loop arguments over named axes, output allocation).
+#include "tenax/backends/kernels.h"
+#include "tenax/core/creation.h"
+#include "tenax/core/ops/op.h"
+
+namespace tenax::detail {
+
+static_assert(kMaxLoopRank == kMaxRank);
+
+/// The interface the tape implements; core calls it when an op has a tracked input.
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  /// Appends the op call; sets `out`'s variable.
+  virtual void record(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs, Tensor& out) = 0;
+};
+
+/// The recorder of this thread and the serial of its session (tapes are per thread).
+struct RecordState {
+  Recorder* recorder = nullptr;
+  uint32_t serial = 0;
+};
+inline thread_local RecordState g_record_state;
+
+/// True when `t` is a variable of the session now recording on this thread.
+inline bool is_tracked(const Tensor& t) {
+  return t.var() >= 0 && g_record_state.recorder && t.tape_serial() == g_record_state.serial;
+}
+
+/// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
+Tensor apply(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs);
+inline Tensor apply(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {}) {
+  return apply(op, inputs.begin(), static_cast<int>(inputs.size()), attrs);
+}
+
+/// Kernels of `d`; throws DeviceError when the device's backend is absent.
+const KernelTable& kernels(Device d);
+/// Index of a floating dtype in kernel tables (0 float64, 1 float32); throws DTypeError otherwise.
+int float_index(DType t, const char* op);
+/// Throws unless every tensor is defined, floating, of one dtype and on one device.
+void check_float_operands(const char* op, const Tensor* in, int n);
+/// Throws when a kernel is missing for `op` on `d`.
+template <class Fn>
+Fn need(Fn fn, const char* op, Device d) {
+  if (!fn) throw DeviceError(std::string("[") + op + "] no kernel for device " + d.str());
+  return fn;
+}
+
+/// Loop dims of `axes`.
+LoopDims loop_dims(const Axes& axes);
+/// `t` laid over `loop` axes (zero strides where t lacks an axis).
+LoopArg loop_arg(const Tensor& t, const Axes& loop);
+/// Null argument (kernels read zeros).
+inline LoopArg no_arg() { return {}; }
+
+/// out += v, where v's axes include out's (summed over the rest).
+void accumulate(Tensor& out, const Tensor& v);
+/// A new contiguous tensor with the same values and axis order.
+Tensor copy_of(const Tensor& t);
+/// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).
+void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out);
+
+}  // namespace tenax::detail

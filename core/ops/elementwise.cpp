@@ -1,0 +1,217 @@
+// Elementwise ops expanded from elementwise.def: forward, fused VJP (accumulating straight into
+// the adjoint, reducing broadcast axes on the fly), JVP, and a sampler. Named axes make their
+// batching rule "nothing to do".
+#include "tenax/core/ops/elementwise.h"
+#include "tenax/core/ops/families.h"
+
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/sampling.h"
+#include "tenax/named/align.h"
+
+namespace tenax::detail {
+namespace {
+
+constexpr uint32_t kSavesNONE = 0, kSavesX = 1, kSavesY = kSaveOutput;
+constexpr uint32_t kSavesA_B = 3, kSavesB_Y = 2 | kSaveOutput, kSavesA_B_Y = 3 | kSaveOutput;
+
+template <UnaryOp U>
+Tensor unary_forward(const Tensor* in, int, const Attrs&) {
+  const char* name = unary_name(U);
+  check_float_operands(name, in, 1);
+  const Axes& ax = in[0].axes();
+  Tensor out = empty(ax, in[0].dtype(), in[0].device());
+  LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
+  need(kernels(out.device()).unary[int(U)][float_index(out.dtype(), name)], name, out.device())(
+      loop_dims(ax), args);
+  return out;
+}
+
+template <UnaryOp U, uint32_t S>
+void unary_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  const Tensor& g = c.cotangent();
+  Tensor dst = c.adjoint(0);
+  const Axes& ax = g.axes();
+  LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax),
+                     (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
+                     (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
+  kernels(g.device()).deriv_acc[int(DerivOp::unary_neg) + int(U)][float_index(g.dtype(), "vjp")](
+      loop_dims(ax), args);
+}
+
+template <UnaryOp U>
+Tensor unary_jvp(JvpContext& c) {
+  const Tensor& y = c.output();
+  Tensor out = zeros(y.axes(), y.dtype(), y.device());
+  const Axes& ax = y.axes();
+  LoopArg args[4] = {loop_arg(out, ax), loop_arg(c.tangent(0), ax), loop_arg(c.input(0), ax),
+                     loop_arg(y, ax)};
+  kernels(y.device()).deriv_acc[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](
+      loop_dims(ax), args);
+  return out;
+}
+
+template <BinaryOp B>
+Tensor binary_forward(const Tensor* in, int, const Attrs&) {
+  const char* name = binary_name(B);
+  check_float_operands(name, in, 2);
+  Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
+  Tensor out = empty(ax, in[0].dtype(), in[0].device());
+  LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
+  need(kernels(out.device()).binary[int(B)][float_index(out.dtype(), name)], name, out.device())(
+      loop_dims(ax), args);
+  return out;
+}
+
+constexpr int deriv_index(BinaryOp b, int side) {
+  return int(DerivOp::add_a) + 2 * int(b) + side;
+}
+
+template <BinaryOp B, uint32_t S>
+void binary_vjp(VjpContext& c) {
+  const Tensor& g = c.cotangent();
+  const Axes& ax = g.axes();
+  for (int side = 0; side < 2; ++side) {
+    if (!c.needs_grad(side)) continue;
+    Tensor dst = c.adjoint(side);
+    LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
+                       (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
+                       (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
+    kernels(g.device()).deriv_acc[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax), args);
+  }
+}
+
+template <BinaryOp B>
+Tensor binary_jvp(JvpContext& c) {
+  const Tensor& y = c.output();
+  const Axes& ax = y.axes();
+  Tensor out = zeros(ax, y.dtype(), y.device());
+  for (int side = 0; side < 2; ++side) {
+    if (!c.tangent(side).defined()) continue;
+    LoopArg args[5] = {loop_arg(out, ax), loop_arg(c.tangent(side), ax), loop_arg(c.input(0), ax),
+                       loop_arg(c.input(1), ax), loop_arg(y, ax)};
+    kernels(y.device()).deriv_acc[deriv_index(B, side)][float_index(y.dtype(), "jvp")](loop_dims(ax), args);
+  }
+  return out;
+}
+
+// Domains keep samples away from poles, branch cuts and kinks, where finite differences lie.
+OpSample unary_sample(UnaryOp u, SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  Tensor x;
+  switch (u) {
+    case UnaryOp::log:
+    case UnaryOp::sqrt: x = random_values(rng, ax, dt, 0.5, 2.0); break;
+    case UnaryOp::log1p: x = random_values(rng, ax, dt, -0.5, 2.0); break;
+    case UnaryOp::abs: x = random_signed(rng, ax, dt, 0.2, 2.0); break;
+    default: x = random_values(rng, ax, dt, -2.0, 2.0); break;
+  }
+  return {{x}, {}};
+}
+
+OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
+  Axes base = random_axes(rng, 1 + int(rng() % 3));
+  Axes ax_a = random_subset(rng, base), ax_b = random_subset(rng, base);
+  if (ax_a.rank() == 0) ax_a = base;
+  Tensor a, x;
+  switch (b) {
+    case BinaryOp::pow:
+      a = random_values(rng, ax_a, dt, 0.5, 2.0);
+      x = random_values(rng, ax_b, dt, -1.5, 1.5);
+      break;
+    case BinaryOp::div:
+      a = random_values(rng, ax_a, dt, -2.0, 2.0);
+      x = random_signed(rng, ax_b, dt, 0.5, 2.0);
+      break;
+    case BinaryOp::maximum:
+    case BinaryOp::minimum:
+      // b = a's values shifted by at least 0.2 either way: no ties within FD reach.
+      ax_b = ax_a;
+      a = random_values(rng, ax_a, dt, -2.0, 2.0);
+      x = add(a, random_signed(rng, ax_b, dt, 0.2, 1.0));
+      break;
+    default:
+      a = random_values(rng, ax_a, dt, -2.0, 2.0);
+      x = random_values(rng, ax_b, dt, -2.0, 2.0);
+      break;
+  }
+  return {{a, x}, {}};
+}
+
+#define TENAX_UNARY(name, f, df, saves)                                                         \
+  const OpDef op_##name = {#name,                                                               \
+                           1,                                                                   \
+                           unary_forward<UnaryOp::name>,                                        \
+                           unary_vjp<UnaryOp::name, kSaves##saves>,                             \
+                           unary_jvp<UnaryOp::name>,                                            \
+                           kSaves##saves,                                                       \
+                           0,                                                                   \
+                           false,                                                               \
+                           [](SampleRng& r, DType d) { return unary_sample(UnaryOp::name, r, d); }};
+#include "tenax/core/ops/elementwise.def"
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
+  const OpDef op_##name = {#name,                                                                 \
+                           2,                                                                     \
+                           binary_forward<BinaryOp::name>,                                        \
+                           binary_vjp<BinaryOp::name, kSaves##saves>,                             \
+                           binary_jvp<BinaryOp::name>,                                            \
+                           kSaves##saves,                                                         \
+                           0,                                                                     \
+                           false,                                                                 \
+                           [](SampleRng& r, DType d) { return binary_sample(BinaryOp::name, r, d); }};
+#include "tenax/core/ops/elementwise.def"
+
+}  // namespace
+
+const char* unary_name(UnaryOp u) {
+  static const char* names[] = {
+#define TENAX_UNARY(name, f, df, saves) #name,
+#include "tenax/core/ops/elementwise.def"
+  };
+  return names[int(u)];
+}
+
+const char* binary_name(BinaryOp b) {
+  static const char* names[] = {
+#define TENAX_BINARY(name, f, dfa, dfb, saves) #name,
+#include "tenax/core/ops/elementwise.def"
+  };
+  return names[int(b)];
+}
+
+void register_elementwise_ops(std::vector<const OpDef*>& ops) {
+#define TENAX_UNARY(name, f, df, saves) ops.push_back(&op_##name);
+#include "tenax/core/ops/elementwise.def"
+#define TENAX_BINARY(name, f, dfa, dfb, saves) ops.push_back(&op_##name);
+#include "tenax/core/ops/elementwise.def"
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+#define TENAX_UNARY(name, f, df, saves) \
+  Tensor name(const Tensor& x) { return detail::apply(detail::op_##name, {x}); }
+#include "tenax/core/ops/elementwise.def"
+#define TENAX_BINARY(name, f, dfa, dfb, saves) \
+  Tensor name(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_##name, {a, b}); }
+#include "tenax/core/ops/elementwise.def"
+
+namespace {
+Tensor like(const Tensor& t, double v) {
+  if (!t.defined()) throw Error("[operator] the tensor is undefined");
+  return scalar(v, t.dtype());
+}
+}  // namespace
+
+Tensor operator+(const Tensor& a, double b) { return add(a, like(a, b)); }
+Tensor operator+(double a, const Tensor& b) { return add(like(b, a), b); }
+Tensor operator-(const Tensor& a, double b) { return sub(a, like(a, b)); }
+Tensor operator-(double a, const Tensor& b) { return sub(like(b, a), b); }
+Tensor operator*(const Tensor& a, double b) { return mul(a, like(a, b)); }
+Tensor operator*(double a, const Tensor& b) { return mul(like(b, a), b); }
+Tensor operator/(const Tensor& a, double b) { return div(a, like(a, b)); }
+Tensor operator/(double a, const Tensor& b) { return div(like(b, a), b); }
+
+}  // namespace tenax

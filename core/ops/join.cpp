@@ -1,0 +1,161 @@
+// concat and stack along a named axis: each input is copied into a view of the output, and each
+// input's adjoint receives the matching view of the cotangent.
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+
+namespace tenax::detail {
+namespace {
+
+void copy_into(Tensor dst, const Tensor& src) {
+  const Axes& ax = src.axes();
+  LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};
+  kernels(dst.device()).copy[float_index(dst.dtype(), "copy")](loop_dims(ax), args);
+}
+
+void check_inputs(const char* op, const Tensor* in, int n) {
+  if (n < 1) throw Error(std::string("[") + op + "] needs at least one tensor");
+  check_float_operands(op, in, n);
+}
+
+// Axes without `axis`, for comparing operands.
+Axes without(const Axes& a, Name axis) {
+  Axes r = a;
+  int i = r.index_of(axis);
+  if (i >= 0) r.erase(i);
+  return r;
+}
+
+// ---- concat: attrs.axes = {axis} ----
+Tensor concat_forward(const Tensor* in, int n, const Attrs& a) {
+  check_inputs("concat", in, n);
+  const Name axis = a.axes[0];
+  int64_t total = 0;
+  const Axes rest = without(in[0].axes(), axis);
+  for (int k = 0; k < n; ++k) {
+    if (!in[k].has_axis(axis))
+      throw AxisError("[concat] input " + std::to_string(k) + " " + in[k].axes().describe() + " lacks axis '" +
+                      axis.str() + "'");
+    if (!without(in[k].axes(), axis).same_set(rest))
+      throw ShapeError("[concat] input " + std::to_string(k) + " " + in[k].axes().describe() +
+                       " does not match input 0 " + in[0].axes().describe() + " apart from axis '" + axis.str() +
+                       "'");
+    total += in[k].size(axis);
+  }
+  Axes ax = in[0].axes();
+  ax.set_size(ax.index_of(axis), total);
+  Tensor out = empty(ax, in[0].dtype(), in[0].device());
+  int64_t off = 0;
+  for (int k = 0; k < n; ++k) {
+    const int64_t len = in[k].size(axis);
+    copy_into(slice(out, axis, off, off + len), in[k]);
+    off += len;
+  }
+  return out;
+}
+
+void concat_vjp(VjpContext& c) {
+  const Name axis = c.attrs().axes[0];
+  int64_t off = 0;
+  for (int k = 0; k < c.num_inputs(); ++k) {
+    const int64_t len = c.input_axes(k).size_of(axis);
+    if (c.needs_grad(k)) {
+      Tensor dst = c.adjoint(k);
+      accumulate(dst, slice(c.cotangent(), axis, off, off + len));
+    }
+    off += len;
+  }
+}
+
+Tensor concat_jvp(JvpContext& c) {
+  std::vector<Tensor> ts;
+  for (int k = 0; k < c.num_inputs(); ++k)
+    ts.push_back(c.tangent(k).defined() ? c.tangent(k)
+                                        : zeros(c.input(k).axes(), c.input(k).dtype(), c.input(k).device()));
+  return concat(ts, c.attrs().axes[0]);
+}
+
+OpSample concat_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  Name axis = ax.name(int(rng() % ax.rank()));
+  OpSample s;
+  const int n = 1 + int(rng() % 3);
+  for (int k = 0; k < n; ++k) {
+    Axes a = ax;
+    a.set_size(a.index_of(axis), 1 + int64_t(rng() % 3));
+    s.inputs.push_back(random_values(rng, a, dt, -1, 1));
+  }
+  s.attrs.axes = AxisList{axis};
+  return s;
+}
+
+// ---- stack: attrs.axes = {new axis} ----
+Tensor stack_forward(const Tensor* in, int n, const Attrs& a) {
+  check_inputs("stack", in, n);
+  const Name axis = a.axes[0];
+  if (in[0].has_axis(axis))
+    throw AxisError("[stack] the new axis '" + axis.str() + "' is already in " + in[0].axes().describe());
+  for (int k = 1; k < n; ++k)
+    if (!in[k].axes().same_set(in[0].axes()))
+      throw ShapeError("[stack] input " + std::to_string(k) + " " + in[k].axes().describe() +
+                       " does not match input 0 " + in[0].axes().describe());
+  Axes ax;
+  ax.push_back({axis, n});
+  for (int i = 0; i < in[0].rank(); ++i) ax.push_back(in[0].axes()[i]);
+  Tensor out = empty(ax, in[0].dtype(), in[0].device());
+  for (int k = 0; k < n; ++k) copy_into(select(out, axis, k), in[k]);
+  return out;
+}
+
+void stack_vjp(VjpContext& c) {
+  const Name axis = c.attrs().axes[0];
+  for (int k = 0; k < c.num_inputs(); ++k) {
+    if (!c.needs_grad(k)) continue;
+    Tensor dst = c.adjoint(k);
+    accumulate(dst, select(c.cotangent(), axis, k));
+  }
+}
+
+Tensor stack_jvp(JvpContext& c) {
+  std::vector<Tensor> ts;
+  for (int k = 0; k < c.num_inputs(); ++k)
+    ts.push_back(c.tangent(k).defined() ? c.tangent(k)
+                                        : zeros(c.input(k).axes(), c.input(k).dtype(), c.input(k).device()));
+  return stack(ts, c.attrs().axes[0]);
+}
+
+OpSample stack_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s;
+  const int n = 1 + int(rng() % 3);
+  for (int k = 0; k < n; ++k) s.inputs.push_back(random_values(rng, ax, dt, -1, 1));
+  s.attrs.axes = AxisList{"z"};
+  return s;
+}
+
+// Variadic: the JVP needs the inputs for their axes when a tangent is zero; the VJP needs none.
+const OpDef op_concat = {"concat", -1, concat_forward, concat_vjp, concat_jvp, 0, 0, false, concat_sample};
+const OpDef op_stack = {"stack", -1, stack_forward, stack_vjp, stack_jvp, 0, 0, false, stack_sample};
+
+Tensor join(const OpDef& op, const std::vector<Tensor>& xs, Name axis) {
+  Attrs a;
+  a.axes = AxisList{axis};
+  return apply(op, xs.data(), static_cast<int>(xs.size()), a);
+}
+
+}  // namespace
+
+void register_join_ops(std::vector<const OpDef*>& ops) {
+  ops.push_back(&op_concat);
+  ops.push_back(&op_stack);
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor concat(const std::vector<Tensor>& xs, Name axis) { return detail::join(detail::op_concat, xs, axis); }
+Tensor stack(const std::vector<Tensor>& xs, Name axis) { return detail::join(detail::op_stack, xs, axis); }
+
+}  // namespace tenax

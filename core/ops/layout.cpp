@@ -1,0 +1,224 @@
+// Layout ops. rename, transpose, slice, select and broadcast are views: they never copy, and their
+// adjoint is the same view of the parent's adjoint (the tape applies forward() to it), so slicing a
+// tensor k times accumulates into ONE adjoint buffer. contiguous is the one copying layout op.
+#include <algorithm>
+
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+
+namespace tenax::detail {
+namespace {
+
+using TA = TensorAccess;
+
+int axis_index(const Tensor& x, Name n, const char* op) {
+  int i = x.axes().index_of(n);
+  if (i < 0)
+    throw AxisError(std::string("[") + op + "] unknown axis '" + n.str() + "'; the tensor has axes " +
+                    x.axes().describe());
+  return i;
+}
+
+// A view's own adjoint is an alias of its parent's: nothing to do in the reverse sweep.
+void view_vjp(VjpContext&) {}
+
+// ---- rename: attrs.axes = from, attrs.axes2 = to ----
+Tensor rename_forward(const Tensor* in, int, const Attrs& a) {
+  if (a.axes.size() != a.axes2.size())
+    throw AxisError("[rename] " + a.axes.describe() + " and " + a.axes2.describe() + " differ in length");
+  Tensor out = in[0];
+  TA::set_var(out, -1, 0);
+  Axes& ax = TA::axes(out);
+  for (int k = 0; k < a.axes.size(); ++k) ax.set_name(axis_index(in[0], a.axes[k], "rename"), a.axes2[k]);
+  for (int i = 0; i < ax.rank(); ++i)
+    for (int j = i + 1; j < ax.rank(); ++j)
+      if (ax.name(i) == ax.name(j))
+        throw AxisError("[rename] renaming " + a.axes.describe() + " to " + a.axes2.describe() + " in " +
+                        in[0].axes().describe() + " would name axis '" + ax.name(i).str() + "' twice");
+  return out;
+}
+Tensor rename_jvp(JvpContext& c) { return rename(c.tangent(0), c.attrs().axes, c.attrs().axes2); }
+OpSample rename_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};
+  s.attrs.axes = AxisList{ax.name(int(rng() % ax.rank()))};
+  s.attrs.axes2 = AxisList{"z"};
+  return s;
+}
+
+// ---- transpose: attrs.axes = the new order ----
+Tensor transpose_forward(const Tensor* in, int, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (a.axes.size() != x.rank())
+    throw AxisError("[transpose] order " + a.axes.describe() + " must name every axis of " + x.axes().describe());
+  Axes ax;
+  int64_t st[kMaxRank];
+  for (int k = 0; k < a.axes.size(); ++k) {
+    int i = axis_index(x, a.axes[k], "transpose");
+    ax.push_back(x.axes()[i]);
+    st[k] = x.strides()[i];
+  }
+  return Tensor(x.storage(), x.offset(), ax, st, x.dtype());
+}
+Tensor transpose_jvp(JvpContext& c) { return transpose(c.tangent(0), c.attrs().axes); }
+OpSample transpose_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};
+  AxisList order = ax.names();
+  std::vector<Name> v(order.begin(), order.end());
+  std::shuffle(v.begin(), v.end(), rng);
+  for (Name n : v) s.attrs.axes.push_back(n);
+  return s;
+}
+
+// ---- slice: attrs.axes = {axis}, i = {start, stop, step} ----
+Tensor slice_forward(const Tensor* in, int, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (a.axes.size() != 1) throw AxisError("[slice] name exactly one axis");
+  int d = axis_index(x, a.axes[0], "slice");
+  const int64_t n = x.axes().size(d), start = a.i[0], stop = a.i[1], step = a.i[2];
+  if (step < 1 || start < 0 || stop < start || stop > n)
+    throw IndexError("[slice] range [" + std::to_string(start) + ", " + std::to_string(stop) + ") step " +
+                     std::to_string(step) + " is invalid for axis '" + a.axes[0].str() + "' of size " +
+                     std::to_string(n) + " in " + x.axes().describe() +
+                     " (need 0 <= start <= stop <= size, step >= 1)");
+  Tensor out = x;
+  TA::set_var(out, -1, 0);
+  TA::offset(out) += start * x.strides()[d];
+  TA::axes(out).set_size(d, (stop - start + step - 1) / step);
+  TA::strides(out)[d] *= step;
+  return out;
+}
+Tensor slice_jvp(JvpContext& c) {
+  const Attrs& a = c.attrs();
+  return slice(c.tangent(0), a.axes[0], a.i[0], a.i[1], a.i[2]);
+}
+OpSample slice_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};
+  int d = int(rng() % ax.rank());
+  const int64_t n = ax.size(d);
+  s.attrs.axes = AxisList{ax.name(d)};
+  s.attrs.i[0] = int64_t(rng() % uint64_t(n));
+  s.attrs.i[1] = s.attrs.i[0] + 1 + int64_t(rng() % uint64_t(n - s.attrs.i[0]));
+  s.attrs.i[2] = 1 + int64_t(rng() % 2);
+  return s;
+}
+
+// ---- select: attrs.axes = {axis}, i[0] = index ----
+Tensor select_forward(const Tensor* in, int, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (a.axes.size() != 1) throw AxisError("[select] name exactly one axis");
+  int d = axis_index(x, a.axes[0], "select");
+  const int64_t n = x.axes().size(d), i = a.i[0];
+  if (i < 0 || i >= n)
+    throw IndexError("[select] index " + std::to_string(i) + " is out of range for axis '" + a.axes[0].str() +
+                     "' of size " + std::to_string(n) + " in " + x.axes().describe());
+  Axes ax = x.axes();
+  ax.erase(d);
+  int64_t st[kMaxRank];
+  for (int k = 0, j = 0; k < x.rank(); ++k)
+    if (k != d) st[j++] = x.strides()[k];
+  return Tensor(x.storage(), x.offset() + i * x.strides()[d], ax, st, x.dtype());
+}
+Tensor select_jvp(JvpContext& c) { return select(c.tangent(0), c.attrs().axes[0], c.attrs().i[0]); }
+OpSample select_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};
+  int d = int(rng() % ax.rank());
+  s.attrs.axes = AxisList{ax.name(d)};
+  s.attrs.i[0] = int64_t(rng() % uint64_t(ax.size(d)));
+  return s;
+}
+
+// ---- broadcast: attrs.shape = the new axes ----
+Tensor broadcast_forward(const Tensor* in, int, const Attrs& a) {
+  const Tensor& x = in[0];
+  Axes ax = x.axes();
+  int64_t st[kMaxRank];
+  std::copy(x.strides(), x.strides() + x.rank(), st);
+  for (int k = 0; k < a.shape.rank(); ++k) {
+    if (ax.contains(a.shape.name(k)))
+      throw AxisError("[broadcast] axis '" + a.shape.name(k).str() + "' is already in " + x.axes().describe());
+    st[ax.rank()] = 0;
+    ax.push_back(a.shape[k]);
+  }
+  return Tensor(x.storage(), x.offset(), ax, st, x.dtype());
+}
+Tensor broadcast_jvp(JvpContext& c) { return broadcast(c.tangent(0), c.attrs().shape); }
+OpSample broadcast_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 2));
+  OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};
+  s.attrs.shape.push_back({"z", 2});
+  return s;
+}
+
+// ---- contiguous (copies) ----
+Tensor contiguous_forward(const Tensor* in, int, const Attrs&) { return copy_of(in[0]); }
+void contiguous_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  Tensor dst = c.adjoint(0);
+  accumulate(dst, c.cotangent());
+}
+Tensor contiguous_jvp(JvpContext& c) { return contiguous(c.tangent(0)); }
+OpSample contiguous_sample(SampleRng& rng, DType dt) {
+  return {{random_values(rng, random_axes(rng, 1 + int(rng() % 3)), dt, -1, 1)}, {}};
+}
+
+const OpDef op_rename = {"rename", 1, rename_forward, view_vjp, rename_jvp, 0, 0, true, rename_sample};
+const OpDef op_transpose = {"transpose", 1, transpose_forward, view_vjp, transpose_jvp, 0, 0, true,
+                            transpose_sample};
+const OpDef op_slice = {"slice", 1, slice_forward, view_vjp, slice_jvp, 0, 0, true, slice_sample};
+const OpDef op_select = {"select", 1, select_forward, view_vjp, select_jvp, 0, 0, true, select_sample};
+const OpDef op_broadcast = {"broadcast", 1, broadcast_forward, view_vjp, broadcast_jvp, 0, 0, true,
+                            broadcast_sample};
+const OpDef op_contiguous = {"contiguous", 1, contiguous_forward, contiguous_vjp, contiguous_jvp, 0, 0, false,
+                             contiguous_sample};
+
+}  // namespace
+
+void register_layout_ops(std::vector<const OpDef*>& ops) {
+  for (const OpDef* op : {&op_rename, &op_transpose, &op_slice, &op_select, &op_broadcast, &op_contiguous})
+    ops.push_back(op);
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor rename(const Tensor& x, Name from, Name to) { return rename(x, AxisList{from}, AxisList{to}); }
+Tensor rename(const Tensor& x, const AxisList& from, const AxisList& to) {
+  Attrs a;
+  a.axes = from;
+  a.axes2 = to;
+  return detail::apply(detail::op_rename, {x}, a);
+}
+Tensor transpose(const Tensor& x, const AxisList& order) {
+  Attrs a;
+  a.axes = order;
+  return detail::apply(detail::op_transpose, {x}, a);
+}
+Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t step) {
+  Attrs a;
+  a.axes = AxisList{axis};
+  a.i[0] = start;
+  a.i[1] = stop;
+  a.i[2] = step;
+  return detail::apply(detail::op_slice, {x}, a);
+}
+Tensor select(const Tensor& x, Name axis, int64_t index) {
+  Attrs a;
+  a.axes = AxisList{axis};
+  a.i[0] = index;
+  return detail::apply(detail::op_select, {x}, a);
+}
+Tensor broadcast(const Tensor& x, const Axes& extra) {
+  Attrs a;
+  a.shape = extra;
+  return detail::apply(detail::op_broadcast, {x}, a);
+}
+Tensor contiguous(const Tensor& x) { return detail::apply(detail::op_contiguous, {x}); }
+
+}  // namespace tenax

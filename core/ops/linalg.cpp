@@ -1,0 +1,347 @@
+// Small dense linear algebra over a (row, col) pair of axes, batched over every other axis:
+// cholesky, triangular_solve, solve, logdet. Reverse rules by the implicit function theorem
+// (solves reuse the forward solve on the transpose); kernels live in backends/.
+#include <string>
+
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+#include "tenax/named/align.h"
+
+namespace tenax::detail {
+namespace {
+
+struct Square {
+  Name row, col;
+  int64_t n;
+  Axes batch;  // every axis but row and col, in the tensor's order
+};
+
+Square square_axes(const Tensor& a, const Attrs& attrs, const char* op) {
+  if (attrs.axes.size() != 2) throw AxisError(std::string("[") + op + "] name the (row, col) axes");
+  Square s{attrs.axes[0], attrs.axes[1], 0, a.axes()};
+  const int64_t nr = a.axes().size_of(s.row, op), nc = a.axes().size_of(s.col, op);
+  if (nr != nc)
+    throw ShapeError(std::string("[") + op + "] the matrix axes must have one size: '" + s.row.str() + "'=" +
+                     std::to_string(nr) + ", '" + s.col.str() + "'=" + std::to_string(nc) + " in " +
+                     a.axes().describe());
+  s.n = nr;
+  s.batch.erase(s.batch.index_of(s.row));
+  s.batch.erase(s.batch.index_of(s.col));
+  return s;
+}
+
+MatView mat(const Tensor& t, Name row, Name col) {
+  return {t.data_ptr(), t.axes().size_of(row), t.stride(row), t.stride(col)};
+}
+
+std::string batch_index(const Axes& batch, int64_t b) {
+  std::string s = "{";
+  for (int d = batch.rank() - 1; d >= 0; --d) {
+    std::string part = batch.name(d).str() + "=" + std::to_string(b % batch.size(d));
+    s = d == batch.rank() - 1 ? "{" + part : "{" + part + ", " + s.substr(1);
+    b /= batch.size(d);
+  }
+  return batch.rank() ? s + "}" : "{}";
+}
+
+// A (row, col) matrix of `inside` on the triangle (lower or upper, with diagonal), 0 elsewhere.
+Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, double diag, DType dt) {
+  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      v[static_cast<size_t>(i * n + j)] = i == j ? diag : ((lower ? i > j : i < j) ? inside : 0.0);
+  Tensor m = tensor(v, Axes{{row, n}, {col, n}});
+  return dt == DType::f64 ? m : astype(m, dt);
+}
+
+// ---- cholesky: attrs.axes = {row, col} ----
+Tensor cholesky_forward(const Tensor* in, int, const Attrs& attrs) {
+  check_float_operands("cholesky", in, 1);
+  const Tensor& a = in[0];
+  Square sq = square_axes(a, attrs, "cholesky");
+  Tensor out = empty(a.axes(), a.dtype(), a.device());
+  std::vector<int64_t> oa, ol;
+  batch_offsets(a, sq.batch, oa);
+  batch_offsets(out, sq.batch, ol);
+  MatBatch mb{static_cast<int64_t>(oa.size()), oa.data(), ol.data(), nullptr};
+  int64_t bad = need(kernels(a.device()).cholesky[float_index(a.dtype(), "cholesky")], "cholesky", a.device())(
+      mat(a, sq.row, sq.col), mat(out, sq.row, sq.col), mb);
+  if (bad >= 0)
+    throw NumericError("[cholesky] the matrix over ('" + sq.row.str() + "', '" + sq.col.str() + "') at batch index " +
+                       batch_index(sq.batch, bad) + " is not positive definite");
+  return out;
+}
+
+void cholesky_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  const Tensor& l = c.output();
+  const Tensor& g = c.cotangent();
+  Tensor dst = c.adjoint(0);
+  Square sq = square_axes(l, c.attrs(), "cholesky vjp");
+  std::vector<int64_t> ol, og, od;
+  batch_offsets(l, sq.batch, ol);
+  batch_offsets(g, sq.batch, og);
+  batch_offsets(dst, sq.batch, od);
+  MatBatch mb{static_cast<int64_t>(ol.size()), ol.data(), og.data(), od.data()};
+  kernels(l.device()).cholesky_vjp[float_index(l.dtype(), "cholesky")](
+      mat(l, sq.row, sq.col), mat(g, sq.row, sq.col), mat(dst, sq.row, sq.col), mb);
+}
+
+// tL = L Φ(L^{-1} tS L^{-T}), tS the symmetric matrix read from tA's lower triangle.
+Tensor cholesky_jvp(JvpContext& c) {
+  const Tensor& l = c.output();
+  const Tensor& ta = c.tangent(0);
+  Square sq = square_axes(l, c.attrs(), "cholesky jvp");
+  const Name r = sq.row, k = sq.col, tj = "__tenax_j", tk = "__tenax_k";
+  const DType dt = l.dtype();
+  Tensor low = ta * triangle_mask(r, k, sq.n, true, 1.0, 1.0, dt);
+  Tensor strict = ta * triangle_mask(r, k, sq.n, true, 1.0, 0.0, dt);
+  Tensor ts = low + rename(strict, AxisList{r, k}, AxisList{k, r});
+  Tensor x = triangular_solve(l, rename(ts, k, tk), r, k);             // X = L^{-1} tS: (col, tk)
+  Tensor z = triangular_solve(l, rename(x, AxisList{tk, k}, AxisList{r, tj}), r, k);  // (tj, col)
+  Tensor m = rename(z, tj, r);                                          // M over (row, col)
+  Tensor phi = m * triangle_mask(r, k, sq.n, true, 1.0, 0.5, dt);
+  Tensor tl = dot(l, rename(phi, AxisList{r, k}, AxisList{k, tj}), AxisList{k});
+  return rename(tl, tj, k);
+}
+
+// ---- triangular_solve and solve: attrs.axes = {row, col}, i[0] = lower, i[1] = transpose ----
+struct SolveAxes {
+  Square sq;
+  Name in_axis, out_axis;  // b's axis and z's axis
+  Axes z_axes;
+};
+
+SolveAxes solve_axes(const Tensor& t, const Tensor& b, const Attrs& attrs, const char* op) {
+  check_float_operands(op, std::initializer_list<Tensor>{t, b}.begin(), 2);
+  SolveAxes s{square_axes(t, attrs, op), {}, {}, {}};
+  const bool tr = attrs.i[1] != 0;
+  s.in_axis = tr ? s.sq.col : s.sq.row;
+  s.out_axis = tr ? s.sq.row : s.sq.col;
+  if (!b.has_axis(s.in_axis))
+    throw AxisError(std::string("[") + op + "] the right-hand side " + b.axes().describe() + " needs axis '" +
+                    s.in_axis.str() + "' (the matrix's " + (tr ? "column" : "row") + " axis)");
+  if (b.has_axis(s.out_axis))
+    throw AxisError(std::string("[") + op + "] the right-hand side " + b.axes().describe() + " already has axis '" +
+                    s.out_axis.str() + "', which the solution takes; rename it first");
+  if (b.size(s.in_axis) != s.sq.n)
+    throw ShapeError(std::string("[") + op + "] the right-hand side's axis '" + s.in_axis.str() + "' has size " +
+                     std::to_string(b.size(s.in_axis)) + " but the matrix is " + std::to_string(s.sq.n) + " x " +
+                     std::to_string(s.sq.n));
+  Axes zb = b.axes();
+  zb.set_name(zb.index_of(s.in_axis), s.out_axis);
+  s.z_axes = align_axes(zb, s.sq.batch, op, 1, 0);
+  return s;
+}
+
+// z = b broadcast to z's axes (with in_axis renamed), ready to solve in place.
+Tensor rhs_copy(const Tensor& b, const SolveAxes& s) {
+  Tensor z = empty(s.z_axes, b.dtype(), b.device());
+  Tensor bv = rename(b, s.in_axis, s.out_axis);
+  LoopArg args[2] = {loop_arg(z, s.z_axes), loop_arg(bv, s.z_axes)};
+  kernels(z.device()).copy[float_index(z.dtype(), "copy")](loop_dims(s.z_axes), args);
+  return z;
+}
+
+template <bool Triangular>
+Tensor solve_forward(const Tensor* in, int, const Attrs& attrs) {
+  const char* op = Triangular ? "triangular_solve" : "solve";
+  const Tensor& t = in[0];
+  SolveAxes s = solve_axes(t, in[1], attrs, op);
+  Tensor z = rhs_copy(in[1], s);
+  const bool tr = attrs.i[1] != 0;
+  MatView a = mat(t, s.sq.row, s.sq.col);
+  if (tr) std::swap(a.rs, a.cs);
+  Axes batch = s.z_axes;
+  batch.erase(batch.index_of(s.out_axis));
+  std::vector<int64_t> ot, oz;
+  batch_offsets(t, batch, ot);
+  batch_offsets(z, batch, oz);
+  MatBatch mb{static_cast<int64_t>(oz.size()), ot.data(), oz.data(), nullptr};
+  RhsView r{z.data_ptr(), s.sq.n, 1, z.stride(s.out_axis), 0};
+  const KernelTable& k = kernels(t.device());
+  const int fi = float_index(t.dtype(), op);
+  int64_t bad = Triangular ? need(k.tri_solve[fi], op, t.device())(a, r, (attrs.i[0] != 0) != tr, mb)
+                           : need(k.solve[fi], op, t.device())(a, r, mb);
+  if (bad >= 0)
+    throw NumericError(std::string("[") + op + "] the matrix over ('" + s.sq.row.str() + "', '" + s.sq.col.str() +
+                       "') at batch index " + batch_index(batch, bad) + " is singular");
+  return z;
+}
+
+Tensor solve_again(bool triangular, const Tensor& t, const Tensor& b, const Attrs& a, bool flip) {
+  return triangular ? triangular_solve(t, b, a.axes[0], a.axes[1], a.i[0] != 0, (a.i[1] != 0) != flip)
+                    : solve(t, b, a.axes[0], a.axes[1], (a.i[1] != 0) != flip);
+}
+
+// Shared axes of b̄ and z that the matrix lacks are summed when forming the matrix adjoint.
+AxisList summed_for_matrix(const Tensor& bbar, const Tensor& z, const Axes& mat_axes) {
+  AxisList over;
+  for (int i = 0; i < bbar.rank(); ++i) {
+    Name n = bbar.axes().name(i);
+    if (z.has_axis(n) && !mat_axes.contains(n)) over.push_back(n);
+  }
+  return over;
+}
+
+template <bool Triangular>
+void solve_vjp(VjpContext& c) {
+  const Attrs& a = c.attrs();
+  const Tensor& t = c.input(0);
+  const Tensor& z = c.output();
+  Tensor bbar = solve_again(Triangular, t, c.cotangent(), a, true);
+  if (c.needs_grad(1)) {
+    Tensor dst = c.adjoint(1);
+    accumulate(dst, bbar);
+  }
+  if (c.needs_grad(0)) {
+    Tensor outer = dot(bbar, z, summed_for_matrix(bbar, z, t.axes()));
+    Tensor dst = c.adjoint(0);
+    const double sign = -1.0;
+    Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, sign,
+                                                       sign, t.dtype())
+                               : outer * sign;
+    accumulate(dst, scaled);
+  }
+}
+
+template <bool Triangular>
+Tensor solve_jvp(JvpContext& c) {
+  const Attrs& a = c.attrs();
+  const Tensor& t = c.input(0);
+  const Tensor& z = c.output();
+  const Name out_axis = a.i[1] != 0 ? a.axes[0] : a.axes[1];
+  Tensor rhs = c.tangent(1);
+  if (c.tangent(0).defined()) {
+    Tensor tt = c.tangent(0);
+    if (Triangular) tt = tt * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, 1.0, 1.0, t.dtype());
+    Tensor prod = dot(tt, z, AxisList{out_axis});
+    rhs = rhs.defined() ? rhs - prod : -prod;
+  }
+  return solve_again(Triangular, t, rhs, a, false);
+}
+
+// ---- logdet: attrs.axes = {row, col} ----
+Tensor run_logdet(const Tensor& a, const Attrs& attrs, Tensor* inv_t) {
+  check_float_operands("logdet", &a, 1);
+  Square sq = square_axes(a, attrs, "logdet");
+  Tensor out = empty(sq.batch, a.dtype(), a.device());
+  std::vector<int64_t> oa, oo, oi;
+  batch_offsets(a, sq.batch, oa);
+  batch_offsets(out, sq.batch, oo);
+  MatView iv{};
+  if (inv_t) {
+    *inv_t = empty(a.axes(), a.dtype(), a.device());
+    batch_offsets(*inv_t, sq.batch, oi);
+    iv = mat(*inv_t, sq.row, sq.col);
+  }
+  MatBatch mb{static_cast<int64_t>(oa.size()), oa.data(), oo.data(), inv_t ? oi.data() : nullptr};
+  int64_t bad = need(kernels(a.device()).logdet[float_index(a.dtype(), "logdet")], "logdet", a.device())(
+      mat(a, sq.row, sq.col), out.data_ptr(), iv, inv_t != nullptr, mb);
+  if (bad >= 0)
+    throw NumericError("[logdet] the matrix over ('" + sq.row.str() + "', '" + sq.col.str() + "') at batch index " +
+                       batch_index(sq.batch, bad) + " is singular");
+  return out;
+}
+
+Tensor logdet_forward(const Tensor* in, int, const Attrs& attrs) { return run_logdet(in[0], attrs, nullptr); }
+
+void logdet_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  Tensor inv_t;
+  (void)run_logdet(c.input(0), c.attrs(), &inv_t);
+  Tensor dst = c.adjoint(0);
+  accumulate(dst, inv_t * c.cotangent());
+}
+
+Tensor logdet_jvp(JvpContext& c) {
+  Tensor inv_t;
+  (void)run_logdet(c.input(0), c.attrs(), &inv_t);
+  return sum(inv_t * c.tangent(0), c.attrs().axes);
+}
+
+// ---- samplers: matrices over (m, n) of size 3, batch axes from the pool ----
+constexpr int64_t kN = 3;
+
+Attrs mat_attrs(SampleRng& rng, bool with_flags) {
+  Attrs a;
+  a.axes = AxisList{"m", "n"};
+  if (with_flags) {
+    a.i[0] = int64_t(rng() & 1);
+    a.i[1] = int64_t((rng() >> 1) & 1);
+  }
+  return a;
+}
+
+Tensor well_conditioned(SampleRng& rng, const Axes& batch, DType dt) {
+  Axes ax = batch;
+  ax.push_back({"m", kN});
+  ax.push_back({"n", kN});
+  return random_values(rng, ax, dt, -1, 1) + triangle_mask("m", "n", kN, true, 0.0, 3.0, dt);
+}
+
+OpSample cholesky_sample(SampleRng& rng, DType dt) {
+  return {{random_spd(rng, "m", "n", kN, random_subset(rng, random_axes(rng, 2)), dt)}, mat_attrs(rng, false)};
+}
+
+OpSample solve_sample_impl(SampleRng& rng, DType dt, bool flags) {
+  Attrs a = mat_attrs(rng, flags);
+  Axes shared = random_axes(rng, 2);
+  Tensor t = well_conditioned(rng, random_subset(rng, shared), dt);
+  Axes b_axes = random_subset(rng, shared);
+  b_axes.push_back({a.i[1] ? "n" : "m", kN});
+  return {{t, random_values(rng, b_axes, dt, -1, 1)}, a};
+}
+
+OpSample tri_sample(SampleRng& rng, DType dt) { return solve_sample_impl(rng, dt, true); }
+OpSample solve_sample(SampleRng& rng, DType dt) { return solve_sample_impl(rng, dt, false); }
+OpSample logdet_sample(SampleRng& rng, DType dt) {
+  return {{well_conditioned(rng, random_subset(rng, random_axes(rng, 2)), dt)}, mat_attrs(rng, false)};
+}
+
+const OpDef op_cholesky = {"cholesky", 1, cholesky_forward, cholesky_vjp, cholesky_jvp, kSaveOutput, 0, false,
+                           cholesky_sample};
+const OpDef op_triangular_solve = {"triangular_solve", 2, solve_forward<true>, solve_vjp<true>, solve_jvp<true>,
+                                   1u | kSaveOutput, 0, false, tri_sample};
+const OpDef op_solve = {"solve", 2, solve_forward<false>, solve_vjp<false>, solve_jvp<false>, 1u | kSaveOutput, 0,
+                        false, solve_sample};
+const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample};
+
+Attrs solve_attrs(Name row, Name col, bool lower, bool transpose) {
+  Attrs a;
+  a.axes = AxisList{row, col};
+  a.i[0] = lower;
+  a.i[1] = transpose;
+  return a;
+}
+
+}  // namespace
+
+void register_linalg_ops(std::vector<const OpDef*>& ops) {
+  for (const OpDef* op : {&op_cholesky, &op_triangular_solve, &op_solve, &op_logdet}) ops.push_back(op);
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor cholesky(const Tensor& a, Name row, Name col) {
+  Attrs at;
+  at.axes = AxisList{row, col};
+  return detail::apply(detail::op_cholesky, {a}, at);
+}
+Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower, bool transpose) {
+  return detail::apply(detail::op_triangular_solve, {t, b}, detail::solve_attrs(row, col, lower, transpose));
+}
+Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose) {
+  return detail::apply(detail::op_solve, {a, b}, detail::solve_attrs(row, col, true, transpose));
+}
+Tensor logdet(const Tensor& a, Name row, Name col) {
+  Attrs at;
+  at.axes = AxisList{row, col};
+  return detail::apply(detail::op_logdet, {a}, at);
+}
+
+}  // namespace tenax

@@ -1,0 +1,89 @@
+#pragma once
+// The op definition (DESIGN contract 2): one record per op carrying its forward, its reverse (VJP)
+// and forward (JVP) rules, what it saves for the reverse pass, and a sampler for the generic tests.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+/// Attributes of one op call. Each op documents which fields it reads.
+struct Attrs {
+  AxisList axes;   ///< reduction / contraction / order / primary axes
+  AxisList axes2;  ///< secondary names (rename targets)
+  Axes shape;      ///< axes with sizes (broadcast)
+  int64_t i[4] = {0, 0, 0, 0};
+  double f = 0.0;
+};
+
+/// What a VJP rule sees: the output cotangent, the saved residuals, and the inputs' adjoints.
+/// Implemented by the tape (autodiff), so core never includes autodiff.
+class VjpContext {
+ public:
+  virtual ~VjpContext() = default;
+  /// Cotangent of the output (the output's axes, in some order).
+  [[nodiscard]] virtual const Tensor& cotangent() const = 0;
+  /// Saved input i; throws when the op did not declare it saved.
+  [[nodiscard]] virtual const Tensor& input(int i) const = 0;
+  /// Saved output; throws when the op did not declare it saved.
+  [[nodiscard]] virtual const Tensor& output() const = 0;
+  /// Axes of input i (always available).
+  [[nodiscard]] virtual const Axes& input_axes(int i) const = 0;
+  [[nodiscard]] virtual int num_inputs() const = 0;
+  /// Whether input i needs a gradient.
+  [[nodiscard]] virtual bool needs_grad(int i) const = 0;
+  /// Adjoint of input i with the input's axes: allocated zeroed on first use, or a view of its
+  /// parent's adjoint when the input is a view. Accumulate into it in place.
+  [[nodiscard]] virtual Tensor adjoint(int i) = 0;
+  [[nodiscard]] virtual const Attrs& attrs() const = 0;
+};
+
+/// What a JVP rule sees: the inputs, the output, and the inputs' tangents (undefined = zero).
+class JvpContext {
+ public:
+  virtual ~JvpContext() = default;
+  [[nodiscard]] virtual const Tensor& input(int i) const = 0;
+  [[nodiscard]] virtual const Tensor& output() const = 0;
+  [[nodiscard]] virtual int num_inputs() const = 0;
+  /// Tangent of input i, with the input's axes; undefined when it is zero.
+  [[nodiscard]] virtual const Tensor& tangent(int i) const = 0;
+  [[nodiscard]] virtual const Attrs& attrs() const = 0;
+};
+
+/// A generated test case for the generic op tests.
+struct OpSample {
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+};
+
+/// Random source for samplers.
+using SampleRng = std::mt19937_64;
+
+/// Which residuals an op keeps for its VJP: bit i for input i, kSaveOutput for the output.
+inline constexpr uint32_t kSaveOutput = 1u << 31;
+
+/// One op. Instances are static and immutable; the registry lists them.
+struct OpDef {
+  const char* name;
+  int arity;  ///< number of inputs, or -1 for variadic
+  /// Checks the inputs and attributes, computes the output (view or new buffer).
+  Tensor (*forward)(const Tensor* inputs, int n, const Attrs& attrs);
+  /// Reverse rule; null when the output is not differentiable (comparisons).
+  void (*vjp)(VjpContext& ctx);
+  /// Forward rule: the output tangent; null when the output is not differentiable.
+  Tensor (*jvp)(JvpContext& ctx);
+  uint32_t saves;    ///< residuals for vjp (see kSaveOutput)
+  uint32_t nondiff;  ///< bit i: input i never receives a gradient (conditions, indices)
+  bool view;         ///< the output aliases input 0; its adjoint is forward() of the parent's adjoint
+  /// Generates a valid random call for the generic VJP/JVP/forward tests.
+  OpSample (*sample)(SampleRng& rng, DType dtype);
+};
+
+/// All registered ops, in registration order. Immutable after first use.
+const std::vector<const OpDef*>& registered_ops();
+/// The op named `name`, or null.
+const OpDef* find_op(const char* name);
+
+}  // namespace tenax

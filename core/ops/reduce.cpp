@@ -1,0 +1,159 @@
+// Reductions over named axes: sum, mean, max, logsumexp. attrs.axes lists the reduced axes
+// (the public API resolves "all axes" before the call, so a recorded call is explicit).
+#include <cmath>
+#include <limits>
+
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+
+namespace tenax::detail {
+namespace {
+
+enum class Reduce { sum, mean, max, logsumexp };
+constexpr const char* kNames[] = {"sum", "mean", "max", "logsumexp"};
+
+Axes reduced_axes(const Tensor& x, const AxisList& axes, const char* op) {
+  Axes out = x.axes();
+  for (Name n : axes) {
+    int i = out.index_of(n);
+    if (i < 0)
+      throw AxisError(std::string("[") + op + "] unknown axis '" + n.str() + "'; the tensor has axes " +
+                      x.axes().describe());
+    out.erase(i);
+  }
+  return out;
+}
+
+int64_t reduced_count(const Tensor& x, const AxisList& axes) {
+  int64_t n = 1;
+  for (Name a : axes) n *= x.size(a);
+  return n;
+}
+
+// out (zero strides over reduced axes) op= x, looping over x's axes.
+void reduce_into(Tensor& out, const Tensor& x, ElementwiseFn fn) {
+  const Axes& ax = x.axes();
+  LoopArg args[2] = {loop_arg(out, ax), loop_arg(x, ax)};
+  fn(loop_dims(ax), args);
+}
+
+void scale_in_place(Tensor& t, double s) {
+  LoopArg args[3] = {loop_arg(t, t.axes()), loop_arg(t, t.axes()), {}};
+  args[2].data = &s;
+  kernels(t.device()).scale[float_index(t.dtype(), "scale")](loop_dims(t.axes()), args);
+}
+
+template <Reduce R>
+Tensor reduce_forward(const Tensor* in, int, const Attrs& a) {
+  const char* name = kNames[int(R)];
+  check_float_operands(name, in, 1);
+  const Tensor& x = in[0];
+  Axes out_axes = reduced_axes(x, a.axes, name);
+  const KernelTable& k = kernels(x.device());
+  const int fi = float_index(x.dtype(), name);
+  if (R == Reduce::sum || R == Reduce::mean) {
+    Tensor out = zeros(out_axes, x.dtype(), x.device());
+    reduce_into(out, x, need(k.acc[fi], name, x.device()));
+    if (R == Reduce::mean) scale_in_place(out, 1.0 / double(reduced_count(x, a.axes)));
+    return out;
+  }
+  if (reduced_count(x, a.axes) == 0)
+    throw ShapeError(std::string("[") + name + "] cannot reduce over an empty axis in " + x.axes().describe());
+  Tensor m = full(out_axes, -std::numeric_limits<double>::infinity(), x.dtype(), x.device());
+  reduce_into(m, x, need(k.max_acc[fi], name, x.device()));
+  if (R == Reduce::max) return m;
+  // logsumexp = m + log Σ exp(x - m), with the Σ fused into one pass (dst += 1 * exp(x - m)).
+  Tensor s = zeros(out_axes, x.dtype(), x.device());
+  Tensor one = scalar(1.0, x.dtype());
+  const Axes& ax = x.axes();
+  LoopArg args[4] = {loop_arg(s, ax), loop_arg(one, ax), loop_arg(x, ax), loop_arg(m, ax)};
+  k.deriv_acc[int(DerivOp::softmax)][fi](loop_dims(ax), args);
+  LoopArg la[2] = {loop_arg(s, out_axes), loop_arg(s, out_axes)};
+  k.unary[int(UnaryOp::log)][fi](loop_dims(out_axes), la);
+  LoopArg aa[3] = {loop_arg(s, out_axes), loop_arg(s, out_axes), loop_arg(m, out_axes)};
+  k.binary[int(BinaryOp::add)][fi](loop_dims(out_axes), aa);
+  return s;
+}
+
+template <Reduce R>
+void reduce_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  Tensor dst = c.adjoint(0);
+  const Axes& ax = dst.axes();
+  Tensor g = c.cotangent();
+  const int fi = float_index(g.dtype(), "vjp");
+  const KernelTable& k = kernels(g.device());
+  if (R == Reduce::mean) g = g * (1.0 / double(reduced_count(dst, c.attrs().axes)));
+  if (R == Reduce::sum || R == Reduce::mean) {
+    LoopArg args[2] = {loop_arg(dst, ax), loop_arg(g, ax)};
+    k.acc[fi](loop_dims(ax), args);
+    return;
+  }
+  DerivOp d = R == Reduce::max ? DerivOp::argmax_mask : DerivOp::softmax;
+  LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax), loop_arg(c.input(0), ax), loop_arg(c.output(), ax)};
+  k.deriv_acc[int(d)][fi](loop_dims(ax), args);
+}
+
+template <Reduce R>
+Tensor reduce_jvp(JvpContext& c) {
+  const AxisList& axes = c.attrs().axes;
+  const Tensor& t = c.tangent(0);
+  switch (R) {
+    case Reduce::sum: return sum(t, axes);
+    case Reduce::mean: return mean(t, axes);
+    case Reduce::max:
+      return sum(where(equal(c.input(0), c.output()), t, scalar(0.0, t.dtype())), axes);
+    case Reduce::logsumexp: return sum(t * exp(c.input(0) - c.output()), axes);
+  }
+  return {};
+}
+
+template <Reduce R>
+OpSample reduce_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  OpSample s{{random_values(rng, ax, dt, -2, 2)}, {}};
+  Axes red = random_subset(rng, ax);
+  if (red.rank() == 0) red.push_back(ax[0]);
+  s.attrs.axes = red.names();
+  return s;
+}
+
+constexpr uint32_t kSaveX = 1;
+const OpDef op_sum = {"sum", 1, reduce_forward<Reduce::sum>, reduce_vjp<Reduce::sum>, reduce_jvp<Reduce::sum>,
+                      0, 0, false, reduce_sample<Reduce::sum>};
+const OpDef op_mean = {"mean", 1, reduce_forward<Reduce::mean>, reduce_vjp<Reduce::mean>,
+                       reduce_jvp<Reduce::mean>, 0, 0, false, reduce_sample<Reduce::mean>};
+const OpDef op_max = {"max", 1, reduce_forward<Reduce::max>, reduce_vjp<Reduce::max>, reduce_jvp<Reduce::max>,
+                      kSaveX | kSaveOutput, 0, false, reduce_sample<Reduce::max>};
+const OpDef op_logsumexp = {"logsumexp", 1, reduce_forward<Reduce::logsumexp>,
+                            reduce_vjp<Reduce::logsumexp>, reduce_jvp<Reduce::logsumexp>,
+                            kSaveX | kSaveOutput, 0, false, reduce_sample<Reduce::logsumexp>};
+
+Tensor reduce(const OpDef& op, const Tensor& x, const AxisList& axes) {
+  Attrs a;
+  a.axes = axes;
+  return apply(op, {x}, a);
+}
+
+}  // namespace
+
+void register_reduce_ops(std::vector<const OpDef*>& ops) {
+  for (const OpDef* op : {&op_sum, &op_mean, &op_max, &op_logsumexp}) ops.push_back(op);
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor sum(const Tensor& x) { return sum(x, x.axes().names()); }
+Tensor sum(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_sum, x, axes); }
+Tensor mean(const Tensor& x) { return mean(x, x.axes().names()); }
+Tensor mean(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_mean, x, axes); }
+Tensor max(const Tensor& x) { return max(x, x.axes().names()); }
+Tensor max(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_max, x, axes); }
+Tensor logsumexp(const Tensor& x) { return logsumexp(x, x.axes().names()); }
+Tensor logsumexp(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_logsumexp, x, axes); }
+
+}  // namespace tenax

@@ -1,0 +1,137 @@
+// where (select by a bool mask), comparisons (not differentiable) and astype (explicit dtype change).
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+#include "tenax/named/align.h"
+
+namespace tenax::detail {
+namespace {
+
+// ---- where ----
+Tensor where_forward(const Tensor* in, int, const Attrs&) {
+  if (in[0].dtype() != DType::b8)
+    throw DTypeError(std::string("[where] the condition must be bool, got ") + dtype_name(in[0].dtype()));
+  check_float_operands("where", in + 1, 2);
+  Axes ax = align_axes(align_axes(in[0].axes(), in[1].axes(), "where", 0, 1), in[2].axes(), "where", 0, 2);
+  Tensor out = empty(ax, in[1].dtype(), in[1].device());
+  LoopArg args[4] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax), loop_arg(in[2], ax)};
+  need(kernels(out.device()).where[float_index(out.dtype(), "where")], "where", out.device())(loop_dims(ax),
+                                                                                             args);
+  return out;
+}
+
+Tensor zero_like(const Tensor& t) { return scalar(0.0, t.dtype()); }
+
+void where_vjp(VjpContext& c) {
+  const Tensor& g = c.cotangent();
+  const Tensor& cond = c.input(0);
+  for (int side = 1; side <= 2; ++side) {
+    if (!c.needs_grad(side)) continue;
+    Tensor part = side == 1 ? where(cond, g, zero_like(g)) : where(cond, zero_like(g), g);
+    Tensor dst = c.adjoint(side);
+    accumulate(dst, part);
+  }
+}
+
+Tensor where_jvp(JvpContext& c) {
+  const Tensor& y = c.output();
+  Tensor ta = c.tangent(1).defined() ? c.tangent(1) : zero_like(y);
+  Tensor tb = c.tangent(2).defined() ? c.tangent(2) : zero_like(y);
+  Tensor t = where(c.input(0), ta, tb);
+  return transpose(broadcast(t, [&] {
+    Axes extra;
+    for (int i = 0; i < y.rank(); ++i)
+      if (!t.has_axis(y.axes().name(i))) extra.push_back(y.axes()[i]);
+    return extra;
+  }()), y.axes().names());
+}
+
+OpSample where_sample(SampleRng& rng, DType dt) {
+  Axes base = random_axes(rng, 1 + int(rng() % 3));
+  Tensor c = greater(random_values(rng, random_subset(rng, base), dt, -1, 1), scalar(0.0, dt));
+  return {{c, random_values(rng, base, dt, -2, 2), random_values(rng, random_subset(rng, base), dt, -2, 2)}, {}};
+}
+
+const OpDef op_where = {"where", 3, where_forward, where_vjp, where_jvp, 1u, 1u, false, where_sample};
+
+// ---- comparisons ----
+template <CompareOp C>
+Tensor compare_forward(const Tensor* in, int, const Attrs&) {
+  static const char* names[] = {"greater", "less", "equal"};
+  const char* name = names[int(C)];
+  check_float_operands(name, in, 2);
+  Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
+  Tensor out = empty(ax, DType::b8, in[0].device());
+  LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
+  need(kernels(out.device()).compare[int(C)][float_index(in[0].dtype(), name)], name, out.device())(
+      loop_dims(ax), args);
+  return out;
+}
+
+OpSample compare_sample(SampleRng& rng, DType dt) {
+  Axes base = random_axes(rng, 1 + int(rng() % 3));
+  return {{random_values(rng, base, dt, -1, 1), random_values(rng, random_subset(rng, base), dt, -1, 1)}, {}};
+}
+
+const OpDef op_greater = {"greater", 2, compare_forward<CompareOp::greater>, nullptr, nullptr, 0, 3u, false,
+                          compare_sample};
+const OpDef op_less = {"less", 2, compare_forward<CompareOp::less>, nullptr, nullptr, 0, 3u, false,
+                       compare_sample};
+const OpDef op_equal = {"equal", 2, compare_forward<CompareOp::equal>, nullptr, nullptr, 0, 3u, false,
+                        compare_sample};
+
+// ---- astype: attrs.i[0] is the target DType ----
+Tensor astype_forward(const Tensor* in, int, const Attrs& a) {
+  const DType to = static_cast<DType>(a.i[0]);
+  const DType from = in[0].dtype();
+  (void)float_index(from, "astype");
+  (void)float_index(to, "astype");
+  if (from == to) return in[0];
+  const Axes& ax = in[0].axes();
+  Tensor out = empty(ax, to, in[0].device());
+  LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
+  const KernelTable& k = kernels(out.device());
+  need(to == DType::f32 ? k.cast_f64_f32 : k.cast_f32_f64, "astype", out.device())(loop_dims(ax), args);
+  return out;
+}
+
+void astype_vjp(VjpContext& c) {
+  if (!c.needs_grad(0)) return;
+  Tensor dst = c.adjoint(0);
+  accumulate(dst, astype(c.cotangent(), dst.dtype()));
+}
+
+Tensor astype_jvp(JvpContext& c) { return astype(c.tangent(0), c.output().dtype()); }
+
+OpSample astype_sample(SampleRng& rng, DType dt) {
+  OpSample s{{random_values(rng, random_axes(rng, 2), dt, -2, 2)}, {}};
+  s.attrs.i[0] = static_cast<int64_t>(dt);  // same dtype: exact, so finite differences apply
+  return s;
+}
+
+const OpDef op_astype = {"astype", 1, astype_forward, astype_vjp, astype_jvp, 0, 0, false, astype_sample};
+
+}  // namespace
+
+void register_select_ops(std::vector<const OpDef*>& ops) {
+  for (const OpDef* op : {&op_where, &op_greater, &op_less, &op_equal, &op_astype}) ops.push_back(op);
+}
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return detail::apply(detail::op_where, {cond, a, b});
+}
+Tensor greater(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_greater, {a, b}); }
+Tensor less(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_less, {a, b}); }
+Tensor equal(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_equal, {a, b}); }
+Tensor astype(const Tensor& x, DType dtype) {
+  Attrs a;
+  a.i[0] = static_cast<int64_t>(dtype);
+  return detail::apply(detail::op_astype, {x}, a);
+}
+
+}  // namespace tenax

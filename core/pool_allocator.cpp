@@ -1,0 +1,103 @@
+// PoolAllocator: per-thread free lists by power-of-two size class; large blocks go to the system.
+#include "tenax/core/pool_allocator.h"
+
+#include <bit>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "tenax/core/error.h"
+
+namespace tenax::detail {
+namespace {
+
+constexpr int kMinShift = 6;    // 64 bytes
+constexpr int kMaxShift = 24;   // 16 MiB: larger blocks are not cached
+constexpr std::size_t kCacheBytesPerClass = std::size_t(32) << 20;
+
+int size_class(std::size_t bytes) {
+  if (bytes <= (std::size_t(1) << kMinShift)) return 0;
+  return std::bit_width(bytes - 1) - kMinShift;
+}
+
+void* system_alloc(std::size_t bytes) {
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p)
+    throw MemoryError("[alloc] the system could not provide " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+struct ThreadCache {
+  std::vector<void*> free[kMaxShift - kMinShift + 1];
+  ~ThreadCache() {
+    for (auto& list : free)
+      for (void* p : list) std::free(p);
+  }
+};
+
+ThreadCache& cache() {
+  thread_local ThreadCache c;
+  return c;
+}
+
+}  // namespace
+
+void* PoolAllocator::allocate(std::size_t bytes) {
+  int cls = size_class(bytes);
+  void* p = nullptr;
+  std::size_t rounded = bytes;
+  if (cls <= kMaxShift - kMinShift) {
+    rounded = std::size_t(1) << (cls + kMinShift);
+    auto& list = cache().free[cls];
+    if (!list.empty()) {
+      p = list.back();
+      list.pop_back();
+    }
+  } else {
+    rounded = (bytes + 63) & ~std::size_t(63);
+  }
+  if (!p) {
+    p = system_alloc(rounded);
+    system_.fetch_add(1, std::memory_order_relaxed);
+  }
+  allocations_.fetch_add(1, std::memory_order_relaxed);
+  int64_t now = in_use_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed) +
+                static_cast<int64_t>(rounded);
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return p;
+}
+
+void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
+  int cls = size_class(bytes);
+  std::size_t rounded;
+  if (cls <= kMaxShift - kMinShift) {
+    rounded = std::size_t(1) << (cls + kMinShift);
+    auto& list = cache().free[cls];
+    if ((list.size() + 1) * rounded <= kCacheBytesPerClass || list.size() < 2) {
+      try {
+        list.push_back(ptr);
+        ptr = nullptr;
+      } catch (const std::bad_alloc&) {
+      }
+    }
+  } else {
+    rounded = (bytes + 63) & ~std::size_t(63);
+  }
+  if (ptr) std::free(ptr);
+  in_use_.fetch_sub(static_cast<int64_t>(rounded), std::memory_order_relaxed);
+}
+
+AllocatorStats PoolAllocator::stats() const {
+  return {in_use_.load(), peak_.load(), allocations_.load(), system_.load()};
+}
+
+void PoolAllocator::reset_stats() {
+  peak_.store(in_use_.load());
+  allocations_.store(0);
+  system_.store(0);
+}
+
+}  // namespace tenax::detail

@@ -1,0 +1,100 @@
+// Storage lifetime and the per-device allocator table.
+#include "tenax/core/storage.h"
+
+#include <array>
+#include <new>
+
+#include "tenax/core/error.h"
+#include "tenax/core/pool_allocator.h"
+
+namespace tenax {
+namespace {
+
+// Header and data share one block so a small tensor costs one pooled allocation.
+constexpr std::size_t kHeader = 64;
+static_assert(sizeof(Storage) <= kHeader);
+
+detail::PoolAllocator& default_host() {
+  static auto* a = new detail::PoolAllocator();  // outlives every static tensor
+  return *a;
+}
+
+std::atomic<Allocator*> g_host{nullptr};
+std::array<std::atomic<Allocator*>, 16> g_cuda{};
+
+}  // namespace
+
+Allocator& allocator_for(Device d) {
+  if (d.kind == Device::Kind::cpu) {
+    Allocator* a = g_host.load(std::memory_order_acquire);
+    return a ? *a : default_host();
+  }
+  if (d.index >= 0 && d.index < static_cast<int>(g_cuda.size())) {
+    if (Allocator* a = g_cuda[d.index].load(std::memory_order_acquire)) return *a;
+  }
+  throw DeviceError("[alloc] no allocator for device " + d.str() +
+                    ": this build has no CUDA backend or the device is not available");
+}
+
+void set_allocator(Device d, Allocator* a) {
+  if (d.kind == Device::Kind::cpu) {
+    g_host.store(a, std::memory_order_release);
+  } else if (d.index >= 0 && d.index < static_cast<int>(g_cuda.size())) {
+    g_cuda[d.index].store(a, std::memory_order_release);
+  } else {
+    throw DeviceError("[alloc] device index out of range: " + d.str());
+  }
+}
+
+AllocatorStats allocator_stats(Device d) { return allocator_for(d).stats(); }
+
+Storage* Storage::allocate(std::size_t bytes, Device d) {
+  if (d.kind == Device::Kind::cpu) {
+    Allocator& a = allocator_for(d);
+    void* block = a.allocate(kHeader + bytes);
+    auto* s = new (block) Storage();
+    s->device_ = d;
+    s->data_ = static_cast<char*>(block) + kHeader;
+    s->bytes_ = bytes;
+    s->allocator_ = &a;
+    return s;
+  }
+  // Device memory cannot hold the host-side header: keep it on the heap.
+  Allocator& a = allocator_for(d);
+  auto* s = new Storage();
+  s->device_ = d;
+  try {
+    s->data_ = a.allocate(bytes);
+  } catch (...) {
+    delete s;
+    throw;
+  }
+  s->bytes_ = bytes;
+  s->allocator_ = &a;
+  return s;
+}
+
+Storage* Storage::wrap(void* data, std::size_t bytes, Device d, void (*release)(void*), void* ctx) {
+  auto* s = new Storage();
+  s->device_ = d;
+  s->data_ = data;
+  s->bytes_ = bytes;
+  s->external_release_ = release;
+  s->external_ctx_ = ctx;
+  return s;
+}
+
+void Storage::destroy() {
+  if (allocator_ && device_.kind == Device::Kind::cpu) {
+    Allocator* a = allocator_;
+    std::size_t total = kHeader + bytes_;
+    this->~Storage();
+    a->deallocate(this, total);
+    return;
+  }
+  if (allocator_) allocator_->deallocate(data_, bytes_);
+  if (external_release_) external_release_(external_ctx_);
+  delete this;
+}
+
+}  // namespace tenax

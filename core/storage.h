@@ -1,0 +1,109 @@
+#pragma once
+// Reference-counted buffers and the pluggable per-device allocator interface.
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "tenax/core/device.h"
+
+namespace tenax {
+
+/// Counters every allocator keeps; read them with allocator_stats().
+struct AllocatorStats {
+  int64_t bytes_in_use = 0;     ///< bytes handed out and not yet returned
+  int64_t peak_bytes = 0;       ///< high-water mark of bytes_in_use since the last reset
+  int64_t allocations = 0;      ///< buffers handed out since the last reset
+  int64_t system_allocations = 0;  ///< of those, how many went to the system (pool misses)
+};
+
+/// Memory for one device. Implementations must be thread-safe.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  /// At least `bytes` bytes aligned to 64; throws MemoryError on failure.
+  virtual void* allocate(std::size_t bytes) = 0;
+  /// Returns memory from allocate(ptr's size was `bytes`).
+  virtual void deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  /// The device this allocator serves.
+  [[nodiscard]] virtual Device device() const = 0;
+  /// Current counters.
+  [[nodiscard]] virtual AllocatorStats stats() const = 0;
+  /// Resets peak and counts (not bytes in use).
+  virtual void reset_stats() = 0;
+};
+
+/// The allocator used for new buffers on `d`; throws DeviceError when none is installed.
+Allocator& allocator_for(Device d);
+/// Installs `a` for its device (nullptr restores the default). `a` must outlive its buffers.
+void set_allocator(Device d, Allocator* a);
+/// Counters of the allocator for `d`.
+AllocatorStats allocator_stats(Device d = Device::cpu());
+
+/// A block of device memory with an intrusive reference count. Create with Storage::allocate or
+/// Storage::wrap; hold through StoragePtr.
+class Storage {
+ public:
+  /// A new buffer of `bytes` bytes from allocator_for(d). Contents are uninitialised.
+  static Storage* allocate(std::size_t bytes, Device d);
+  /// Wraps memory owned elsewhere; `release(ctx)` runs when the last reference goes.
+  static Storage* wrap(void* data, std::size_t bytes, Device d, void (*release)(void*), void* ctx);
+
+  [[nodiscard]] void* data() const { return data_; }
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
+  [[nodiscard]] Device device() const { return device_; }
+  [[nodiscard]] int32_t use_count() const { return refs_.load(std::memory_order_relaxed); }
+
+  void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  void release() {
+    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+  }
+
+ private:
+  Storage() = default;
+  void destroy();
+
+  std::atomic<int32_t> refs_{1};
+  Device device_{};
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  Allocator* allocator_ = nullptr;  // null for wrapped memory
+  void (*external_release_)(void*) = nullptr;
+  void* external_ctx_ = nullptr;
+};
+
+/// Owning handle to a Storage.
+class StoragePtr {
+ public:
+  StoragePtr() = default;
+  /// Adopts one reference (as returned by Storage::allocate / wrap).
+  explicit StoragePtr(Storage* s) : s_(s) {}
+  StoragePtr(const StoragePtr& o) : s_(o.s_) {
+    if (s_) s_->retain();
+  }
+  StoragePtr(StoragePtr&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  StoragePtr& operator=(const StoragePtr& o) {
+    if (o.s_) o.s_->retain();
+    if (s_) s_->release();
+    s_ = o.s_;
+    return *this;
+  }
+  StoragePtr& operator=(StoragePtr&& o) noexcept {
+    if (this != &o) {
+      if (s_) s_->release();
+      s_ = o.s_;
+      o.s_ = nullptr;
+    }
+    return *this;
+  }
+  ~StoragePtr() {
+    if (s_) s_->release();
+  }
+  [[nodiscard]] Storage* get() const { return s_; }
+  Storage* operator->() const { return s_; }
+  explicit operator bool() const { return s_ != nullptr; }
+
+ private:
+  Storage* s_ = nullptr;
+};
+
+}  // namespace tenax

@@ -1,0 +1,133 @@
+// Tensor: layout queries, element access and descriptions.
+#include "tenax/core/tensor.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax {
+
+Tensor::Tensor(StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype)
+    : storage_(std::move(storage)), offset_(offset), axes_(axes), dtype_(dtype) {
+  std::copy(strides, strides + axes.rank(), strides_);
+}
+
+int64_t Tensor::stride(Name n) const {
+  int i = axes_.index_of(n);
+  if (i < 0)
+    throw AxisError("[stride] unknown axis '" + n.str() + "'; the tensor has axes " + axes_.describe());
+  return strides_[i];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expect = 1;
+  for (int i = rank() - 1; i >= 0; --i) {
+    if (axes_.size(i) != 1 && strides_[i] != expect) return false;
+    expect *= axes_.size(i);
+  }
+  return true;
+}
+
+bool Tensor::is_dense() const {
+  int order[kMaxRank];
+  int r = 0;
+  for (int i = 0; i < rank(); ++i)
+    if (axes_.size(i) != 1) order[r++] = i;
+  for (int i = 1; i < r; ++i)  // insertion sort: r <= kMaxRank
+    for (int j = i; j > 0 && strides_[order[j]] < strides_[order[j - 1]]; --j) std::swap(order[j], order[j - 1]);
+  int64_t expect = 1;
+  for (int k = 0; k < r; ++k) {
+    if (strides_[order[k]] != expect) return false;
+    expect *= axes_.size(order[k]);
+  }
+  return true;
+}
+
+void Tensor::check_dtype(DType want, const char* op) const {
+  if (!defined()) throw Error(std::string("[") + op + "] the tensor is undefined");
+  if (dtype_ != want)
+    throw DTypeError(std::string("[") + op + "] the tensor is " + dtype_name(dtype_) + ", not " +
+                     dtype_name(want));
+}
+
+namespace {
+double read(const Tensor& t, int64_t offset) {
+  const char* base = static_cast<const char*>(t.storage()->data());
+  switch (t.dtype()) {
+    case DType::f64: return reinterpret_cast<const double*>(base)[offset];
+    case DType::f32: return reinterpret_cast<const float*>(base)[offset];
+    case DType::i64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[offset]);
+    case DType::b8: return reinterpret_cast<const bool*>(base)[offset] ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void require_host(const Tensor& t, const char* op) {
+  if (!t.defined()) throw Error(std::string("[") + op + "] the tensor is undefined");
+  if (t.device().kind != Device::Kind::cpu)
+    throw DeviceError(std::string("[") + op + "] the tensor is on " + t.device().str() +
+                      "; move it with to(Device::cpu()) first");
+}
+}  // namespace
+
+double Tensor::item() const {
+  require_host(*this, "item");
+  if (numel() != 1)
+    throw ShapeError("[item] needs exactly one element; the tensor has axes " + axes_.describe());
+  return read(*this, offset_);
+}
+
+double Tensor::at(std::initializer_list<std::pair<Name, int64_t>> index) const {
+  require_host(*this, "at");
+  if (static_cast<int>(index.size()) != rank())
+    throw AxisError("[at] give one index per axis " + axes_.describe());
+  int64_t off = offset_;
+  for (const auto& [name, i] : index) {
+    int k = axes_.index_of(name);
+    if (k < 0) throw AxisError("[at] unknown axis '" + name.str() + "'; the tensor has axes " + axes_.describe());
+    if (i < 0 || i >= axes_.size(k))
+      throw IndexError("[at] index " + std::to_string(i) + " out of range for axis '" + name.str() +
+                       "' of size " + std::to_string(axes_.size(k)));
+    off += i * strides_[k];
+  }
+  return read(*this, off);
+}
+
+std::vector<double> Tensor::to_vector(const AxisList& order) const {
+  require_host(*this, "to_vector");
+  int perm[kMaxRank];
+  if (order.empty()) {
+    for (int i = 0; i < rank(); ++i) perm[i] = i;
+  } else {
+    if (order.size() != rank())
+      throw AxisError("[to_vector] order " + order.describe() + " must name every axis of " + axes_.describe());
+    for (int i = 0; i < rank(); ++i) {
+      perm[i] = axes_.index_of(order[i]);
+      if (perm[i] < 0)
+        throw AxisError("[to_vector] unknown axis '" + order[i].str() + "'; the tensor has axes " +
+                        axes_.describe());
+    }
+  }
+  std::vector<double> out(static_cast<size_t>(numel()));
+  int64_t idx[kMaxRank] = {};
+  int64_t off = offset_;
+  for (size_t n = 0; n < out.size(); ++n) {
+    out[n] = read(*this, off);
+    for (int d = rank() - 1; d >= 0; --d) {
+      int a = perm[d];
+      off += strides_[a];
+      if (++idx[d] < axes_.size(a)) break;
+      off -= strides_[a] * axes_.size(a);
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "Tensor(undefined)";
+  return std::string("Tensor(") + dtype_name(dtype_) + ", " + axes_.describe() + ", " + device().str() + ")";
+}
+
+}  // namespace tenax

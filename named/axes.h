@@ -1,0 +1,91 @@
+#pragma once
+// Axes: an ordered list of named axes with sizes, stored inline (no heap), at most kMaxRank.
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "tenax/named/name.h"
+
+namespace tenax {
+
+/// Largest rank a tensor may have; shapes are stored inline so small ops never allocate.
+inline constexpr int kMaxRank = 8;
+
+/// One named axis.
+struct Axis {
+  Name name;
+  int64_t size = 0;
+};
+
+/// An ordered list of axis names (no sizes): reduction axes, contraction axes, orders.
+class AxisList {
+ public:
+  AxisList() = default;
+  /// Names in order; throws when more than kMaxRank or repeated.
+  AxisList(std::initializer_list<Name> names);
+  /// One name.
+  AxisList(Name name);  // NOLINT(google-explicit-constructor)
+  AxisList(const char* name) : AxisList(Name(name)) {}  // NOLINT
+
+  [[nodiscard]] int size() const { return n_; }
+  [[nodiscard]] bool empty() const { return n_ == 0; }
+  [[nodiscard]] Name operator[](int i) const { return names_[i]; }
+  [[nodiscard]] bool contains(Name n) const;
+  /// Appends a name; throws when full or repeated.
+  void push_back(Name n);
+  [[nodiscard]] const Name* begin() const { return names_; }
+  [[nodiscard]] const Name* end() const { return names_ + n_; }
+  /// "(i, j)".
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  Name names_[kMaxRank];
+  uint8_t n_ = 0;
+};
+
+/// Ordered axes with sizes. Order is memory layout, not meaning; names are unique.
+class Axes {
+ public:
+  Axes() = default;
+  /// Axes in order; throws on duplicates, negative sizes or more than kMaxRank axes.
+  Axes(std::initializer_list<Axis> axes);
+
+  [[nodiscard]] int rank() const { return rank_; }
+  [[nodiscard]] Name name(int i) const { return names_[i]; }
+  [[nodiscard]] int64_t size(int i) const { return sizes_[i]; }
+  [[nodiscard]] Axis operator[](int i) const { return {names_[i], sizes_[i]}; }
+  /// Position of `n`, or -1.
+  [[nodiscard]] int index_of(Name n) const {
+    for (int i = 0; i < rank_; ++i)
+      if (names_[i] == n) return i;
+    return -1;
+  }
+  [[nodiscard]] bool contains(Name n) const { return index_of(n) >= 0; }
+  /// Size of axis `n`; throws AxisError naming `op` when absent.
+  [[nodiscard]] int64_t size_of(Name n, const char* op = "axes") const;
+  /// Product of the sizes (1 for rank 0).
+  [[nodiscard]] int64_t numel() const;
+  /// Appends an axis; throws on a duplicate name or when full.
+  void push_back(Axis a);
+  /// Sets the size of axis i.
+  void set_size(int i, int64_t s) { sizes_[i] = s; }
+  /// Renames axis i (the caller checks uniqueness).
+  void set_name(int i, Name n) { names_[i] = n; }
+  /// Removes axis i.
+  void erase(int i);
+  /// The names in order.
+  [[nodiscard]] AxisList names() const;
+  /// "(i=3, j=4)".
+  [[nodiscard]] std::string describe() const;
+  /// Same names in the same order with the same sizes.
+  friend bool operator==(const Axes& a, const Axes& b);
+  /// Same set of named axes with the same sizes, in any order.
+  [[nodiscard]] bool same_set(const Axes& other) const;
+
+ private:
+  Name names_[kMaxRank];
+  int64_t sizes_[kMaxRank] = {};
+  uint8_t rank_ = 0;
+};
+
+}  // namespace tenax
