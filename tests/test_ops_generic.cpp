@@ -1,0 +1,185 @@
+// The generic op tests: EVERY registered op is checked here from its own sampler, so an op cannot
+// be added without its forward being checked under random layouts and its VJP and JVP being
+// checked against central finite differences in float64 (DESIGN contract 2).
+#include <cmath>
+#include <string>
+
+#include "op_check.h"
+
+namespace tenax {
+namespace {
+
+using testing::get_flat;
+using testing::mismatch;
+using testing::scramble;
+using testing::set_flat;
+
+constexpr int kCasesPerOp = 8;
+constexpr double kStep = 1e-6;
+
+std::string op_names() {
+  std::string s;
+  for (const OpDef* op : registered_ops()) s += std::string(op->name) + " ";
+  return s;
+}
+
+class EveryOp : public ::testing::TestWithParam<const OpDef*> {};
+
+Tensor run(const OpDef& op, const std::vector<Tensor>& in, const Attrs& a) {
+  return detail::apply(op, in.data(), static_cast<int>(in.size()), a);
+}
+
+bool differentiable_input(const OpDef& op, const Tensor& t, int i) {
+  return is_floating(t.dtype()) && !(i < 31 && (op.nondiff & (1u << i)));
+}
+
+// Σ w * op(inputs) as a double: the scalar whose gradient the VJP gives, seeded with w.
+double weighted(const OpDef& op, const std::vector<Tensor>& in, const Attrs& a, const Tensor& w) {
+  Tensor y = run(op, in, a);
+  return sum(astype(y, DType::f64) * w).item();
+}
+
+TEST(Registry, EveryOpIsCompleteAndUniquelyNamed) {
+  const auto& ops = registered_ops();
+  ASSERT_GE(ops.size(), 39u) << op_names();
+  for (const OpDef* op : ops) {
+    SCOPED_TRACE(op->name);
+    EXPECT_NE(op->forward, nullptr);
+    EXPECT_NE(op->sample, nullptr) << "an op without a sampler cannot be tested";
+    // Either fully differentiable or explicitly not (comparisons: bool outputs).
+    EXPECT_EQ(op->vjp == nullptr, op->jvp == nullptr);
+    EXPECT_EQ(find_op(op->name), op) << "duplicate op name";
+  }
+  for (const char* name : {"add", "dot", "cholesky", "slice", "logsumexp", "where", "stack"})
+    EXPECT_NE(find_op(name), nullptr) << name;
+}
+
+TEST_P(EveryOp, ForwardIsLayoutInvariant) {
+  const OpDef& op = *GetParam();
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(1000 * c + 17);
+    OpSample s = op.sample(rng, DType::f64);
+    Tensor ref = run(op, s.inputs, s.attrs);
+    std::vector<Tensor> scrambled;
+    for (const Tensor& t : s.inputs) scrambled.push_back(scramble(t, rng));
+    Tensor out = run(op, scrambled, s.attrs);
+    if (ref.dtype() == DType::b8) {
+      EXPECT_EQ(out.to_vector(ref.axes().names()), ref.to_vector()) << op.name << " case " << c;
+      continue;
+    }
+    EXPECT_LE(mismatch(out, ref, 1e-12, 1e-12), 1.0) << op.name << " case " << c;
+  }
+}
+
+TEST_P(EveryOp, Float32AgreesWithFloat64) {
+  const OpDef& op = *GetParam();
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(2000 * c + 3);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in32;
+    for (const Tensor& t : s.inputs) in32.push_back(is_floating(t.dtype()) ? astype(t, DType::f32) : t);
+    Attrs a32 = s.attrs;
+    if (std::string(op.name) == "astype") a32.i[0] = static_cast<int64_t>(DType::f32);
+    Tensor ref = run(op, s.inputs, s.attrs);
+    Tensor out = run(op, in32, a32);
+    if (ref.dtype() == DType::b8) continue;
+    EXPECT_EQ(out.dtype(), DType::f32) << op.name;
+    EXPECT_LE(mismatch(astype(out, DType::f64), ref, 1e-4, 1e-5), 1.0) << op.name << " case " << c;
+  }
+}
+
+TEST_P(EveryOp, VjpMatchesFiniteDifferences) {
+  const OpDef& op = *GetParam();
+  if (!op.vjp) GTEST_SKIP() << op.name << " has a bool output: not differentiable by design";
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(3000 * c + 5);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in;
+    for (const Tensor& t : s.inputs) in.push_back(scramble(t, rng));
+    Tensor y0 = run(op, in, s.attrs);
+    Tensor w = randn(y0.axes(), rng());
+
+    Tape tape;
+    std::vector<Tensor> watched, wrt;
+    std::vector<int> wrt_index;
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (differentiable_input(op, in[i], int(i))) {
+        watched.push_back(tape.watch(in[i]));
+        wrt.push_back(watched.back());
+        wrt_index.push_back(int(i));
+      } else {
+        watched.push_back(in[i]);
+      }
+    }
+    Tensor loss = sum(run(op, watched, s.attrs) * w);
+    std::vector<Tensor> g = tape.gradient(loss, wrt);
+
+    for (size_t k = 0; k < wrt.size(); ++k) {
+      const Tensor& x = in[static_cast<size_t>(wrt_index[k])];
+      ASSERT_TRUE(g[k].axes().same_set(x.axes())) << op.name;
+      Tensor gk = transpose(g[k], x.axes().names());
+      for (int64_t e = 0; e < x.numel(); ++e) {
+        const double x0 = get_flat(x, e);
+        set_flat(x, e, x0 + kStep);
+        const double fp = weighted(op, in, s.attrs, w);
+        set_flat(x, e, x0 - kStep);
+        const double fm = weighted(op, in, s.attrs, w);
+        set_flat(x, e, x0);
+        const double fd = (fp - fm) / (2 * kStep);
+        const double an = get_flat(gk, e);
+        EXPECT_NEAR(an, fd, 1e-6 + 1e-5 * std::fabs(fd))
+            << op.name << " case " << c << " input " << wrt_index[k] << " element " << e << " of "
+            << x.axes().describe();
+      }
+    }
+  }
+}
+
+TEST_P(EveryOp, JvpMatchesFiniteDifferences) {
+  const OpDef& op = *GetParam();
+  if (!op.jvp) GTEST_SKIP() << op.name << " has a bool output: not differentiable by design";
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(4000 * c + 7);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in, tangents;
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      in.push_back(scramble(s.inputs[i], rng));
+      // Leave some tangents out: an undefined tangent means zero.
+      bool give = differentiable_input(op, in[i], int(i)) && (rng() % 4 != 0 || i == 0);
+      tangents.push_back(give ? randn(in[i].axes(), rng()) : Tensor());
+    }
+    auto f = [&](const std::vector<Tensor>& p) { return run(op, p, s.attrs); };
+    // jvp watches every argument; bool inputs stay constants through a pass-through wrapper.
+    std::vector<Tensor> primals, prim_tangents;
+    std::vector<int> map;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (is_floating(in[i].dtype())) {
+        primals.push_back(in[i]);
+        prim_tangents.push_back(tangents[i]);
+        map.push_back(int(i));
+      }
+    auto g = [&](const std::vector<Tensor>& p) {
+      std::vector<Tensor> full = in;
+      for (size_t k = 0; k < p.size(); ++k) full[static_cast<size_t>(map[k])] = p[k];
+      return f(full);
+    };
+    auto [value, tangent] = jvp(g, primals, prim_tangents);
+    auto shifted = [&](double h) {
+      std::vector<Tensor> moved = in;
+      for (size_t i = 0; i < in.size(); ++i)
+        if (tangents[i].defined()) moved[i] = in[i] + h * tangents[i];
+      return f(moved);
+    };
+    Tensor fd = (shifted(kStep) - shifted(-kStep)) / (2 * kStep);
+    EXPECT_LE(mismatch(value, f(in), 1e-12, 1e-12), 1.0) << op.name;
+    EXPECT_LE(mismatch(tangent, fd, 1e-5, 1e-6), 1.0) << op.name << " case " << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, EveryOp, ::testing::ValuesIn(registered_ops()),
+                         [](const ::testing::TestParamInfo<const OpDef*>& p) {
+                           return std::string(p.param->name);
+                         });
+
+}  // namespace
+}  // namespace tenax
