@@ -23,9 +23,8 @@ class AxisList {
   AxisList() = default;
   /// Names in order; throws when more than kMaxRank or repeated.
   AxisList(std::initializer_list<Name> names);
-  /// One name.
-  AxisList(Name name);  // NOLINT(google-explicit-constructor)
-  AxisList(const char* name) : AxisList(Name(name)) {}  // NOLINT
+  /// One name (explicit, so an overload taking Name is never ambiguous with one taking a list).
+  explicit AxisList(Name name);
 
   [[nodiscard]] int size() const { return n_; }
   [[nodiscard]] bool empty() const { return n_ == 0; }

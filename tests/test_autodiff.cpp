@@ -1,0 +1,190 @@
+// The tape and the functional API: compact adjoints, seeding, vjp/jvp, composition, threads.
+#include <tbb/parallel_for.h>
+
+#include <cmath>
+
+#include "op_check.h"
+#include "tenax/core/ops/sampling.h"
+
+namespace tenax {
+namespace {
+
+using testing::mismatch;
+
+// The LSTM-gate pattern (Flux's problem): four slices of one (4h x n) pre-activation. Their
+// adjoints must alias ONE buffer of the parent, not one full-size zero tensor per slice.
+TEST(CompactAdjoints, FourSlicesShareOneAdjointBuffer) {
+  const int64_t h = 5, n = 7;
+  Tensor x0 = randn(Axes{{"gate", 4 * h}, {"batch", n}}, 11);
+  Tape tape;
+  Tensor x = tape.watch(x0);
+  Tensor i = slice(x, "gate", 0, h), f = slice(x, "gate", h, 2 * h);
+  Tensor g = slice(x, "gate", 2 * h, 3 * h), o = slice(x, "gate", 3 * h, 4 * h);
+  Tensor a = sigmoid(i), b = tanh(f);
+  Tensor loss = sum(a * b + g * o);
+  std::vector<Tensor> grads = tape.gradient(loss, {x});
+  TapeStats st = tape.stats();
+  // Non-view outputs get their own adjoints: loss, a*b+g*o, a*b, g*o, a, b (6 buffers), plus ONE
+  // buffer for x and all four slices. Without aliasing there would be 4 more.
+  EXPECT_EQ(st.adjoint_buffers, 7);
+  EXPECT_EQ(st.adjoint_bytes, 8 * (1 + 5 * h * n + 4 * h * n));
+  // Values: d/di = b σ'(i), d/df = a (1 - b²), d/dg = o, d/do = g.
+  Tensor av = sigmoid(slice(x0, "gate", 0, h)), bv = tanh(slice(x0, "gate", h, 2 * h));
+  Tensor expect = concat({bv * av * (1.0 - av), av * (1.0 - bv * bv), slice(x0, "gate", 3 * h, 4 * h),
+                          slice(x0, "gate", 2 * h, 3 * h)},
+                         "gate");
+  EXPECT_LE(mismatch(grads[0], expect, 1e-12, 1e-14), 1.0);
+}
+
+TEST(CompactAdjoints, BroadcastParameterIsReducedWithoutTemporaries) {
+  // A bias with no batch axis added to a batch: its gradient sums over the batch in the kernel.
+  Tensor bias0 = tensor({1.0, 2.0, 3.0}, "unit");
+  Tensor x = randn(Axes{{"batch", 50}, {"unit", 3}}, 3);
+  auto f = [&](const std::vector<Tensor>& p) { return sum(square(x + p[0])); };
+  auto g = grad(f, {bias0});
+  std::vector<double> xs = x.to_vector();
+  for (int u = 0; u < 3; ++u) {
+    double expect = 0;
+    for (int b = 0; b < 50; ++b) expect += 2 * (xs[size_t(b * 3 + u)] + (u + 1));
+    EXPECT_NEAR(g[0].at({{"unit", u}}), expect, 1e-10);
+  }
+}
+
+TEST(Grad, UnusedArgumentGetsZeros) {
+  auto f = [](const std::vector<Tensor>& p) { return sum(exp(p[0])); };
+  auto g = grad(f, {tensor({0.0, 1.0}, "i"), tensor({5.0}, "j")});
+  EXPECT_EQ(g[1].to_vector(), std::vector<double>({0.0}));
+  EXPECT_NEAR(g[0].at({{"i", 1}}), std::exp(1.0), 1e-12);
+}
+
+TEST(Grad, RepeatedUseAccumulates) {
+  auto f = [](const std::vector<Tensor>& p) { return sum(p[0] * p[0] * p[0]); };
+  auto g = grad(f, {tensor({2.0, -1.0}, "i")});
+  EXPECT_EQ(g[0].to_vector(), std::vector<double>({12.0, 3.0}));
+}
+
+TEST(Grad, NonScalarOutputIsAnError) {
+  auto f = [](const std::vector<Tensor>& p) { return exp(p[0]); };
+  try {
+    (void)grad(f, {tensor({1.0, 2.0}, "i")});
+    FAIL() << "expected AutodiffError";
+  } catch (const AutodiffError& e) {
+    EXPECT_NE(std::string(e.what()).find("(i=2)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("vjp"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Grad, UnwatchedTensorIsAnError) {
+  Tape tape;
+  Tensor x = tensor({1.0}, "i");
+  Tensor y = sum(exp(x));
+  EXPECT_THROW((void)tape.gradient(y, {x}), AutodiffError);
+}
+
+TEST(Vjp, CotangentInAnyAxisOrder) {
+  Tensor a = randn(Axes{{"i", 3}, {"j", 4}}, 1), b = randn(Axes{{"j", 4}, {"k", 2}}, 2);
+  auto f = [](const std::vector<Tensor>& p) { return dot(p[0], p[1], {"j"}); };
+  VjpResult r = vjp(f, {a, b});
+  Tensor w = randn(Axes{{"k", 2}, {"i", 3}}, 3);  // transposed relative to the value (i, k)
+  std::vector<Tensor> g = r.pullback(w);
+  // d<w, a·b>/da = w·bᵀ, d/db = aᵀ·w.
+  EXPECT_LE(mismatch(g[0], dot(w, b, {"k"}), 1e-12, 1e-14), 1.0);
+  EXPECT_LE(mismatch(g[1], dot(a, w, {"i"}), 1e-12, 1e-14), 1.0);
+  // The pullback can be called again (the tape is kept, adjoints are fresh).
+  std::vector<Tensor> g2 = r.pullback(w);
+  EXPECT_LE(mismatch(g2[0], g[0], 1e-15, 1e-15), 1.0);
+}
+
+// A Gaussian log-density through cholesky, triangular_solve and a log-determinant: forward mode
+// and reverse mode agree (<w, J v> two ways), and the gradient matches finite differences.
+Tensor gaussian_logpdf(const Tensor& cov, const Tensor& x) {
+  Tensor l = cholesky(cov, "i", "j");
+  Tensor z = triangular_solve(l, x, "i", "j");  // z over j
+  return -0.5 * sum(square(z)) - 0.5 * sum(logdet(cov, "i", "j"));
+}
+
+TEST(Composite, ForwardAndReverseModeAgreeOnAGaussianDensity) {
+  std::mt19937_64 rng(5);
+  Tensor cov = detail::random_spd(rng, "i", "j", 4, Axes{{"series", 3}}, DType::f64);
+  Tensor x = randn(Axes{{"series", 3}, {"i", 4}}, 6);
+  auto f = [](const std::vector<Tensor>& p) { return gaussian_logpdf(p[0], p[1]); };
+  Tensor vc = randn(cov.axes(), 7), vx = randn(x.axes(), 8);
+  vc = vc + rename(vc, AxisList{"i", "j"}, AxisList{"j", "i"});  // symmetric direction
+  auto [value, tangent] = jvp(f, {cov, x}, {vc, vx});
+  auto [value2, grads] = value_and_grad(f, {cov, x});
+  EXPECT_DOUBLE_EQ(value.item(), value2.item());
+  const double reverse = sum(grads[0] * vc).item() + sum(grads[1] * vx).item();
+  EXPECT_NEAR(tangent.item(), reverse, 1e-9 * (1 + std::fabs(reverse)));
+  const double h = 1e-6;
+  const double fd = (f({cov + h * vc, x + h * vx}).item() - f({cov - h * vc, x - h * vx}).item()) / (2 * h);
+  EXPECT_NEAR(reverse, fd, 1e-6 * (1 + std::fabs(fd)));
+}
+
+TEST(Composite, GradientThroughViewsOfViews) {
+  Tensor x0 = randn(Axes{{"a", 6}, {"b", 5}}, 21);
+  auto f = [](const std::vector<Tensor>& p) {
+    Tensor t = transpose(p[0], {"b", "a"});
+    Tensor s = slice(t, "a", 1, 6, 2);       // a = 1, 3, 5
+    Tensor r = select(rename(s, "b", "c"), "c", 2);
+    return sum(square(r)) + sum(p[0]);
+  };
+  auto g = grad(f, {x0});
+  for (int a = 0; a < 6; ++a)
+    for (int b = 0; b < 5; ++b) {
+      double expect = 1.0 + ((b == 2 && a % 2 == 1) ? 2 * x0.at({{"a", a}, {"b", b}}) : 0.0);
+      EXPECT_NEAR(g[0].at({{"a", a}, {"b", b}}), expect, 1e-12);
+    }
+}
+
+TEST(Tape, NestedTapeTreatsOuterVariablesAsConstants) {
+  Tape outer;
+  Tensor x = outer.watch(tensor({3.0}, "i"));
+  Tensor y = x * x;
+  {
+    Tape inner;
+    Tensor z = inner.watch(tensor({2.0}, "i"));
+    Tensor w = sum(y * z);  // y is a constant for the inner tape
+    auto g = inner.gradient(w, {z});
+    EXPECT_DOUBLE_EQ(g[0].item(), 9.0);
+  }
+  auto g = outer.gradient(sum(y), {x});  // the outer tape records again after the inner one ends
+  EXPECT_DOUBLE_EQ(g[0].item(), 6.0);
+}
+
+TEST(Tape, ValuesFromAFinishedTapeAreConstants) {
+  auto [value, g] = value_and_grad([](const std::vector<Tensor>& p) { return sum(p[0] * 2.0); },
+                                   {tensor({1.0, 2.0}, "i")});
+  auto g2 = grad([&](const std::vector<Tensor>& p) { return sum(p[0] * value); }, {scalar(1.0)});
+  EXPECT_DOUBLE_EQ(g2[0].item(), 6.0);
+}
+
+TEST(Tape, ReportsResidualBytes) {
+  Tape tape;
+  Tensor x = tape.watch(randn(Axes{{"i", 100}}, 1));
+  Tensor y = exp(x);        // saves its output: 800 bytes
+  Tensor z = sum(y + 1.0);  // add and sum save nothing
+  EXPECT_EQ(tape.stats().records, 3);
+  EXPECT_EQ(tape.stats().residual_bytes, 800);
+  EXPECT_GE(tape.bytes(), 800);
+  (void)z;
+}
+
+// Tapes are per thread: tasks record and differentiate independently, and get the serial results.
+TEST(Threads, IndependentTapesPerTask) {
+  const int tasks = 64;
+  auto work = [](int k) {
+    Tensor p = tensor({0.1 * k, 1.0 + 0.01 * k}, "i");
+    auto f = [](const std::vector<Tensor>& a) { return logsumexp(a[0] * a[0]) + sum(tanh(a[0])); };
+    auto [v, g] = value_and_grad(f, {p});
+    std::vector<double> out = g[0].to_vector();
+    out.push_back(v.item());
+    return out;
+  };
+  std::vector<std::vector<double>> serial(tasks), parallel(tasks);
+  for (int k = 0; k < tasks; ++k) serial[size_t(k)] = work(k);
+  tbb::parallel_for(0, tasks, [&](int k) { parallel[size_t(k)] = work(k); });
+  for (int k = 0; k < tasks; ++k) EXPECT_EQ(serial[size_t(k)], parallel[size_t(k)]) << k;
+}
+
+}  // namespace
+}  // namespace tenax

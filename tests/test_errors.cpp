@@ -1,0 +1,102 @@
+// Every user error is a tenax::Error subclass whose message names the op, the axes and the sizes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <tenax/tenax.h>
+
+namespace tenax {
+namespace {
+
+// Runs f, expects exception E, and checks that every fragment appears in its message.
+template <class E, class F>
+void expect_error(F f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    FAIL() << "no exception";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    static_assert(std::is_base_of_v<Error, E>);
+    for (const char* frag : fragments) EXPECT_NE(msg.find(frag), std::string::npos) << "'" << frag << "' not in: " << msg;
+  }
+}
+
+const Tensor a3 = tensor({1.0, 2.0, 3.0}, "i");
+
+TEST(Errors, SameAxisNameDifferentSizes) {
+  Tensor b4 = tensor({1.0, 2.0, 3.0, 4.0}, "i");
+  expect_error<ShapeError>([&] { (void)add(a3, b4); },
+                           {"[add]", "axis 'i'", "size 3", "operand 0 (i=3)", "size 4", "operand 1 (i=4)"});
+}
+
+TEST(Errors, UnknownAxis) {
+  expect_error<AxisError>([&] { (void)sum(a3, {"j"}); }, {"[sum]", "unknown axis 'j'", "(i=3)"});
+  expect_error<AxisError>([&] { (void)a3.size("k"); }, {"unknown axis 'k'"});
+  expect_error<AxisError>([&] { (void)transpose(a3, {"q"}); }, {"[transpose]", "'q'"});
+  expect_error<AxisError>([&] { (void)dot(a3, tensor({1.0}, "j"), {"i"}); },
+                          {"[dot]", "contraction axis 'i'", "both operands", "(j=1)"});
+}
+
+TEST(Errors, WrongDtype) {
+  Tensor f32 = astype(a3, DType::f32);
+  expect_error<DTypeError>([&] { (void)mul(a3, f32); }, {"[mul]", "float64", "float32", "astype"});
+  Tensor mask = greater(a3, scalar(1.0));
+  expect_error<DTypeError>([&] { (void)exp(mask); }, {"[exp]", "bool"});
+  expect_error<DTypeError>([&] { (void)where(a3, a3, a3); }, {"[where]", "condition must be bool"});
+  expect_error<DTypeError>([&] { (void)a3.data<float>(); }, {"float64", "not float32"});
+}
+
+TEST(Errors, OutOfRangeSliceAndIndex) {
+  expect_error<IndexError>([&] { (void)slice(a3, "i", 1, 5); }, {"[slice]", "[1, 5)", "axis 'i' of size 3"});
+  expect_error<IndexError>([&] { (void)slice(a3, "i", 0, 2, 0); }, {"[slice]", "step 0"});
+  expect_error<IndexError>([&] { (void)select(a3, "i", 3); }, {"[select]", "index 3", "size 3"});
+  expect_error<IndexError>([&] { (void)a3.at({{"i", -1}}); }, {"[at]", "index -1"});
+}
+
+TEST(Errors, AxisNamingMistakes) {
+  expect_error<AxisError>([&] { (void)Axes({{"i", 2}, {"i", 3}}); }, {"'i' appears twice"});
+  Tensor m = zeros(Axes{{"i", 2}, {"j", 2}});
+  expect_error<AxisError>([&] { (void)rename(m, "i", "j"); }, {"[rename]", "'j' twice"});
+  expect_error<AxisError>([&] { (void)broadcast(m, Axes{{"i", 4}}); }, {"[broadcast]", "already in"});
+  expect_error<AxisError>([&] { (void)stack({m, m}, "i"); }, {"[stack]", "already in"});
+  expect_error<AxisError>([&] { (void)Name(""); }, {"must not be empty"});
+}
+
+TEST(Errors, ShapesThatDoNotFit) {
+  expect_error<ShapeError>([&] { (void)tensor(std::vector<double>{1, 2, 3}, Axes{{"i", 2}, {"j", 2}}); },
+                           {"[tensor]", "3 values", "(i=2, j=2)"});
+  expect_error<ShapeError>([&] { (void)a3.item(); }, {"[item]", "(i=3)"});
+  expect_error<ShapeError>([&] { (void)concat({a3, zeros(Axes{{"i", 2}, {"k", 2}})}, "i"); },
+                           {"[concat]", "input 1", "does not match"});
+  expect_error<ShapeError>([&] { (void)cholesky(zeros(Axes{{"r", 2}, {"c", 3}}), "r", "c"); },
+                           {"[cholesky]", "'r'=2", "'c'=3"});
+  Axes big;
+  for (const char* n : {"a", "b", "c", "d", "e", "f", "g", "h"}) big.push_back({n, 1});
+  expect_error<ShapeError>([&] { big.push_back({"z", 1}); }, {"rank above 8"});
+}
+
+TEST(Errors, NumericFailuresNameTheBatchIndex) {
+  Tensor spd = tensor({{2.0, 0.0}, {0.0, 2.0}}, "r", "c");
+  Tensor bad = tensor({{1.0, 2.0}, {2.0, 1.0}}, "r", "c");  // indefinite
+  Tensor batch = stack({spd, bad, spd}, "series");
+  expect_error<NumericError>([&] { (void)cholesky(batch, "r", "c"); },
+                             {"[cholesky]", "series=1", "not positive definite"});
+  Tensor singular = tensor({{1.0, 2.0}, {2.0, 4.0}}, "r", "c");
+  expect_error<NumericError>([&] { (void)solve(singular, tensor({1.0, 1.0}, "r"), "r", "c"); },
+                             {"[solve]", "singular"});
+  expect_error<AxisError>([&] { (void)solve(spd, tensor({1.0, 1.0}, "q"), "r", "c"); },
+                          {"[solve]", "needs axis 'r'"});
+}
+
+TEST(Errors, DevicesAreExplicit) {
+  expect_error<DeviceError>([&] { (void)zeros(Axes{{"i", 2}}, DType::f64, Device::cuda(0)); }, {"cuda:0"});
+}
+
+TEST(Errors, AutodiffMisuse) {
+  Tape tape;
+  expect_error<DTypeError>([&] { (void)tape.watch(greater(a3, a3)); }, {"[watch]", "bool"});
+  expect_error<AutodiffError>([&] { (void)tape.gradient(sum(a3), {a3}); }, {"[grad]", "not tracked", "watch"});
+}
+
+}  // namespace
+}  // namespace tenax

@@ -1,0 +1,206 @@
+// Forward values against hand-written references and LAPACK: elementwise broadcasting order,
+// reductions, dot on every kernel path (direct loops, BLAS in place, BLAS packed), linear algebra.
+#include <cmath>
+#include <vector>
+
+#include "op_check.h"
+#include "tenax/core/ops/sampling.h"
+
+extern "C" {
+void dpotrf_(const char* uplo, const int* n, double* a, const int* lda, int* info, std::size_t);
+void dgesv_(const int* n, const int* nrhs, double* a, const int* lda, int* ipiv, double* b, const int* ldb, int* info);
+}
+
+namespace tenax {
+namespace {
+
+using testing::mismatch;
+
+TEST(Elementwise, BroadcastByNameKeepsTheFirstOperandsOrder) {
+  Tensor a = tensor({{1, 2, 3}, {4, 5, 6}}, "i", "j");  // (i=2, j=3)
+  Tensor b = tensor({10, 20}, "i");
+  Tensor c = tensor({1, 2, 3, 4}, "k");
+  Tensor r = a + b;
+  EXPECT_EQ(r.axes().names().describe(), "(i, j)");
+  EXPECT_EQ(r.to_vector(), std::vector<double>({11, 12, 13, 24, 25, 26}));
+  Tensor r2 = b * c;  // new axes appended in order of appearance
+  EXPECT_EQ(r2.axes().describe(), "(i=2, k=4)");
+  EXPECT_EQ(r2.at({{"i", 1}, {"k", 3}}), 80.0);
+  Tensor r3 = b - a;
+  EXPECT_EQ(r3.axes().names().describe(), "(i, j)");
+  EXPECT_EQ(r3.at({{"i", 1}, {"j", 0}}), 16.0);
+}
+
+TEST(Elementwise, ScalarFunctionsMatchTheStandardLibrary) {
+  Tensor x = tensor({-2.5, -0.3, 0.0, 0.7, 30.0}, "i");
+  std::vector<double> xs = x.to_vector(), sp = softplus(x).to_vector(), sg = sigmoid(x).to_vector();
+  for (size_t k = 0; k < xs.size(); ++k) {
+    EXPECT_NEAR(sp[k], std::log1p(std::exp(xs[k])), 1e-12);
+    EXPECT_NEAR(sg[k], 1 / (1 + std::exp(-xs[k])), 1e-15);
+  }
+  EXPECT_EQ(softplus(scalar(-800.0)).item(), 0.0);   // no overflow at either end
+  EXPECT_EQ(softplus(scalar(800.0)).item(), 800.0);
+  EXPECT_EQ(where(greater(x, scalar(0.0)), x, scalar(-1.0)).to_vector(), std::vector<double>({-1, -1, -1, 0.7, 30}));
+}
+
+TEST(Reduce, MatchesLoops) {
+  Tensor x = randn(Axes{{"i", 4}, {"j", 5}, {"k", 3}}, 9);
+  std::vector<double> v = x.to_vector();
+  Tensor s = sum(x, {"i", "k"}), m = max(x, {"j"}), l = logsumexp(x, {"k"}), mu = mean(x);
+  double total = 0;
+  for (double e : v) total += e;
+  EXPECT_NEAR(mu.item(), total / 60, 1e-14);
+  for (int j = 0; j < 5; ++j) {
+    double e = 0;
+    for (int i = 0; i < 4; ++i)
+      for (int k = 0; k < 3; ++k) e += v[size_t(i * 15 + j * 3 + k)];
+    EXPECT_NEAR(s.at({{"j", j}}), e, 1e-13);
+  }
+  for (int i = 0; i < 4; ++i)
+    for (int k = 0; k < 3; ++k) {
+      double e = -1e300;
+      for (int j = 0; j < 5; ++j) e = std::max(e, v[size_t(i * 15 + j * 3 + k)]);
+      EXPECT_EQ(m.at({{"i", i}, {"k", k}}), e);
+    }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double e = 0;
+      for (int k = 0; k < 3; ++k) e += std::exp(v[size_t(i * 15 + j * 3 + k)]);
+      EXPECT_NEAR(l.at({{"i", i}, {"j", j}}), std::log(e), 1e-13);
+    }
+  EXPECT_NEAR(logsumexp(tensor({1000.0, 1000.0}, "i")).item(), 1000.0 + std::log(2.0), 1e-12);  // stable
+}
+
+// z[b, m, n] = Σ_k x[.., m, k] y[.., k, n] by naive loops over named coordinates.
+Tensor naive_matmul(const Tensor& x, const Tensor& y, int64_t B, int64_t M, int64_t K, int64_t N) {
+  std::vector<double> out(size_t(B * M * N));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += x.at({{"b", b}, {"m", m}, {"k", k}}) * y.at({{"b", b}, {"k", k}, {"n", n}});
+        out[size_t((b * M + m) * N + n)] = s;
+      }
+  return tensor(out, Axes{{"b", B}, {"m", M}, {"n", N}});
+}
+
+TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
+  struct Case {
+    int64_t B, M, K, N;
+  };
+  std::mt19937_64 rng(4);
+  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}}) {
+    Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 1), y = randn(Axes{{"b", c.B}, {"k", c.K}, {"n", c.N}}, 2);
+    Tensor ref = naive_matmul(x, y, c.B, c.M, c.K, c.N);
+    EXPECT_LE(mismatch(dot(x, y, {"k"}), ref, 1e-12, 1e-12), 1.0) << "contiguous " << c.M;
+    // Transposed operands (BLAS Trans flags) and scrambled strided views (packing path).
+    Tensor xt = contiguous(transpose(x, {"b", "k", "m"})), yt = contiguous(transpose(y, {"n", "b", "k"}));
+    EXPECT_LE(mismatch(dot(xt, yt, {"k"}), ref, 1e-12, 1e-12), 1.0) << "transposed " << c.M;
+    EXPECT_LE(mismatch(dot(testing::scramble(x, rng), testing::scramble(y, rng), {"k"}), ref, 1e-12, 1e-12), 1.0)
+        << "strided " << c.M;
+  }
+}
+
+TEST(Dot, InnerOuterAndBatchProducts) {
+  Tensor u = tensor({1, 2, 3}, "i"), v = tensor({4, 5}, "j");
+  EXPECT_EQ(dot(u, u, {"i"}).item(), 14.0);
+  Tensor o = dot(u, v, AxisList{});
+  EXPECT_EQ(o.axes().describe(), "(i=3, j=2)");
+  EXPECT_EQ(o.at({{"i", 2}, {"j", 1}}), 15.0);
+  Tensor batch = dot(u, u * 2.0, AxisList{});  // shared axis not contracted: elementwise batch
+  EXPECT_EQ(batch.to_vector(), std::vector<double>({2, 8, 18}));
+}
+
+TEST(Linalg, CholeskyMatchesLapack) {
+  std::mt19937_64 rng(3);
+  const int n = 6;
+  Tensor a = detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64);
+  Tensor l = cholesky(a, "r", "c");
+  std::vector<double> ref = a.to_vector({"c", "r"});  // column-major for LAPACK
+  int info = 0;
+  dpotrf_("L", &n, ref.data(), &n, &info, 1);
+  ASSERT_EQ(info, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      EXPECT_NEAR(l.at({{"r", i}, {"c", j}}), j <= i ? ref[size_t(j * n + i)] : 0.0, 1e-12);
+}
+
+TEST(Linalg, SolvesMatchLapack) {
+  std::mt19937_64 rng(8);
+  const int n = 5, nrhs = 3;
+  Tensor a = randn(Axes{{"r", n}, {"c", n}}, 5) + 4.0 * contiguous(detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64));
+  Tensor b = randn(Axes{{"r", n}, {"rhs", nrhs}}, 6);
+  Tensor z = solve(a, b, "r", "c");
+  EXPECT_EQ(z.axes().names().describe(), "(c, rhs)");
+  std::vector<double> am = a.to_vector({"c", "r"}), bm = b.to_vector({"rhs", "r"});
+  std::vector<int> piv(n);
+  int info = 0;
+  dgesv_(&n, &nrhs, am.data(), &n, piv.data(), bm.data(), &n, &info);
+  ASSERT_EQ(info, 0);
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < nrhs; ++k) EXPECT_NEAR(z.at({{"c", i}, {"rhs", k}}), bm[size_t(k * n + i)], 1e-12);
+  // Transposed solve: Aᵀ z = b with b over "c".
+  Tensor zt = solve(a, rename(b, "r", "c"), "r", "c", true);
+  Tensor back = dot(a, zt, {"r"});  // (Aᵀ z)[c] = Σ_r A[r, c] z[r]
+  EXPECT_LE(mismatch(back, rename(b, "r", "c"), 1e-12, 1e-12), 1.0);
+  // Triangular solves in all four variants reproduce their right-hand side.
+  Tensor l = cholesky(contiguous(detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64)), "r", "c");
+  Tensor u = contiguous(transpose(rename(l, AxisList{"r", "c"}, AxisList{"c", "r"}), {"r", "c"}));
+  for (bool lower : {true, false})
+    for (bool tr : {false, true}) {
+      const Tensor& t = lower ? l : u;
+      Tensor rhs = tr ? rename(b, "r", "c") : b;
+      Tensor sol = triangular_solve(t, rhs, "r", "c", lower, tr);
+      Tensor re = tr ? dot(t, sol, {"r"}) : dot(t, sol, {"c"});
+      EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0) << lower << tr;
+    }
+}
+
+TEST(Linalg, LogdetMatchesClosedForms) {
+  Tensor a = tensor({{1.0, 2.0}, {3.0, 4.0}}, "r", "c");  // det = -2
+  EXPECT_NEAR(logdet(a, "r", "c").item(), std::log(2.0), 1e-15);
+  std::mt19937_64 rng(2);
+  Tensor spd = detail::random_spd(rng, "r", "c", 4, Axes{{"s", 3}}, DType::f64);
+  Tensor l = cholesky(spd, "r", "c");
+  Tensor eye = tensor({{1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1}}, "r", "c");
+  Tensor diag_log = sum(log(l * eye + (1.0 - eye)), {"r", "c"});  // Σ log L_ii
+  EXPECT_LE(mismatch(logdet(spd, "r", "c"), 2.0 * diag_log, 1e-12, 1e-12), 1.0);
+}
+
+TEST(Layout, ViewsNeverCopy) {
+  Tensor x = randn(Axes{{"i", 4}, {"j", 6}}, 1);
+  for (const Tensor& v : {slice(x, "j", 1, 5, 2), select(x, "i", 2), transpose(x, {"j", "i"}), rename(x, "i", "q"),
+                          broadcast(x, Axes{{"z", 3}})})
+    EXPECT_EQ(v.storage().get(), x.storage().get()) << v.describe();
+  Tensor s = slice(x, "j", 1, 5, 2);
+  EXPECT_FALSE(s.is_contiguous());
+  EXPECT_EQ(s.at({{"i", 3}, {"j", 1}}), x.at({{"i", 3}, {"j", 3}}));
+  Tensor c = contiguous(s);
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_NE(c.storage().get(), x.storage().get());
+}
+
+TEST(Layout, ConcatAndStack) {
+  Tensor a = tensor({{1, 2}, {3, 4}}, "i", "j"), b = tensor({{5, 6}}, "i", "j");
+  Tensor c = concat({a, b}, "i");
+  EXPECT_EQ(c.axes().describe(), "(i=3, j=2)");
+  EXPECT_EQ(c.to_vector(), std::vector<double>({1, 2, 3, 4, 5, 6}));
+  Tensor bt = transpose(tensor({{7, 8}, {9, 10}}, "j", "i"), {"i", "j"});  // aligned by name
+  Tensor s = stack({a, bt}, "n");
+  EXPECT_EQ(s.axes().describe(), "(n=2, i=2, j=2)");
+  EXPECT_EQ(s.at({{"n", 1}, {"i", 0}, {"j", 1}}), 9.0);
+}
+
+TEST(Memory, SmallOpsAreServedFromThePool) {
+  Tensor x = tensor({1, 2, 3, 4}, "i");
+  for (int k = 0; k < 10; ++k) (void)exp(x * x + 1.0);  // warm the pool
+  AllocatorStats before = allocator_stats();
+  for (int k = 0; k < 1000; ++k) (void)exp(x * x + 1.0);
+  AllocatorStats after = allocator_stats();
+  EXPECT_GE(after.allocations - before.allocations, 3000);
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+}
+
+}  // namespace
+}  // namespace tenax
