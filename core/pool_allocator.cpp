@@ -28,9 +28,15 @@ void* system_alloc(std::size_t bytes) {
   return p;
 }
 
+// Set when this thread's cache has been destroyed (thread exit, or static destruction of tensors
+// after main's thread-locals are gone): later frees go straight to the system. A trivially
+// destructible thread_local stays readable for the whole thread lifetime.
+thread_local bool t_cache_gone = false;
+
 struct ThreadCache {
   std::vector<void*> free[kMaxShift - kMinShift + 1];
   ~ThreadCache() {
+    t_cache_gone = true;
     for (auto& list : free)
       for (void* p : list) std::free(p);
   }
@@ -49,10 +55,9 @@ void* PoolAllocator::allocate(std::size_t bytes) {
   std::size_t rounded = bytes;
   if (cls <= kMaxShift - kMinShift) {
     rounded = std::size_t(1) << (cls + kMinShift);
-    auto& list = cache().free[cls];
-    if (!list.empty()) {
-      p = list.back();
-      list.pop_back();
+    if (auto* list = t_cache_gone ? nullptr : &cache().free[cls]; list && !list->empty()) {
+      p = list->back();
+      list->pop_back();
     }
   } else {
     rounded = (bytes + 63) & ~std::size_t(63);
@@ -75,8 +80,9 @@ void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
   std::size_t rounded;
   if (cls <= kMaxShift - kMinShift) {
     rounded = std::size_t(1) << (cls + kMinShift);
-    auto& list = cache().free[cls];
-    if ((list.size() + 1) * rounded <= kCacheBytesPerClass || list.size() < 2) {
+    auto* list_ptr = t_cache_gone ? nullptr : &cache().free[cls];
+    if (list_ptr && ((list_ptr->size() + 1) * rounded <= kCacheBytesPerClass || list_ptr->size() < 2)) {
+      auto& list = *list_ptr;
       try {
         list.push_back(ptr);
         ptr = nullptr;
