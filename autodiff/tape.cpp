@@ -18,7 +18,7 @@ uint32_t next_serial() {
 
 int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
-// Index of input i's residual in the record's slice of saved_, or -1 when not kept.
+// Index of input i's residual in the record's slice of a_.saved, or -1 when not kept.
 int saved_slot(const Record& r, bool all, int i) {
   if (all) return i;
   const uint32_t s = r.op->saves;
@@ -58,7 +58,7 @@ class SweepContext final : public VjpContext, public JvpContext {
   }
   const Axes& input_axes(int i) const override {
     int32_t v = input_var(i);
-    if (v >= 0) return tape_.var(v).axes;
+    if (v >= 0) return tape_.var_axes(v);
     return input(i).axes();
   }
   int num_inputs() const override { return r_.n_inputs; }
@@ -68,7 +68,7 @@ class SweepContext final : public VjpContext, public JvpContext {
     if (v < 0) throw AutodiffError(std::string("[") + r_.op->name + "] internal: input needs no gradient");
     return tape_.adjoint(v);
   }
-  const Attrs& attrs() const override { return r_.attrs; }
+  const Attrs& attrs() const override { return tape_.attrs_of(r_); }
   const Tensor& tangent(int i) const override {
     int32_t v = input_var(i);
     static const Tensor none;
@@ -86,9 +86,47 @@ class SweepContext final : public VjpContext, public JvpContext {
 
 }  // namespace
 
+namespace {
+// Spare arrays of this thread's last finished tape. The flag outlives the spare (trivially
+// destructible), so a tape destroyed during thread exit frees its arrays instead.
+thread_local bool t_spare_gone = false;
+struct Spare {
+  TapeArrays arrays;
+  ~Spare() { t_spare_gone = true; }
+};
+Spare& spare() {
+  thread_local Spare s;
+  return s;
+}
+}  // namespace
+
+void TapeArrays::clear() {
+  records.clear();
+  inputs.clear();
+  saved.clear();
+  vars.clear();
+  axes.clear();
+  attrs.clear();
+  adjoints.clear();
+}
+
+TapeImpl::TapeImpl(uint32_t serial) : serial_(serial) {
+  if (!t_spare_gone) std::swap(a_, spare().arrays);
+}
+
+TapeImpl::~TapeImpl() {
+  a_.clear();
+  if (!t_spare_gone && a_.records.capacity() >= spare().arrays.records.capacity()) std::swap(a_, spare().arrays);
+}
+
+const Attrs& TapeImpl::attrs_of(const Record& r) const {
+  return r.attrs < 0 ? kNoAttrs : a_.attrs[static_cast<size_t>(r.attrs)];
+}
+
 int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
-  vars_.push_back({t.axes(), t.dtype(), t.device(), record});
-  return static_cast<int32_t>(vars_.size() - 1);
+  if (a_.axes.empty() || !(a_.axes.back() == t.axes())) a_.axes.push_back(t.axes());
+  a_.vars.push_back({static_cast<int32_t>(a_.axes.size() - 1), t.dtype(), t.device(), record});
+  return static_cast<int32_t>(a_.vars.size() - 1);
 }
 
 int32_t TapeImpl::var_of(const Tensor& t, const char* what) const {
@@ -109,41 +147,48 @@ Tensor TapeImpl::watch(const Tensor& t) {
   return w;
 }
 
-void TapeImpl::record(const OpDef& op, const Tensor* in, int n, const Attrs& attrs, Tensor& out) {
-  const int32_t rid = static_cast<int32_t>(records_.size());
-  Record r{&op, attrs, -1, static_cast<int32_t>(inputs_.size()), n, static_cast<int32_t>(saved_.size())};
+void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+  const int n = in.n;
+  const int32_t rid = static_cast<int32_t>(a_.records.size());
+  int32_t attrs_index = -1;
+  if (!op.attr_free) {
+    a_.attrs.push_back(attrs);
+    attrs_index = static_cast<int32_t>(a_.attrs.size() - 1);
+  }
+  Record r{&op, attrs_index, -1, static_cast<int32_t>(a_.inputs.size()), n, static_cast<int32_t>(a_.saved.size())};
   for (int i = 0; i < n; ++i)
-    inputs_.push_back(!(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1);
+    a_.inputs.push_back(!(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1);
   r.out = new_var(out, rid);
   TensorAccess::set_var(out, r.out, serial_);
   for (int i = 0; i < n; ++i)
     if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
-      saved_.push_back(in[i]);
+      a_.saved.push_back(in[i]);
       residual_bytes_ += logical_bytes(in[i]);
     }
   if (keep_all_ || (op.saves & kSaveOutput)) {
-    saved_.push_back(out);
+    a_.saved.push_back(out);
     residual_bytes_ += logical_bytes(out);
   }
-  records_.push_back(r);
+  a_.records.push_back(r);
 }
 
 Tensor& TapeImpl::adjoint(int32_t v) {
-  Tensor& a = adjoints_[static_cast<size_t>(v)];
+  Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (a.defined()) return a;
-  const VarInfo& info = vars_[static_cast<size_t>(v)];
+  const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0) {
-    const Record& r = records_[static_cast<size_t>(info.record)];
-    const int32_t parent = inputs_[static_cast<size_t>(r.first_input)];
+    const Record& r = a_.records[static_cast<size_t>(info.record)];
+    const int32_t parent = a_.inputs[static_cast<size_t>(r.first_input)];
     if (r.op->view && parent >= 0) {
       // The view's adjoint is the same view of the parent's adjoint: one buffer for the family.
       Tensor pa = adjoint(parent);
-      Tensor view = r.op->forward(&pa, 1, r.attrs);
-      adjoints_[static_cast<size_t>(v)] = view;
-      return adjoints_[static_cast<size_t>(v)];
+      const Tensor* parent_adjoint = &pa;
+      Tensor view = r.op->forward(Inputs{&parent_adjoint, 1}, attrs_of(r));
+      a_.adjoints[static_cast<size_t>(v)] = view;
+      return a_.adjoints[static_cast<size_t>(v)];
     }
   }
-  a = zeros(info.axes, info.dtype, info.device);
+  a = zeros(var_axes(v), info.dtype, info.device);
   ++adjoint_buffers_;
   adjoint_bytes_ += logical_bytes(a);
   return a;
@@ -154,7 +199,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   std::vector<int32_t> wrt_vars;
   for (size_t k = 0; k < wrt.size(); ++k) wrt_vars.push_back(var_of(wrt[k], "a tensor to differentiate with respect to"));
   PauseRecording pause;
-  adjoints_.assign(vars_.size(), Tensor());
+  a_.adjoints.assign(a_.vars.size(), Tensor());
   adjoint_buffers_ = adjoint_bytes_ = 0;
   const bool tracked = output.defined() && output.var() >= 0 && output.tape_serial() == serial_;
   if (cotangent.defined()) {
@@ -169,20 +214,19 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     Tensor& seed = adjoint(output.var());
     if (cotangent.defined()) accumulate(seed, astype(cotangent, seed.dtype()));
     else accumulate(seed, full(output.axes(), 1.0, seed.dtype(), seed.device()));
-    for (size_t k = records_.size(); k-- > 0;) {
-      const Record& r = records_[k];
-      if (r.op->view || !adjoints_[static_cast<size_t>(r.out)].defined()) continue;
+    for (size_t k = a_.records.size(); k-- > 0;) {
+      const Record& r = a_.records[k];
+      if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
       SweepContext ctx(*this, r, keep_all_, nullptr);
       r.op->vjp(ctx);
     }
   }
   std::vector<Tensor> out;
   for (int32_t v : wrt_vars) {
-    const Tensor& a = adjoints_[static_cast<size_t>(v)];
-    out.push_back(a.defined() ? a : zeros(vars_[static_cast<size_t>(v)].axes, vars_[static_cast<size_t>(v)].dtype,
-                                          vars_[static_cast<size_t>(v)].device));
+    const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+    out.push_back(a.defined() ? a : zeros(var_axes(v), var(v).dtype, var(v).device));
   }
-  adjoints_.clear();
+  a_.adjoints.clear();
   return out;
 }
 
@@ -193,7 +237,7 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     throw AutodiffError("[jvp] " + std::to_string(inputs.size()) + " inputs but " + std::to_string(tangents.size()) +
                         " tangents");
   PauseRecording pause;
-  std::vector<Tensor> tan(vars_.size());
+  std::vector<Tensor> tan(a_.vars.size());
   for (size_t k = 0; k < inputs.size(); ++k) {
     int32_t v = var_of(inputs[k], "a primal");
     if (!tangents[k].defined()) continue;
@@ -202,17 +246,18 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
                        " must have its primal's axes " + inputs[k].axes().describe());
     tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
   }
-  for (const Record& r : records_) {
+  for (const Record& r : a_.records) {
     bool any = false;
     for (int i = 0; i < r.n_inputs; ++i) {
-      int32_t v = inputs_[static_cast<size_t>(r.first_input + i)];
+      int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
       any |= v >= 0 && tan[static_cast<size_t>(v)].defined();
     }
     if (!any) continue;
     SweepContext ctx(*this, r, true, &tan);
     if (r.op->view) {
       Tensor t = ctx.tangent(0);
-      tan[static_cast<size_t>(r.out)] = r.op->forward(&t, 1, r.attrs);
+      const Tensor* parent_tangent = &t;
+      tan[static_cast<size_t>(r.out)] = r.op->forward(Inputs{&parent_tangent, 1}, attrs_of(r));
     } else {
       tan[static_cast<size_t>(r.out)] = r.op->jvp(ctx);
     }
@@ -223,13 +268,14 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
 }
 
 TapeStats TapeImpl::stats() const {
-  return {static_cast<int64_t>(records_.size()), static_cast<int64_t>(vars_.size()), residual_bytes_,
+  return {static_cast<int64_t>(a_.records.size()), static_cast<int64_t>(a_.vars.size()), residual_bytes_,
           adjoint_buffers_, adjoint_bytes_};
 }
 
 int64_t TapeImpl::bytes() const {
-  return static_cast<int64_t>(records_.capacity() * sizeof(Record) + inputs_.capacity() * sizeof(int32_t) +
-                              saved_.capacity() * sizeof(Tensor) + vars_.capacity() * sizeof(VarInfo)) +
+  return static_cast<int64_t>(a_.records.capacity() * sizeof(Record) + a_.inputs.capacity() * sizeof(int32_t) +
+                              a_.saved.capacity() * sizeof(Tensor) + a_.vars.capacity() * sizeof(VarInfo) +
+                              a_.axes.capacity() * sizeof(Axes) + a_.attrs.capacity() * sizeof(Attrs)) +
          residual_bytes_;
 }
 

@@ -11,7 +11,7 @@ namespace tenax::detail {
 /// One recorded op call.
 struct Record {
   const OpDef* op;
-  Attrs attrs;
+  int32_t attrs;        ///< into TapeImpl::attrs_, or -1 for an op without attributes
   int32_t out;          ///< output variable
   int32_t first_input;  ///< into TapeImpl::inputs_ (variable ids; -1 for constants)
   int32_t n_inputs;
@@ -20,17 +20,33 @@ struct Record {
 
 /// Per-variable facts the sweeps need without keeping the tensor alive.
 struct VarInfo {
-  Axes axes;
+  int32_t axes;    ///< into TapeImpl::axes_ (consecutive variables with equal axes share one entry)
   DType dtype;
   Device device;
   int32_t record;  ///< creating record, -1 for watched inputs
 };
 
+/// The tape's flat arrays. A finished tape hands them (emptied, capacity kept) to the next tape of
+/// its thread, so repeated recordings (an optimiser loop) do not regrow or page-fault them.
+struct TapeArrays {
+  std::vector<Record> records;
+  std::vector<int32_t> inputs;
+  std::vector<Tensor> saved;
+  std::vector<VarInfo> vars;
+  std::vector<Axes> axes;
+  std::vector<Attrs> attrs;
+  std::vector<Tensor> adjoints;
+  void clear();
+};
+
 class TapeImpl final : public Recorder {
  public:
-  explicit TapeImpl(uint32_t serial) : serial_(serial) {}
+  explicit TapeImpl(uint32_t serial);
+  ~TapeImpl() override;
+  TapeImpl(const TapeImpl&) = delete;
+  TapeImpl& operator=(const TapeImpl&) = delete;
 
-  void record(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs, Tensor& out) override;
+  void record(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) override;
   Tensor watch(const Tensor& t);
   std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent);
   Tensor forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -43,10 +59,11 @@ class TapeImpl final : public Recorder {
 
   /// The adjoint of variable v: allocated zeroed on first use, or a view of the parent's adjoint.
   Tensor& adjoint(int32_t v);
-  [[nodiscard]] const std::vector<Record>& records() const { return records_; }
-  [[nodiscard]] const std::vector<int32_t>& inputs() const { return inputs_; }
-  [[nodiscard]] const std::vector<Tensor>& saved() const { return saved_; }
-  [[nodiscard]] const VarInfo& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
+  [[nodiscard]] const std::vector<int32_t>& inputs() const { return a_.inputs; }
+  [[nodiscard]] const std::vector<Tensor>& saved() const { return a_.saved; }
+  [[nodiscard]] const VarInfo& var(int32_t v) const { return a_.vars[static_cast<size_t>(v)]; }
+  [[nodiscard]] const Axes& var_axes(int32_t v) const { return a_.axes[static_cast<size_t>(var(v).axes)]; }
+  [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
 
  private:
   int32_t new_var(const Tensor& t, int32_t record);
@@ -54,11 +71,7 @@ class TapeImpl final : public Recorder {
 
   uint32_t serial_;
   bool keep_all_ = false;
-  std::vector<Record> records_;
-  std::vector<int32_t> inputs_;
-  std::vector<Tensor> saved_;
-  std::vector<VarInfo> vars_;
-  std::vector<Tensor> adjoints_;
+  TapeArrays a_;
   int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0;
 };
 

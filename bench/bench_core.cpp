@@ -101,7 +101,8 @@ BENCHMARK(BM_LargeAdd)->Args({1 << 23, 1})->Args({1 << 23, 2})->Unit(benchmark::
 
 void BM_Memcpy(benchmark::State& state) {
   const int64_t n = state.range(0);
-  std::vector<double> src(size_t(n), 1.0), dst(size_t(n));
+  std::vector<double> src(static_cast<size_t>(n), 1.0);
+  std::vector<double> dst(static_cast<size_t>(n));
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), size_t(n) * sizeof(double));
     benchmark::DoNotOptimize(dst.data());

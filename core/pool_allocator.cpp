@@ -35,11 +35,7 @@ thread_local bool t_cache_gone = false;
 
 struct ThreadCache {
   std::vector<void*> free[kMaxShift - kMinShift + 1];
-  ~ThreadCache() {
-    t_cache_gone = true;
-    for (auto& list : free)
-      for (void* p : list) std::free(p);
-  }
+  ~ThreadCache();
 };
 
 ThreadCache& cache() {
@@ -47,7 +43,42 @@ ThreadCache& cache() {
   return c;
 }
 
+// Counters are kept per thread and flushed to the shared atomics every kFlushBytes / kFlushCount
+// (and at once for blocks of kFlushBytes or more), so a small allocation costs no atomic operation.
+// The thread that reads the stats flushes first: its own figures are exact; other threads' lag by
+// at most kFlushBytes and kFlushCount each.
+constexpr int64_t kFlushBytes = 1 << 20;
+constexpr int64_t kFlushCount = 1024;
+struct LocalStats {
+  int64_t bytes = 0, allocations = 0, system = 0;
+};
+thread_local LocalStats t_stats;
+
 }  // namespace
+
+ThreadCache::~ThreadCache() {
+  t_cache_gone = true;
+  for (auto& list : free)
+    for (void* p : list) std::free(p);
+  // Hand this thread's pending counts to the shared totals before it goes.
+  PoolAllocator::instance().flush();
+}
+
+PoolAllocator& PoolAllocator::instance() {
+  static auto* pool = new PoolAllocator();
+  return *pool;
+}
+
+void PoolAllocator::flush() noexcept {
+  LocalStats& l = t_stats;
+  const int64_t now = in_use_.fetch_add(l.bytes, std::memory_order_relaxed) + l.bytes;
+  allocations_.fetch_add(l.allocations, std::memory_order_relaxed);
+  system_.fetch_add(l.system, std::memory_order_relaxed);
+  l = {};
+  int64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
 
 void* PoolAllocator::allocate(std::size_t bytes) {
   int cls = size_class(bytes);
@@ -62,16 +93,14 @@ void* PoolAllocator::allocate(std::size_t bytes) {
   } else {
     rounded = (bytes + 63) & ~std::size_t(63);
   }
+  LocalStats& l = t_stats;
   if (!p) {
     p = system_alloc(rounded);
-    system_.fetch_add(1, std::memory_order_relaxed);
+    ++l.system;
   }
-  allocations_.fetch_add(1, std::memory_order_relaxed);
-  int64_t now = in_use_.fetch_add(static_cast<int64_t>(rounded), std::memory_order_relaxed) +
-                static_cast<int64_t>(rounded);
-  int64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  ++l.allocations;
+  l.bytes += static_cast<int64_t>(rounded);
+  if (l.bytes >= kFlushBytes || l.allocations >= kFlushCount) flush();
   return p;
 }
 
@@ -93,14 +122,18 @@ void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
     rounded = (bytes + 63) & ~std::size_t(63);
   }
   if (ptr) std::free(ptr);
-  in_use_.fetch_sub(static_cast<int64_t>(rounded), std::memory_order_relaxed);
+  LocalStats& l = t_stats;
+  l.bytes -= static_cast<int64_t>(rounded);
+  if (l.bytes <= -kFlushBytes) flush();
 }
 
 AllocatorStats PoolAllocator::stats() const {
+  const_cast<PoolAllocator*>(this)->flush();
   return {in_use_.load(), peak_.load(), allocations_.load(), system_.load()};
 }
 
 void PoolAllocator::reset_stats() {
+  flush();
   peak_.store(in_use_.load());
   allocations_.store(0);
   system_.store(0);

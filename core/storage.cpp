@@ -14,10 +14,7 @@ namespace {
 constexpr std::size_t kHeader = 64;
 static_assert(sizeof(Storage) <= kHeader);
 
-detail::PoolAllocator& default_host() {
-  static auto* a = new detail::PoolAllocator();  // outlives every static tensor
-  return *a;
-}
+detail::PoolAllocator& default_host() { return detail::PoolAllocator::instance(); }
 
 std::atomic<Allocator*> g_host{nullptr};
 std::array<std::atomic<Allocator*>, 16> g_cuda{};

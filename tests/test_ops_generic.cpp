@@ -26,7 +26,7 @@ std::string op_names() {
 class EveryOp : public ::testing::TestWithParam<const OpDef*> {};
 
 Tensor run(const OpDef& op, const std::vector<Tensor>& in, const Attrs& a) {
-  return detail::apply(op, in.data(), static_cast<int>(in.size()), a);
+  return detail::apply(op, in, a);
 }
 
 bool differentiable_input(const OpDef& op, const Tensor& t, int i) {

@@ -25,9 +25,50 @@ struct Plan {
   int64_t strides[N][detail::kMaxLoopRank] = {};
 };
 
+// The common small-op case: every operand is contiguous over the loop dims or a broadcast scalar.
+// Then the loop is one flat dimension (stride 1 or 0 per operand) and needs no sorting or merging.
+template <int N>
+bool flat_strides(const detail::LoopDims& dims, const detail::LoopArg* args, int64_t* flat) {
+  int64_t total = 1;
+  for (int a = 0; a < N; ++a) flat[a] = -1;  // not yet known
+  for (int d = dims.rank - 1; d >= 0; --d) {
+    const int64_t n = dims.sizes[d];
+    if (n != 1) {
+      for (int a = 0; a < N; ++a) {
+        const int64_t st = args[a].strides[d];
+        const int64_t kind = st == 0 ? 0 : (st == total ? 1 : 2);
+        if (kind == 2 || (flat[a] >= 0 && flat[a] != kind)) return false;
+        flat[a] = kind;
+      }
+    }
+    total *= n;
+  }
+  for (int a = 0; a < N; ++a)
+    if (flat[a] < 0) flat[a] = 0;
+  return true;
+}
+
+template <int N>
+bool flat_plan(const detail::LoopDims& dims, const detail::LoopArg* args, Plan<N>& p) {
+  int64_t s[N];
+  if (!flat_strides<N>(dims, args, s)) return false;
+  int64_t total = 1;
+  for (int d = 0; d < dims.rank; ++d) total *= dims.sizes[d];
+  p.rank = 1;
+  p.sizes[0] = total;
+  for (int a = 0; a < N; ++a) p.strides[a][0] = s[a];
+  return true;
+}
+
+template <class... Ts, std::size_t... I>
+std::tuple<Ts*...> pointers(const detail::LoopArg* args, std::index_sequence<I...>) {
+  return {static_cast<Ts*>(args[I].data)...};
+}
+
 template <int N>
 Plan<N> make_plan(const detail::LoopDims& dims, const detail::LoopArg* args) {
   Plan<N> p;
+  if (flat_plan<N>(dims, args, p)) return p;
   int order[detail::kMaxLoopRank];
   int r = 0;
   for (int d = 0; d < dims.rank; ++d)
@@ -108,16 +149,25 @@ void run_range(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, int64_
 template <class... Ts, class F>
 void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
   constexpr int N = sizeof...(Ts);
-  for (int d = 0; d < dims.rank; ++d)
-    if (dims.sizes[d] == 0) return;
-  auto p = loop_detail::make_plan<N>(dims, args);
   auto seq = std::index_sequence_for<Ts...>{};
+  // Small flat loops (the per-step ops of scans) skip planning altogether.
+  int64_t total = 1;
+  for (int d = 0; d < dims.rank; ++d) total *= dims.sizes[d];
+  if (total == 0) return;
+  if (total < kParallelGrain) {
+    int64_t s[N];
+    if (loop_detail::flat_strides<N>(dims, args, s)) {
+      std::tuple<Ts*...> ptr = loop_detail::pointers<Ts...>(args, seq);
+      loop_detail::inner<Ts...>(total, ptr, s, f, seq);
+      return;
+    }
+  }
+  auto p = loop_detail::make_plan<N>(dims, args);
   if (p.rank == 0) {
     p.rank = 1;
     p.sizes[0] = 1;
   }
-  int64_t outer_count = 1, total = 1;
-  for (int d = 0; d < p.rank; ++d) total *= p.sizes[d];
+  int64_t outer_count = 1;
   for (int d = 0; d + 1 < p.rank; ++d) outer_count *= p.sizes[d];
   bool dst_broadcast = false;
   for (int d = 0; d < p.rank; ++d) dst_broadcast |= p.strides[0][d] == 0;

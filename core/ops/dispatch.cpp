@@ -30,7 +30,15 @@ const KernelTable& kernels(Device d) {
   return cuda;
 }
 
-Tensor apply(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs) {
+Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<const Tensor*> p;
+  p.reserve(inputs.size());
+  for (const Tensor& t : inputs) p.push_back(&t);
+  return apply(op, Inputs{p.data(), static_cast<int>(p.size())}, attrs);
+}
+
+Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  const int n = inputs.n;
   if (op.arity >= 0 && n != op.arity)
     throw Error(std::string("[") + op.name + "] takes " + std::to_string(op.arity) + " inputs, got " +
                 std::to_string(n));
@@ -42,11 +50,11 @@ Tensor apply(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs) {
                         " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
                         "; move one with to(device)");
   }
-  Tensor out = op.forward(inputs, n, attrs);
+  Tensor out = op.forward(inputs, attrs);
   if (g_record_state.recorder && op.vjp) {
     for (int i = 0; i < n; ++i) {
       if (!(op.nondiff & (1u << i)) && is_tracked(inputs[i])) {
-        g_record_state.recorder->record(op, inputs, n, attrs, out);
+        g_record_state.recorder->record(op, inputs, attrs, out);
         break;
       }
     }
@@ -60,8 +68,8 @@ int float_index(DType t, const char* op) {
   throw DTypeError(std::string("[") + op + "] needs float64 or float32, got " + dtype_name(t));
 }
 
-void check_float_operands(const char* op, const Tensor* in, int n) {
-  for (int i = 0; i < n; ++i) {
+void check_float_operands(const char* op, Inputs in) {
+  for (int i = 0; i < in.n; ++i) {
     (void)float_index(in[i].dtype(), op);
     if (in[i].dtype() != in[0].dtype())
       throw DTypeError(std::string("[") + op + "] input 0 is " + dtype_name(in[0].dtype()) + " but input " +

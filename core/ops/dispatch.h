@@ -14,7 +14,7 @@ class Recorder {
  public:
   virtual ~Recorder() = default;
   /// Appends the op call; sets `out`'s variable.
-  virtual void record(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs, Tensor& out) = 0;
+  virtual void record(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) = 0;
 };
 
 /// The recorder of this thread and the serial of its session (tapes are per thread).
@@ -30,17 +30,30 @@ inline bool is_tracked(const Tensor& t) {
 }
 
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
-Tensor apply(const OpDef& op, const Tensor* inputs, int n, const Attrs& attrs);
-inline Tensor apply(const OpDef& op, std::initializer_list<Tensor> inputs, const Attrs& attrs = {}) {
-  return apply(op, inputs.begin(), static_cast<int>(inputs.size()), attrs);
+Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs);
+/// Attributes of an op call that sets none.
+inline const Attrs kNoAttrs{};
+inline Tensor apply(const OpDef& op, const Tensor& a, const Attrs& attrs = kNoAttrs) {
+  const Tensor* p[1] = {&a};
+  return apply(op, Inputs{p, 1}, attrs);
 }
+inline Tensor apply(const OpDef& op, const Tensor& a, const Tensor& b, const Attrs& attrs = kNoAttrs) {
+  const Tensor* p[2] = {&a, &b};
+  return apply(op, Inputs{p, 2}, attrs);
+}
+inline Tensor apply(const OpDef& op, const Tensor& a, const Tensor& b, const Tensor& c, const Attrs& attrs = kNoAttrs) {
+  const Tensor* p[3] = {&a, &b, &c};
+  return apply(op, Inputs{p, 3}, attrs);
+}
+/// Applies `op` to a list of tensors (variadic ops).
+Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs);
 
 /// Kernels of `d`; throws DeviceError when the device's backend is absent.
 const KernelTable& kernels(Device d);
 /// Index of a floating dtype in kernel tables (0 float64, 1 float32); throws DTypeError otherwise.
 int float_index(DType t, const char* op);
 /// Throws unless every tensor is defined, floating, of one dtype and on one device.
-void check_float_operands(const char* op, const Tensor* in, int n);
+void check_float_operands(const char* op, Inputs in);
 /// Throws when a kernel is missing for `op` on `d`.
 template <class Fn>
 Fn need(Fn fn, const char* op, Device d) {

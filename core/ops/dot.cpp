@@ -35,8 +35,8 @@ void run_contract(const ContractionSpec& s, const Tensor& x, const Tensor& y, Te
   need(kernels(x.device()).contract[float_index(x.dtype(), "dot")], "dot", x.device())(a);
 }
 
-Tensor dot_forward(const Tensor* in, int, const Attrs& attrs) {
-  check_float_operands("dot", in, 2);
+Tensor dot_forward(Inputs in, const Attrs& attrs) {
+  check_float_operands("dot", in);
   ContractionSpec s = make_contraction(in[0].axes(), in[1].axes(), attrs.axes, "dot");
   Tensor out = empty(s.result, in[0].dtype(), in[0].device());
   run_contract(s, in[0], in[1], out, false);
@@ -96,7 +96,7 @@ namespace tenax {
 Tensor dot(const Tensor& a, const Tensor& b, const AxisList& over) {
   Attrs attrs;
   attrs.axes = over;
-  return detail::apply(detail::op_dot, {a, b}, attrs);
+  return detail::apply(detail::op_dot, a, b, attrs);
 }
 
 }  // namespace tenax

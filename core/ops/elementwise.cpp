@@ -16,9 +16,9 @@ constexpr uint32_t kSavesNONE = 0, kSavesX = 1, kSavesY = kSaveOutput;
 constexpr uint32_t kSavesA_B = 3, kSavesB_Y = 2 | kSaveOutput, kSavesA_B_Y = 3 | kSaveOutput;
 
 template <UnaryOp U>
-Tensor unary_forward(const Tensor* in, int, const Attrs&) {
+Tensor unary_forward(Inputs in, const Attrs&) {
   const char* name = unary_name(U);
-  check_float_operands(name, in, 1);
+  check_float_operands(name, in);
   const Axes& ax = in[0].axes();
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
@@ -53,9 +53,9 @@ Tensor unary_jvp(JvpContext& c) {
 }
 
 template <BinaryOp B>
-Tensor binary_forward(const Tensor* in, int, const Attrs&) {
+Tensor binary_forward(Inputs in, const Attrs&) {
   const char* name = binary_name(B);
-  check_float_operands(name, in, 2);
+  check_float_operands(name, in);
   Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
@@ -148,7 +148,8 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
                            kSaves##saves,                                                       \
                            0,                                                                   \
                            false,                                                               \
-                           [](SampleRng& r, DType d) { return unary_sample(UnaryOp::name, r, d); }};
+                           [](SampleRng& r, DType d) { return unary_sample(UnaryOp::name, r, d); }, \
+                           true};
 #include "tenax/core/ops/elementwise.def"
 #define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
   const OpDef op_##name = {#name,                                                                 \
@@ -159,7 +160,8 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
                            kSaves##saves,                                                         \
                            0,                                                                     \
                            false,                                                                 \
-                           [](SampleRng& r, DType d) { return binary_sample(BinaryOp::name, r, d); }};
+                           [](SampleRng& r, DType d) { return binary_sample(BinaryOp::name, r, d); }, \
+                           true};
 #include "tenax/core/ops/elementwise.def"
 
 }  // namespace
@@ -192,10 +194,10 @@ void register_elementwise_ops(std::vector<const OpDef*>& ops) {
 namespace tenax {
 
 #define TENAX_UNARY(name, f, df, saves) \
-  Tensor name(const Tensor& x) { return detail::apply(detail::op_##name, {x}); }
+  Tensor name(const Tensor& x) { return detail::apply(detail::op_##name, x); }
 #include "tenax/core/ops/elementwise.def"
 #define TENAX_BINARY(name, f, dfa, dfb, saves) \
-  Tensor name(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_##name, {a, b}); }
+  Tensor name(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_##name, a, b); }
 #include "tenax/core/ops/elementwise.def"
 
 namespace {

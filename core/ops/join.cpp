@@ -14,9 +14,9 @@ void copy_into(Tensor dst, const Tensor& src) {
   kernels(dst.device()).copy[float_index(dst.dtype(), "copy")](loop_dims(ax), args);
 }
 
-void check_inputs(const char* op, const Tensor* in, int n) {
-  if (n < 1) throw Error(std::string("[") + op + "] needs at least one tensor");
-  check_float_operands(op, in, n);
+void check_inputs(const char* op, Inputs in) {
+  if (in.n < 1) throw Error(std::string("[") + op + "] needs at least one tensor");
+  check_float_operands(op, in);
 }
 
 // Axes without `axis`, for comparing operands.
@@ -28,8 +28,9 @@ Axes without(const Axes& a, Name axis) {
 }
 
 // ---- concat: attrs.axes = {axis} ----
-Tensor concat_forward(const Tensor* in, int n, const Attrs& a) {
-  check_inputs("concat", in, n);
+Tensor concat_forward(Inputs in, const Attrs& a) {
+  check_inputs("concat", in);
+  const int n = in.n;
   const Name axis = a.axes[0];
   int64_t total = 0;
   const Axes rest = without(in[0].axes(), axis);
@@ -91,8 +92,9 @@ OpSample concat_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- stack: attrs.axes = {new axis} ----
-Tensor stack_forward(const Tensor* in, int n, const Attrs& a) {
-  check_inputs("stack", in, n);
+Tensor stack_forward(Inputs in, const Attrs& a) {
+  check_inputs("stack", in);
+  const int n = in.n;
   const Name axis = a.axes[0];
   if (in[0].has_axis(axis))
     throw AxisError("[stack] the new axis '" + axis.str() + "' is already in " + in[0].axes().describe());
@@ -141,7 +143,7 @@ const OpDef op_stack = {"stack", -1, stack_forward, stack_vjp, stack_jvp, 0, 0, 
 Tensor join(const OpDef& op, const std::vector<Tensor>& xs, Name axis) {
   Attrs a;
   a.axes = AxisList{axis};
-  return apply(op, xs.data(), static_cast<int>(xs.size()), a);
+  return apply(op, xs, a);
 }
 
 }  // namespace

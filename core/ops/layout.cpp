@@ -25,7 +25,7 @@ int axis_index(const Tensor& x, Name n, const char* op) {
 void view_vjp(VjpContext&) {}
 
 // ---- rename: attrs.axes = from, attrs.axes2 = to ----
-Tensor rename_forward(const Tensor* in, int, const Attrs& a) {
+Tensor rename_forward(Inputs in, const Attrs& a) {
   if (a.axes.size() != a.axes2.size())
     throw AxisError("[rename] " + a.axes.describe() + " and " + a.axes2.describe() + " differ in length");
   Tensor out = in[0];
@@ -49,7 +49,7 @@ OpSample rename_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- transpose: attrs.axes = the new order ----
-Tensor transpose_forward(const Tensor* in, int, const Attrs& a) {
+Tensor transpose_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
   if (a.axes.size() != x.rank())
     throw AxisError("[transpose] order " + a.axes.describe() + " must name every axis of " + x.axes().describe());
@@ -74,7 +74,7 @@ OpSample transpose_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- slice: attrs.axes = {axis}, i = {start, stop, step} ----
-Tensor slice_forward(const Tensor* in, int, const Attrs& a) {
+Tensor slice_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
   if (a.axes.size() != 1) throw AxisError("[slice] name exactly one axis");
   int d = axis_index(x, a.axes[0], "slice");
@@ -108,7 +108,7 @@ OpSample slice_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- select: attrs.axes = {axis}, i[0] = index ----
-Tensor select_forward(const Tensor* in, int, const Attrs& a) {
+Tensor select_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
   if (a.axes.size() != 1) throw AxisError("[select] name exactly one axis");
   int d = axis_index(x, a.axes[0], "select");
@@ -134,7 +134,7 @@ OpSample select_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- broadcast: attrs.shape = the new axes ----
-Tensor broadcast_forward(const Tensor* in, int, const Attrs& a) {
+Tensor broadcast_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
   Axes ax = x.axes();
   int64_t st[kMaxRank];
@@ -156,7 +156,7 @@ OpSample broadcast_sample(SampleRng& rng, DType dt) {
 }
 
 // ---- contiguous (copies) ----
-Tensor contiguous_forward(const Tensor* in, int, const Attrs&) { return copy_of(in[0]); }
+Tensor contiguous_forward(Inputs in, const Attrs&) { return copy_of(in[0]); }
 void contiguous_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   Tensor dst = c.adjoint(0);
@@ -193,12 +193,12 @@ Tensor rename(const Tensor& x, const AxisList& from, const AxisList& to) {
   Attrs a;
   a.axes = from;
   a.axes2 = to;
-  return detail::apply(detail::op_rename, {x}, a);
+  return detail::apply(detail::op_rename, x, a);
 }
 Tensor transpose(const Tensor& x, const AxisList& order) {
   Attrs a;
   a.axes = order;
-  return detail::apply(detail::op_transpose, {x}, a);
+  return detail::apply(detail::op_transpose, x, a);
 }
 Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t step) {
   Attrs a;
@@ -206,19 +206,19 @@ Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t st
   a.i[0] = start;
   a.i[1] = stop;
   a.i[2] = step;
-  return detail::apply(detail::op_slice, {x}, a);
+  return detail::apply(detail::op_slice, x, a);
 }
 Tensor select(const Tensor& x, Name axis, int64_t index) {
   Attrs a;
   a.axes = AxisList{axis};
   a.i[0] = index;
-  return detail::apply(detail::op_select, {x}, a);
+  return detail::apply(detail::op_select, x, a);
 }
 Tensor broadcast(const Tensor& x, const Axes& extra) {
   Attrs a;
   a.shape = extra;
-  return detail::apply(detail::op_broadcast, {x}, a);
+  return detail::apply(detail::op_broadcast, x, a);
 }
-Tensor contiguous(const Tensor& x) { return detail::apply(detail::op_contiguous, {x}); }
+Tensor contiguous(const Tensor& x) { return detail::apply(detail::op_contiguous, x); }
 
 }  // namespace tenax

@@ -57,8 +57,8 @@ Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, d
 }
 
 // ---- cholesky: attrs.axes = {row, col} ----
-Tensor cholesky_forward(const Tensor* in, int, const Attrs& attrs) {
-  check_float_operands("cholesky", in, 1);
+Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
+  check_float_operands("cholesky", in);
   const Tensor& a = in[0];
   Square sq = square_axes(a, attrs, "cholesky");
   Tensor out = empty(a.axes(), a.dtype(), a.device());
@@ -115,7 +115,8 @@ struct SolveAxes {
 };
 
 SolveAxes solve_axes(const Tensor& t, const Tensor& b, const Attrs& attrs, const char* op) {
-  check_float_operands(op, std::initializer_list<Tensor>{t, b}.begin(), 2);
+  const Tensor* operands[2] = {&t, &b};
+  check_float_operands(op, Inputs{operands, 2});
   SolveAxes s{square_axes(t, attrs, op), {}, {}, {}};
   const bool tr = attrs.i[1] != 0;
   s.in_axis = tr ? s.sq.col : s.sq.row;
@@ -146,7 +147,7 @@ Tensor rhs_copy(const Tensor& b, const SolveAxes& s) {
 }
 
 template <bool Triangular>
-Tensor solve_forward(const Tensor* in, int, const Attrs& attrs) {
+Tensor solve_forward(Inputs in, const Attrs& attrs) {
   const char* op = Triangular ? "triangular_solve" : "solve";
   const Tensor& t = in[0];
   SolveAxes s = solve_axes(t, in[1], attrs, op);
@@ -225,7 +226,8 @@ Tensor solve_jvp(JvpContext& c) {
 
 // ---- logdet: attrs.axes = {row, col} ----
 Tensor run_logdet(const Tensor& a, const Attrs& attrs, Tensor* inv_t) {
-  check_float_operands("logdet", &a, 1);
+  const Tensor* operand = &a;
+  check_float_operands("logdet", Inputs{&operand, 1});
   Square sq = square_axes(a, attrs, "logdet");
   Tensor out = empty(sq.batch, a.dtype(), a.device());
   std::vector<int64_t> oa, oo, oi;
@@ -246,7 +248,7 @@ Tensor run_logdet(const Tensor& a, const Attrs& attrs, Tensor* inv_t) {
   return out;
 }
 
-Tensor logdet_forward(const Tensor* in, int, const Attrs& attrs) { return run_logdet(in[0], attrs, nullptr); }
+Tensor logdet_forward(Inputs in, const Attrs& attrs) { return run_logdet(in[0], attrs, nullptr); }
 
 void logdet_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
@@ -330,18 +332,18 @@ namespace tenax {
 Tensor cholesky(const Tensor& a, Name row, Name col) {
   Attrs at;
   at.axes = AxisList{row, col};
-  return detail::apply(detail::op_cholesky, {a}, at);
+  return detail::apply(detail::op_cholesky, a, at);
 }
 Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower, bool transpose) {
-  return detail::apply(detail::op_triangular_solve, {t, b}, detail::solve_attrs(row, col, lower, transpose));
+  return detail::apply(detail::op_triangular_solve, t, b, detail::solve_attrs(row, col, lower, transpose));
 }
 Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose) {
-  return detail::apply(detail::op_solve, {a, b}, detail::solve_attrs(row, col, true, transpose));
+  return detail::apply(detail::op_solve, a, b, detail::solve_attrs(row, col, true, transpose));
 }
 Tensor logdet(const Tensor& a, Name row, Name col) {
   Attrs at;
   at.axes = AxisList{row, col};
-  return detail::apply(detail::op_logdet, {a}, at);
+  return detail::apply(detail::op_logdet, a, at);
 }
 
 }  // namespace tenax

@@ -9,6 +9,14 @@
 
 namespace tenax {
 
+/// The inputs of one op call: pointers, so dispatch copies no tensor handle (no refcount traffic).
+struct Inputs {
+  const Tensor* const* p = nullptr;
+  int n = 0;
+  [[nodiscard]] const Tensor& operator[](int i) const { return *p[i]; }
+  [[nodiscard]] int size() const { return n; }
+};
+
 /// Attributes of one op call. Each op documents which fields it reads.
 struct Attrs {
   AxisList axes;   ///< reduction / contraction / order / primary axes
@@ -69,7 +77,7 @@ struct OpDef {
   const char* name;
   int arity;  ///< number of inputs, or -1 for variadic
   /// Checks the inputs and attributes, computes the output (view or new buffer).
-  Tensor (*forward)(const Tensor* inputs, int n, const Attrs& attrs);
+  Tensor (*forward)(Inputs inputs, const Attrs& attrs);
   /// Reverse rule; null when the output is not differentiable (comparisons).
   void (*vjp)(VjpContext& ctx);
   /// Forward rule: the output tangent; null when the output is not differentiable.
@@ -79,6 +87,8 @@ struct OpDef {
   bool view;         ///< the output aliases input 0; its adjoint is forward() of the parent's adjoint
   /// Generates a valid random call for the generic VJP/JVP/forward tests.
   OpSample (*sample)(SampleRng& rng, DType dtype);
+  /// The op reads no attributes, so the tape stores none for it (the hot elementwise ops).
+  bool attr_free = false;
 };
 
 /// All registered ops, in registration order. Immutable after first use.

@@ -46,9 +46,9 @@ void scale_in_place(Tensor& t, double s) {
 }
 
 template <Reduce R>
-Tensor reduce_forward(const Tensor* in, int, const Attrs& a) {
+Tensor reduce_forward(Inputs in, const Attrs& a) {
   const char* name = kNames[int(R)];
-  check_float_operands(name, in, 1);
+  check_float_operands(name, in);
   const Tensor& x = in[0];
   Axes out_axes = reduced_axes(x, a.axes, name);
   const KernelTable& k = kernels(x.device());
@@ -134,7 +134,7 @@ const OpDef op_logsumexp = {"logsumexp", 1, reduce_forward<Reduce::logsumexp>,
 Tensor reduce(const OpDef& op, const Tensor& x, const AxisList& axes) {
   Attrs a;
   a.axes = axes;
-  return apply(op, {x}, a);
+  return apply(op, x, a);
 }
 
 }  // namespace

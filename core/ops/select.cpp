@@ -9,10 +9,10 @@ namespace tenax::detail {
 namespace {
 
 // ---- where ----
-Tensor where_forward(const Tensor* in, int, const Attrs&) {
+Tensor where_forward(Inputs in, const Attrs&) {
   if (in[0].dtype() != DType::b8)
     throw DTypeError(std::string("[where] the condition must be bool, got ") + dtype_name(in[0].dtype()));
-  check_float_operands("where", in + 1, 2);
+  check_float_operands("where", Inputs{in.p + 1, 2});
   Axes ax = align_axes(align_axes(in[0].axes(), in[1].axes(), "where", 0, 1), in[2].axes(), "where", 0, 2);
   Tensor out = empty(ax, in[1].dtype(), in[1].device());
   LoopArg args[4] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax), loop_arg(in[2], ax)};
@@ -57,10 +57,10 @@ const OpDef op_where = {"where", 3, where_forward, where_vjp, where_jvp, 1u, 1u,
 
 // ---- comparisons ----
 template <CompareOp C>
-Tensor compare_forward(const Tensor* in, int, const Attrs&) {
+Tensor compare_forward(Inputs in, const Attrs&) {
   static const char* names[] = {"greater", "less", "equal"};
   const char* name = names[int(C)];
-  check_float_operands(name, in, 2);
+  check_float_operands(name, in);
   Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
   Tensor out = empty(ax, DType::b8, in[0].device());
   LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
@@ -82,7 +82,7 @@ const OpDef op_equal = {"equal", 2, compare_forward<CompareOp::equal>, nullptr, 
                         compare_sample};
 
 // ---- astype: attrs.i[0] is the target DType ----
-Tensor astype_forward(const Tensor* in, int, const Attrs& a) {
+Tensor astype_forward(Inputs in, const Attrs& a) {
   const DType to = static_cast<DType>(a.i[0]);
   const DType from = in[0].dtype();
   (void)float_index(from, "astype");
@@ -123,15 +123,15 @@ void register_select_ops(std::vector<const OpDef*>& ops) {
 namespace tenax {
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  return detail::apply(detail::op_where, {cond, a, b});
+  return detail::apply(detail::op_where, cond, a, b);
 }
-Tensor greater(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_greater, {a, b}); }
-Tensor less(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_less, {a, b}); }
-Tensor equal(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_equal, {a, b}); }
+Tensor greater(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_greater, a, b); }
+Tensor less(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_less, a, b); }
+Tensor equal(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_equal, a, b); }
 Tensor astype(const Tensor& x, DType dtype) {
   Attrs a;
   a.i[0] = static_cast<int64_t>(dtype);
-  return detail::apply(detail::op_astype, {x}, a);
+  return detail::apply(detail::op_astype, x, a);
 }
 
 }  // namespace tenax
