@@ -63,7 +63,7 @@ class SweepContext final : public VjpContext, public JvpContext {
   }
   int num_inputs() const override { return r_.n_inputs; }
   bool needs_grad(int i) const override { return input_var(i) >= 0; }
-  Tensor adjoint(int i) override {
+  const Tensor& adjoint(int i) override {
     int32_t v = input_var(i);
     if (v < 0) throw AutodiffError(std::string("[") + r_.op->name + "] internal: input needs no gradient");
     return tape_.adjoint(v);

@@ -3,6 +3,8 @@
 
 #include <bit>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -15,6 +17,50 @@ namespace {
 constexpr int kMinShift = 6;    // 64 bytes
 constexpr int kMaxShift = 24;   // 16 MiB: larger blocks are not cached
 constexpr std::size_t kCacheBytesPerClass = std::size_t(32) << 20;
+
+// Blocks above the largest class are rounded to 2 MiB and kept in one process-wide cache bounded
+// by TENAX_HOST_CACHE_MB (default 256): reusing them avoids re-faulting every page of a large
+// temporary (a fresh 64 MiB output costs more in page faults than the op that fills it).
+constexpr std::size_t kLargeRound = std::size_t(2) << 20;
+
+struct LargeCache {
+  std::mutex mutex;
+  std::multimap<std::size_t, void*> blocks;
+  std::size_t bytes = 0;
+  std::size_t limit = 0;
+  LargeCache() {
+    const char* env = std::getenv("TENAX_HOST_CACHE_MB");
+    limit = (env ? std::strtoull(env, nullptr, 10) : 256) << 20;
+  }
+};
+LargeCache& large_cache() {
+  static auto* c = new LargeCache();  // never destroyed: frees may happen during exit
+  return *c;
+}
+
+void* take_large(std::size_t rounded) {
+  LargeCache& c = large_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.blocks.find(rounded);
+  if (it == c.blocks.end()) return nullptr;
+  void* p = it->second;
+  c.blocks.erase(it);
+  c.bytes -= rounded;
+  return p;
+}
+
+bool keep_large(void* p, std::size_t rounded) {
+  LargeCache& c = large_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.bytes + rounded > c.limit) return false;
+  try {
+    c.blocks.emplace(rounded, p);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  c.bytes += rounded;
+  return true;
+}
 
 int size_class(std::size_t bytes) {
   if (bytes <= (std::size_t(1) << kMinShift)) return 0;
@@ -91,7 +137,8 @@ void* PoolAllocator::allocate(std::size_t bytes) {
       list->pop_back();
     }
   } else {
-    rounded = (bytes + 63) & ~std::size_t(63);
+    rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+    p = take_large(rounded);
   }
   LocalStats& l = t_stats;
   if (!p) {
@@ -119,7 +166,8 @@ void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
       }
     }
   } else {
-    rounded = (bytes + 63) & ~std::size_t(63);
+    rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+    if (keep_large(ptr, rounded)) ptr = nullptr;
   }
   if (ptr) std::free(ptr);
   LocalStats& l = t_stats;

@@ -176,6 +176,60 @@ TEST_P(EveryOp, JvpMatchesFiniteDifferences) {
   }
 }
 
+// The batching rule: with an axis "w" mapped, every op on inputs that carry w (or, at random, do
+// not: a per-slice constant) equals the loop over w's slices, stacked. This is what nmap relies on.
+TEST_P(EveryOp, BatchingRuleMatchesPerSliceLoop) {
+  const OpDef& op = *GetParam();
+  const int64_t slices = 3;
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(5000 * c + 11);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in;
+    std::vector<bool> mapped;
+    for (size_t i = 0; i < s.inputs.size(); ++i) {
+      const Tensor& t = s.inputs[i];
+      // Scaling by 1, 1.1, 1.2 keeps every sampler's domain (positive, SPD, well conditioned).
+      const bool m = is_floating(t.dtype()) && (i == 0 || rng() % 3 != 0);
+      std::vector<Tensor> parts;
+      if (m)
+        for (int64_t k = 0; k < slices; ++k) parts.push_back(t * (1.0 + 0.1 * double(k)));
+      in.push_back(m ? scramble(stack(parts, "w"), rng) : t);
+      mapped.push_back(m);
+    }
+    if (!is_floating(s.inputs[0].dtype()) && !mapped[1]) continue;  // nothing mapped in this case
+    Tensor out;
+    {
+      detail::MappedScope scope(AxisList{"w"});
+      out = run(op, in, s.attrs);
+    }
+    std::vector<Tensor> per;
+    for (int64_t k = 0; k < slices; ++k) {
+      std::vector<Tensor> slice_in;
+      for (size_t i = 0; i < in.size(); ++i) slice_in.push_back(mapped[i] ? select(in[i], "w", k) : in[i]);
+      Tensor r = run(op, slice_in, s.attrs);
+      per.push_back(r.dtype() == DType::b8 ? where(r, scalar(1.0), scalar(0.0)) : r);
+    }
+    Tensor expect = stack(per, "w");
+    if (out.dtype() == DType::b8) out = where(out, scalar(1.0), scalar(0.0));
+    EXPECT_LE(mismatch(out, expect, 1e-12, 1e-12), 1.0) << op.name << " case " << c;
+  }
+}
+
+TEST(Batching, MappedAxesAreInvisibleToAxisNamingOps) {
+  Tensor x = randn(Axes{{"m", 3}, {"i", 4}}, 1);
+  detail::MappedScope scope(AxisList{"m"});
+  EXPECT_EQ(sum(x).axes().describe(), "(m=3)");  // "all axes" leaves the mapped axis out
+  EXPECT_EQ(transpose(x, {"i"}).axes().names().describe(), "(i, m)");
+  try {
+    (void)sum(x, {"m"});
+    FAIL() << "expected AxisError";
+  } catch (const AxisError& e) {
+    EXPECT_NE(std::string(e.what()).find("[sum] axis 'm' is mapped"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)slice(x, "m", 0, 1), AxisError);
+  EXPECT_THROW((void)transpose(x, AxisList{}), AxisError);  // 'i' is not mapped: must be named
+}
+
 INSTANTIATE_TEST_SUITE_P(Registry, EveryOp, ::testing::ValuesIn(registered_ops()),
                          [](const ::testing::TestParamInfo<const OpDef*>& p) {
                            return std::string(p.param->name);

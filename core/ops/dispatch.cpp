@@ -1,6 +1,8 @@
 // Applying ops: device checks, the forward call, recording onto this thread's tape; shared helpers.
 #include "tenax/core/ops/dispatch.h"
 
+#include "tenax/named/batching.h"
+
 namespace tenax::detail {
 namespace {
 
@@ -50,6 +52,11 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
                         " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
                         "; move one with to(device)");
   }
+  if (!g_mapped.empty()) {
+    check_unmapped(attrs.axes, g_mapped, op.name);
+    check_unmapped(attrs.axes2, g_mapped, op.name);
+    check_unmapped(attrs.shape.names(), g_mapped, op.name);
+  }
   Tensor out = op.forward(inputs, attrs);
   if (g_record_state.recorder && op.vjp) {
     for (int i = 0; i < n; ++i) {
@@ -61,6 +68,12 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   }
   return out;
 }
+
+MappedScope::MappedScope(const AxisList& axes) : previous_(g_mapped) {
+  for (Name n : axes)
+    if (!g_mapped.contains(n)) g_mapped.push_back(n);
+}
+MappedScope::~MappedScope() { g_mapped = previous_; }
 
 int float_index(DType t, const char* op) {
   if (t == DType::f64) return 0;
@@ -96,7 +109,7 @@ LoopArg loop_arg(const Tensor& t, const Axes& loop) {
   return a;
 }
 
-void accumulate(Tensor& out, const Tensor& v) {
+void accumulate(const Tensor& out, const Tensor& v) {
   for (int i = 0; i < out.rank(); ++i)
     if (!v.axes().contains(out.axes().name(i)))
       throw ShapeError("[accumulate] value " + v.axes().describe() + " lacks axis '" +

@@ -24,6 +24,22 @@ struct RecordState {
 };
 inline thread_local RecordState g_record_state;
 
+/// Axes mapped by the enclosing nmap/map on this thread (empty outside one). Every op call checks
+/// its attributes against them (named/batching.h).
+inline thread_local AxisList g_mapped;
+
+/// Maps `axes` for the guard's lifetime (nested scopes add to the outer ones).
+class MappedScope {
+ public:
+  explicit MappedScope(const AxisList& axes);
+  ~MappedScope();
+  MappedScope(const MappedScope&) = delete;
+  MappedScope& operator=(const MappedScope&) = delete;
+
+ private:
+  AxisList previous_;
+};
+
 /// True when `t` is a variable of the session now recording on this thread.
 inline bool is_tracked(const Tensor& t) {
   return t.var() >= 0 && g_record_state.recorder && t.tape_serial() == g_record_state.serial;
@@ -69,7 +85,7 @@ LoopArg loop_arg(const Tensor& t, const Axes& loop);
 inline LoopArg no_arg() { return {}; }
 
 /// out += v, where v's axes include out's (summed over the rest).
-void accumulate(Tensor& out, const Tensor& v);
+void accumulate(const Tensor& out, const Tensor& v);
 /// A new contiguous tensor with the same values and axis order.
 Tensor copy_of(const Tensor& t);
 /// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).

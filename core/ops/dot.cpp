@@ -22,7 +22,7 @@ void fill_group(ContractGroup& g, const Axes& axes, const Tensor& x, const Tenso
 }
 
 // z (+)= contraction of x and y as classified by `s`; z has s.result's axes (any order).
-void run_contract(const ContractionSpec& s, const Tensor& x, const Tensor& y, Tensor& z, bool accumulate) {
+void run_contract(const ContractionSpec& s, const Tensor& x, const Tensor& y, const Tensor& z, bool accumulate) {
   ContractArgs a;
   a.x = x.data_ptr();
   a.y = y.data_ptr();
@@ -47,7 +47,7 @@ void dot_vjp(VjpContext& c) {
   const Tensor& g = c.cotangent();
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
-    Tensor dst = c.adjoint(side);
+    const Tensor& dst = c.adjoint(side);
     const Tensor& other = c.input(1 - side);
     ContractionSpec s = make_contraction_to(g.axes(), other.axes(), dst.axes(), "dot vjp");
     run_contract(s, g, other, dst, true);

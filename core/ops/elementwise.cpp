@@ -31,7 +31,7 @@ template <UnaryOp U, uint32_t S>
 void unary_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   const Tensor& g = c.cotangent();
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   const Axes& ax = g.axes();
   LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax),
                      (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
@@ -74,7 +74,7 @@ void binary_vjp(VjpContext& c) {
   const Axes& ax = g.axes();
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
-    Tensor dst = c.adjoint(side);
+    const Tensor& dst = c.adjoint(side);
     LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                        (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
                        (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};

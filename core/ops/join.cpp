@@ -8,8 +8,9 @@
 namespace tenax::detail {
 namespace {
 
-void copy_into(Tensor dst, const Tensor& src) {
-  const Axes& ax = src.axes();
+// Loops over dst's axes, so a src lacking a (mapped) axis is broadcast along it.
+void copy_into(const Tensor& dst, const Tensor& src) {
+  const Axes& ax = dst.axes();
   LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};
   kernels(dst.device()).copy[float_index(dst.dtype(), "copy")](loop_dims(ax), args);
 }
@@ -19,12 +20,23 @@ void check_inputs(const char* op, Inputs in) {
   check_float_operands(op, in);
 }
 
-// Axes without `axis`, for comparing operands.
+// Axes without `axis` and without mapped axes, for comparing operands: inside nmap/map an input
+// that lacks a mapped axis is the same for every slice (batching rule: broadcast it).
 Axes without(const Axes& a, Name axis) {
-  Axes r = a;
-  int i = r.index_of(axis);
-  if (i >= 0) r.erase(i);
+  Axes r;
+  for (int i = 0; i < a.rank(); ++i)
+    if (a.name(i) != axis && !g_mapped.contains(a.name(i))) r.push_back(a[i]);
   return r;
+}
+
+// `base` plus the mapped axes some input has and base lacks.
+Axes with_mapped(Axes base, Inputs in) {
+  for (int k = 0; k < in.n; ++k)
+    for (int i = 0; i < in[k].rank(); ++i) {
+      Axis a = in[k].axes()[i];
+      if (g_mapped.contains(a.name) && !base.contains(a.name)) base.push_back(a);
+    }
+  return base;
 }
 
 // ---- concat: attrs.axes = {axis} ----
@@ -44,7 +56,7 @@ Tensor concat_forward(Inputs in, const Attrs& a) {
                        "'");
     total += in[k].size(axis);
   }
-  Axes ax = in[0].axes();
+  Axes ax = with_mapped(in[0].axes(), in);
   ax.set_size(ax.index_of(axis), total);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   int64_t off = 0;
@@ -62,7 +74,7 @@ void concat_vjp(VjpContext& c) {
   for (int k = 0; k < c.num_inputs(); ++k) {
     const int64_t len = c.input_axes(k).size_of(axis);
     if (c.needs_grad(k)) {
-      Tensor dst = c.adjoint(k);
+      const Tensor& dst = c.adjoint(k);
       accumulate(dst, slice(c.cotangent(), axis, off, off + len));
     }
     off += len;
@@ -99,12 +111,13 @@ Tensor stack_forward(Inputs in, const Attrs& a) {
   if (in[0].has_axis(axis))
     throw AxisError("[stack] the new axis '" + axis.str() + "' is already in " + in[0].axes().describe());
   for (int k = 1; k < n; ++k)
-    if (!in[k].axes().same_set(in[0].axes()))
+    if (!without(in[k].axes(), axis).same_set(without(in[0].axes(), axis)))
       throw ShapeError("[stack] input " + std::to_string(k) + " " + in[k].axes().describe() +
                        " does not match input 0 " + in[0].axes().describe());
   Axes ax;
   ax.push_back({axis, n});
-  for (int i = 0; i < in[0].rank(); ++i) ax.push_back(in[0].axes()[i]);
+  const Axes rest = with_mapped(in[0].axes(), in);
+  for (int i = 0; i < rest.rank(); ++i) ax.push_back(rest[i]);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   for (int k = 0; k < n; ++k) copy_into(select(out, axis, k), in[k]);
   return out;
@@ -114,7 +127,7 @@ void stack_vjp(VjpContext& c) {
   const Name axis = c.attrs().axes[0];
   for (int k = 0; k < c.num_inputs(); ++k) {
     if (!c.needs_grad(k)) continue;
-    Tensor dst = c.adjoint(k);
+    const Tensor& dst = c.adjoint(k);
     accumulate(dst, select(c.cotangent(), axis, k));
   }
 }

@@ -7,6 +7,7 @@
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
+#include "tenax/named/batching.h"
 
 namespace tenax::detail {
 namespace {
@@ -51,12 +52,13 @@ OpSample rename_sample(SampleRng& rng, DType dt) {
 // ---- transpose: attrs.axes = the new order ----
 Tensor transpose_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
-  if (a.axes.size() != x.rank())
-    throw AxisError("[transpose] order " + a.axes.describe() + " must name every axis of " + x.axes().describe());
+  for (Name n : a.axes) (void)axis_index(x, n, "transpose");
+  // Batching rule: mapped axes the order leaves out follow it.
+  const AxisList order = complete_order(x.axes(), a.axes, g_mapped, "transpose");
   Axes ax;
   int64_t st[kMaxRank];
-  for (int k = 0; k < a.axes.size(); ++k) {
-    int i = axis_index(x, a.axes[k], "transpose");
+  for (int k = 0; k < order.size(); ++k) {
+    int i = axis_index(x, order[k], "transpose");
     ax.push_back(x.axes()[i]);
     st[k] = x.strides()[i];
   }
@@ -159,7 +161,7 @@ OpSample broadcast_sample(SampleRng& rng, DType dt) {
 Tensor contiguous_forward(Inputs in, const Attrs&) { return copy_of(in[0]); }
 void contiguous_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   accumulate(dst, c.cotangent());
 }
 Tensor contiguous_jvp(JvpContext& c) { return contiguous(c.tangent(0)); }

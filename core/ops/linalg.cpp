@@ -78,7 +78,7 @@ void cholesky_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   const Tensor& l = c.output();
   const Tensor& g = c.cotangent();
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   Square sq = square_axes(l, c.attrs(), "cholesky vjp");
   std::vector<int64_t> ol, og, od;
   batch_offsets(l, sq.batch, ol);
@@ -194,12 +194,12 @@ void solve_vjp(VjpContext& c) {
   const Tensor& z = c.output();
   Tensor bbar = solve_again(Triangular, t, c.cotangent(), a, true);
   if (c.needs_grad(1)) {
-    Tensor dst = c.adjoint(1);
+    const Tensor& dst = c.adjoint(1);
     accumulate(dst, bbar);
   }
   if (c.needs_grad(0)) {
     Tensor outer = dot(bbar, z, summed_for_matrix(bbar, z, t.axes()));
-    Tensor dst = c.adjoint(0);
+    const Tensor& dst = c.adjoint(0);
     const double sign = -1.0;
     Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, sign,
                                                        sign, t.dtype())
@@ -254,7 +254,7 @@ void logdet_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   Tensor inv_t;
   (void)run_logdet(c.input(0), c.attrs(), &inv_t);
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   accumulate(dst, inv_t * c.cotangent());
 }
 

@@ -44,7 +44,7 @@ class VjpContext {
   [[nodiscard]] virtual bool needs_grad(int i) const = 0;
   /// Adjoint of input i with the input's axes: allocated zeroed on first use, or a view of its
   /// parent's adjoint when the input is a view. Accumulate into it in place.
-  [[nodiscard]] virtual Tensor adjoint(int i) = 0;
+  [[nodiscard]] virtual const Tensor& adjoint(int i) = 0;
   [[nodiscard]] virtual const Attrs& attrs() const = 0;
 };
 

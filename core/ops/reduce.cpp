@@ -7,6 +7,7 @@
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
+#include "tenax/named/batching.h"
 
 namespace tenax::detail {
 namespace {
@@ -80,7 +81,7 @@ Tensor reduce_forward(Inputs in, const Attrs& a) {
 template <Reduce R>
 void reduce_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   const Axes& ax = dst.axes();
   Tensor g = c.cotangent();
   const int fi = float_index(g.dtype(), "vjp");
@@ -147,13 +148,17 @@ void register_reduce_ops(std::vector<const OpDef*>& ops) {
 
 namespace tenax {
 
-Tensor sum(const Tensor& x) { return sum(x, x.axes().names()); }
+namespace {
+AxisList all_axes(const Tensor& x) { return visible_axes(x.axes(), detail::g_mapped); }
+}  // namespace
+
+Tensor sum(const Tensor& x) { return sum(x, all_axes(x)); }
 Tensor sum(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_sum, x, axes); }
-Tensor mean(const Tensor& x) { return mean(x, x.axes().names()); }
+Tensor mean(const Tensor& x) { return mean(x, all_axes(x)); }
 Tensor mean(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_mean, x, axes); }
-Tensor max(const Tensor& x) { return max(x, x.axes().names()); }
+Tensor max(const Tensor& x) { return max(x, all_axes(x)); }
 Tensor max(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_max, x, axes); }
-Tensor logsumexp(const Tensor& x) { return logsumexp(x, x.axes().names()); }
+Tensor logsumexp(const Tensor& x) { return logsumexp(x, all_axes(x)); }
 Tensor logsumexp(const Tensor& x, const AxisList& axes) { return detail::reduce(detail::op_logsumexp, x, axes); }
 
 }  // namespace tenax

@@ -29,7 +29,7 @@ void where_vjp(VjpContext& c) {
   for (int side = 1; side <= 2; ++side) {
     if (!c.needs_grad(side)) continue;
     Tensor part = side == 1 ? where(cond, g, zero_like(g)) : where(cond, zero_like(g), g);
-    Tensor dst = c.adjoint(side);
+    const Tensor& dst = c.adjoint(side);
     accumulate(dst, part);
   }
 }
@@ -98,7 +98,7 @@ Tensor astype_forward(Inputs in, const Attrs& a) {
 
 void astype_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
-  Tensor dst = c.adjoint(0);
+  const Tensor& dst = c.adjoint(0);
   accumulate(dst, astype(c.cotangent(), dst.dtype()));
 }
 
