@@ -81,13 +81,16 @@ void concat_vjp(VjpContext& c) {
   }
 }
 
-Tensor concat_jvp(JvpContext& c) {
+// Tangents of every input, zeros where a tangent is absent.
+std::vector<Tensor> dense_tangents(JvpContext& c) {
   std::vector<Tensor> ts;
   for (int k = 0; k < c.num_inputs(); ++k)
     ts.push_back(c.tangent(k).defined() ? c.tangent(k)
                                         : zeros(c.input(k).axes(), c.input(k).dtype(), c.input(k).device()));
-  return concat(ts, c.attrs().axes[0]);
+  return ts;
 }
+
+Tensor concat_jvp(JvpContext& c) { return concat(dense_tangents(c), c.attrs().axes[0]); }
 
 OpSample concat_sample(SampleRng& rng, DType dt) {
   Axes ax = random_axes(rng, 1 + int(rng() % 3));
@@ -132,13 +135,7 @@ void stack_vjp(VjpContext& c) {
   }
 }
 
-Tensor stack_jvp(JvpContext& c) {
-  std::vector<Tensor> ts;
-  for (int k = 0; k < c.num_inputs(); ++k)
-    ts.push_back(c.tangent(k).defined() ? c.tangent(k)
-                                        : zeros(c.input(k).axes(), c.input(k).dtype(), c.input(k).device()));
-  return stack(ts, c.attrs().axes[0]);
-}
+Tensor stack_jvp(JvpContext& c) { return stack(dense_tangents(c), c.attrs().axes[0]); }
 
 OpSample stack_sample(SampleRng& rng, DType dt) {
   Axes ax = random_axes(rng, 1 + int(rng() % 3));
