@@ -114,9 +114,15 @@ TapeImpl::TapeImpl(uint32_t serial) : serial_(serial) {
   if (!t_spare_gone) std::swap(a_, spare().arrays);
 }
 
+// Arrays of tapes up to this many records are kept for the next tape of the thread (a few MiB at
+// most); a larger tape gives its memory back when it ends.
+constexpr std::size_t kSpareRecords = std::size_t(1) << 16;
+
 TapeImpl::~TapeImpl() {
   a_.clear();
-  if (!t_spare_gone && a_.records.capacity() >= spare().arrays.records.capacity()) std::swap(a_, spare().arrays);
+  if (!t_spare_gone && a_.records.capacity() <= kSpareRecords &&
+      a_.records.capacity() >= spare().arrays.records.capacity())
+    std::swap(a_, spare().arrays);
 }
 
 const Attrs& TapeImpl::attrs_of(const Record& r) const {

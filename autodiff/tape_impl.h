@@ -26,8 +26,9 @@ struct VarInfo {
   int32_t record;  ///< creating record, -1 for watched inputs
 };
 
-/// The tape's flat arrays. A finished tape hands them (emptied, capacity kept) to the next tape of
-/// its thread, so repeated recordings (an optimiser loop) do not regrow or page-fault them.
+/// The tape's flat arrays. A finished tape of up to 65 536 records hands them (emptied, capacity
+/// kept) to the next tape of its thread, so repeated recordings (an optimiser loop) do not regrow
+/// or page-fault them.
 struct TapeArrays {
   std::vector<Record> records;
   std::vector<int32_t> inputs;

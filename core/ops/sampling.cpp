@@ -14,7 +14,8 @@ Axes random_axes(SampleRng& rng, int k) {
   int idx[kPoolSize] = {0, 1, 2, 3};
   std::shuffle(idx, idx + kPoolSize, rng);
   Axes a;
-  for (int i = 0; i < k && i < kPoolSize; ++i) a.push_back(pool_axis(idx[i]));
+  // Sizes are drawn per call (1..4); a sampler calls this once and takes subsets, so its operands agree.
+  for (int i = 0; i < k && i < kPoolSize; ++i) a.push_back({pool_axis(idx[i]).name, 1 + int64_t(rng() % 4)});
   return a;
 }
 

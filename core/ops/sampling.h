@@ -8,11 +8,11 @@
 
 namespace tenax::detail {
 
-/// The pool: p=3, q=2, r=4, s=1 (a size-1 axis catches broadcasting mistakes).
+/// The pool of axis names p, q, r, s (with default sizes 3, 2, 4, 1).
 Axis pool_axis(int i);
 inline constexpr int kPoolSize = 4;
 
-/// `k` distinct pool axes in random order.
+/// `k` distinct pool axes in random order, each with a random size in 1..4.
 Axes random_axes(SampleRng& rng, int k);
 /// A random subset of `of` (each kept with probability 1/2), order preserved.
 Axes random_subset(SampleRng& rng, const Axes& of);
