@@ -176,9 +176,9 @@ TEST_P(EveryOp, JvpMatchesFiniteDifferences) {
   }
 }
 
-// The batching rule: with an axis "w" mapped, every op on inputs that carry w (or, at random, do
-// not: a per-slice constant) equals the loop over w's slices, stacked. This is what nmap relies on.
-TEST_P(EveryOp, BatchingRuleMatchesPerSliceLoop) {
+// The batching rule through nmap: with an axis "w" mapped, every op on inputs that carry w (or, at
+// random, do not: a per-slice constant) equals the loop over w's slices, stacked.
+TEST_P(EveryOp, NmapEqualsPerSliceLoop) {
   const OpDef& op = *GetParam();
   const int64_t slices = 3;
   for (int c = 0; c < kCasesPerOp; ++c) {
@@ -197,11 +197,7 @@ TEST_P(EveryOp, BatchingRuleMatchesPerSliceLoop) {
       mapped.push_back(m);
     }
     if (!is_floating(s.inputs[0].dtype()) && !mapped[1]) continue;  // nothing mapped in this case
-    Tensor out;
-    {
-      detail::MappedScope scope(AxisList{"w"});
-      out = run(op, in, s.attrs);
-    }
+    Tensor out = nmap([&](const std::vector<Tensor>& p) { return run(op, p, s.attrs); }, {"w"}, in);
     std::vector<Tensor> per;
     for (int64_t k = 0; k < slices; ++k) {
       std::vector<Tensor> slice_in;
