@@ -93,6 +93,29 @@ using LogdetFn = int64_t (*)(MatView a, void* out, MatView inv_t, bool want_inve
 /// Reverse rule of Cholesky: Abar from L and Lbar (see core/ops/linalg.cpp for the formula).
 using CholeskyVjpFn = void (*)(MatView l, MatView lbar, MatView abar, const MatBatch& batch);
 
+/// x_t = a_t x_{t-1} + b_t along one dimension of T steps (x_{-1} = 0), for `lanes` independent
+/// lanes; lane l of operand o starts at offsets_o[l] and steps by step_o (0 = broadcast).
+struct RecurrenceArgs {
+  int64_t steps = 0, lanes = 0;
+  const int64_t *off_a = nullptr, *off_b = nullptr, *off_x = nullptr;
+  int64_t step_a = 0, step_b = 0, step_x = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* x = nullptr;
+};
+using RecurrenceFn = void (*)(const RecurrenceArgs& r);
+/// Reverse rule: λ_t = g_t + a_{t+1} λ_{t+1}; db_t += λ_t; da_t += λ_t x_{t-1}. da/db may be null
+/// (no gradient wanted) or have zero steps/offsets (broadcast: reduced on the fly). Serial.
+struct RecurrenceVjpArgs {
+  RecurrenceArgs fwd;  ///< a and x (x is the forward output)
+  const int64_t *off_g = nullptr, *off_da = nullptr, *off_db = nullptr;
+  int64_t step_g = 0, step_da = 0, step_db = 0;
+  const void* g = nullptr;
+  void* da = nullptr;
+  void* db = nullptr;
+};
+using RecurrenceVjpFn = void (*)(const RecurrenceVjpArgs& r);
+
 /// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
 struct KernelTable {
   ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
@@ -114,6 +137,8 @@ struct KernelTable {
   TriSolveFn tri_solve[2] = {};
   SolveFn solve[2] = {};
   LogdetFn logdet[2] = {};
+  RecurrenceFn recurrence[2] = {};
+  RecurrenceVjpFn recurrence_vjp[2] = {};
 };
 
 /// Fills `t` with the host kernels (backends/cpu).

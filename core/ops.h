@@ -81,6 +81,13 @@ Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpos
 /// log |det A| over (row, col); throws NumericError on a singular matrix.
 Tensor logdet(const Tensor& a, Name row, Name col);
 
+// ---- recurrences ----
+/// x_t = a_t * x_{t-1} + b_t along `over` (x_{-1} = 0; fold an initial state into b's first step),
+/// elementwise over every other axis; a and b broadcast by name, so a decay without `over` is
+/// shared by every step. Runs along any axis in place (no transpose); its gradient is one
+/// reverse-time recurrence, O(T), with no tree of residuals.
+Tensor linear_recurrence(const Tensor& a, const Tensor& b, Name over);
+
 // ---- operators ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

@@ -192,6 +192,26 @@ TEST(Layout, ConcatAndStack) {
   EXPECT_EQ(s.at({{"n", 1}, {"i", 0}, {"j", 1}}), 9.0);
 }
 
+TEST(Recurrence, MatchesTheLoopAlongAnyAxisWithABroadcastDecay) {
+  // x over (t=5, j=3): time is the OUTER axis, so each lane steps with stride 3; the decay has no
+  // time axis and is shared by every step.
+  Tensor a = tensor({0.5, -0.8, 0.9}, "j");
+  Tensor b = randn(Axes{{"t", 5}, {"j", 3}}, 4);
+  Tensor x = linear_recurrence(a, b, "t");
+  EXPECT_EQ(x.axes().describe(), "(j=3, t=5)");
+  std::vector<double> av = a.to_vector(), bv = b.to_vector();
+  for (int j = 0; j < 3; ++j) {
+    double state = 0;
+    for (int t = 0; t < 5; ++t) {
+      state = av[size_t(j)] * state + bv[size_t(t * 3 + j)];
+      EXPECT_NEAR(x.at({{"t", t}, {"j", j}}), state, 1e-15);
+    }
+  }
+  // The same with b laid out time-inner: the kernel follows the strides, no copy.
+  Tensor bt = transpose(b, {"j", "t"});
+  EXPECT_LT(mismatch(linear_recurrence(a, bt, "t"), x, 0, 1e-15), 1.0);
+}
+
 TEST(Memory, SmallOpsAreServedFromThePool) {
   Tensor x = tensor({1, 2, 3, 4}, "i");
   for (int k = 0; k < 10; ++k) (void)exp(x * x + 1.0);  // warm the pool

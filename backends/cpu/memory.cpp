@@ -14,9 +14,15 @@ template <class T>
 void copy(const LoopDims& d, const LoopArg* a) {
   for_each<T, T>(d, a, [](T& y, T x) { y = x; });
 }
+// y += x; marked as a sum so a reduction into one element runs on partial sums (loop.h).
+template <class T>
+struct AddInto {
+  static constexpr bool kSumReduction = true;
+  void operator()(T& y, T x) const { y += x; }
+};
 template <class T>
 void acc(const LoopDims& d, const LoopArg* a) {
-  for_each<T, T>(d, a, [](T& y, T x) { y += x; });
+  for_each<T, T>(d, a, AddInto<T>{});
 }
 template <class T>
 void max_acc(const LoopDims& d, const LoopArg* a) {

@@ -8,6 +8,7 @@ void register_cpu_kernels(KernelTable& t) {
   cpu::register_memory(t);
   cpu::register_contract(t);
   cpu::register_linalg(t);
+  cpu::register_recurrence(t);
 }
 
 }  // namespace tenax::detail

@@ -9,5 +9,6 @@ void register_elementwise(detail::KernelTable& t);
 void register_memory(detail::KernelTable& t);
 void register_contract(detail::KernelTable& t);
 void register_linalg(detail::KernelTable& t);
+void register_recurrence(detail::KernelTable& t);
 
 }  // namespace tenax::cpu

@@ -13,5 +13,6 @@ void register_dot_ops(std::vector<const OpDef*>& ops);
 void register_layout_ops(std::vector<const OpDef*>& ops);
 void register_join_ops(std::vector<const OpDef*>& ops);
 void register_linalg_ops(std::vector<const OpDef*>& ops);
+void register_recurrence_ops(std::vector<const OpDef*>& ops);
 
 }  // namespace tenax::detail

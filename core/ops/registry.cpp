@@ -15,6 +15,7 @@ std::vector<const OpDef*> build() {
   detail::register_layout_ops(ops);
   detail::register_join_ops(ops);
   detail::register_linalg_ops(ops);
+  detail::register_recurrence_ops(ops);
   return ops;
 }
 

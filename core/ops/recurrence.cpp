@@ -1,0 +1,127 @@
+// linear_recurrence(a, b, over): x_t = a_t * x_{t-1} + b_t along the named axis `over` (x_{-1} = 0),
+// elementwise over every other axis; a and b broadcast by name (a decay without the time axis is
+// shared by every step). Any axis can be `over`: the kernel steps through strides, no transpose.
+// VJP: one reverse-time recurrence, O(T), with a broadcast decay's adjoint reduced on the fly.
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+#include "tenax/named/align.h"
+
+namespace tenax::detail {
+namespace {
+
+struct Lanes {
+  Axes lanes;  // every result axis but `over`
+  Name over;
+  int64_t steps = 0;
+};
+
+Lanes lanes_of(const Axes& result, Name over) {
+  Lanes l{result, over, result.size_of(over, "linear_recurrence")};
+  l.lanes.erase(l.lanes.index_of(over));
+  return l;
+}
+
+int64_t step_of(const Tensor& t, Name over) { return t.has_axis(over) ? t.stride(over) : 0; }
+
+Tensor recurrence_forward(Inputs in, const Attrs& attrs) {
+  check_float_operands("linear_recurrence", in);
+  const Tensor &a = in[0], &b = in[1];
+  const Name over = attrs.axes[0];
+  Axes ax = align_axes(a.axes(), b.axes(), "linear_recurrence");
+  if (!ax.contains(over))
+    throw AxisError("[linear_recurrence] neither a " + a.axes().describe() + " nor b " + b.axes().describe() +
+                    " has the recurrence axis '" + over.str() + "'");
+  Tensor x = empty(ax, a.dtype(), a.device());
+  Lanes l = lanes_of(ax, over);
+  std::vector<int64_t> oa, ob, ox;
+  batch_offsets(a, l.lanes, oa);
+  batch_offsets(b, l.lanes, ob);
+  batch_offsets(x, l.lanes, ox);
+  RecurrenceArgs r{l.steps, static_cast<int64_t>(ox.size()), oa.data(), ob.data(), ox.data(),
+                   step_of(a, over), step_of(b, over), step_of(x, over), a.data_ptr(), b.data_ptr(), x.data_ptr()};
+  need(kernels(x.device()).recurrence[float_index(x.dtype(), "linear_recurrence")], "linear_recurrence",
+       x.device())(r);
+  return x;
+}
+
+void recurrence_vjp(VjpContext& c) {
+  const Tensor& a = c.input(0);
+  const Tensor& x = c.output();
+  const Tensor& g = c.cotangent();
+  const Name over = c.attrs().axes[0];
+  Lanes l = lanes_of(x.axes(), over);
+  std::vector<int64_t> oa, ox, og, oda, odb;
+  batch_offsets(a, l.lanes, oa);
+  batch_offsets(x, l.lanes, ox);
+  batch_offsets(g, l.lanes, og);
+  RecurrenceVjpArgs r;
+  r.fwd = {l.steps, static_cast<int64_t>(ox.size()), oa.data(), nullptr, ox.data(),
+           step_of(a, over), 0, step_of(x, over), a.data_ptr(), nullptr, x.data_ptr()};
+  r.off_g = og.data();
+  r.step_g = step_of(g, over);
+  r.g = g.data_ptr();
+  if (c.needs_grad(0)) {
+    const Tensor& da = c.adjoint(0);
+    batch_offsets(da, l.lanes, oda);
+    r.off_da = oda.data();
+    r.step_da = step_of(da, over);
+    r.da = da.data_ptr();
+  }
+  if (c.needs_grad(1)) {
+    const Tensor& db = c.adjoint(1);
+    batch_offsets(db, l.lanes, odb);
+    r.off_db = odb.data();
+    r.step_db = step_of(db, over);
+    r.db = db.data_ptr();
+  }
+  kernels(x.device()).recurrence_vjp[float_index(x.dtype(), "linear_recurrence")](r);
+}
+
+// tx_t = a_t tx_{t-1} + (ta_t x_{t-1} + tb_t): the same recurrence on the linearised input.
+Tensor recurrence_jvp(JvpContext& c) {
+  const Tensor& x = c.output();
+  const Name over = c.attrs().axes[0];
+  Tensor rhs = c.tangent(1);
+  if (c.tangent(0).defined()) {
+    const int64_t steps = x.size(over);
+    Axes first = x.axes();
+    first.set_size(first.index_of(over), 1);
+    Tensor x_prev = concat({zeros(first, x.dtype(), x.device()), slice(x, over, 0, steps - 1)}, over);
+    Tensor term = c.tangent(0) * x_prev;
+    rhs = rhs.defined() ? rhs + term : term;
+  }
+  return linear_recurrence(c.input(0), rhs, over);
+}
+
+OpSample recurrence_sample(SampleRng& rng, DType dt) {
+  Axes base = random_axes(rng, int(rng() % 3));
+  Axis time{"t", 1 + int64_t(rng() % 6)};
+  Axes b_axes = random_subset(rng, base);
+  b_axes.push_back(time);
+  Axes a_axes = random_subset(rng, base);
+  if (rng() % 3 != 0) a_axes.push_back(time);  // sometimes a decay shared by every step
+  OpSample s{{random_values(rng, a_axes, dt, -0.9, 0.9), random_values(rng, b_axes, dt, -1, 1)}, {}};
+  s.attrs.axes = AxisList{"t"};
+  return s;
+}
+
+const OpDef op_linear_recurrence = {"linear_recurrence", 2, recurrence_forward, recurrence_vjp, recurrence_jvp,
+                                    1u | kSaveOutput, 0, false, recurrence_sample};
+
+}  // namespace
+
+void register_recurrence_ops(std::vector<const OpDef*>& ops) { ops.push_back(&op_linear_recurrence); }
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor linear_recurrence(const Tensor& a, const Tensor& b, Name over) {
+  Attrs attrs;
+  attrs.axes = AxisList{over};
+  return detail::apply(detail::op_linear_recurrence, a, b, attrs);
+}
+
+}  // namespace tenax
