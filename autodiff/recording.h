@@ -32,6 +32,9 @@ class PauseRecording {
   RecordState previous_;
 };
 
+/// A fresh recording-session serial (never 0), unique in the process.
+uint32_t new_serial();
+
 /// A tape with a fresh serial.
 std::unique_ptr<TapeImpl> new_tape();
 

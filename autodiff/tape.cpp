@@ -10,11 +10,6 @@
 namespace tenax::detail {
 namespace {
 
-uint32_t next_serial() {
-  static std::atomic<uint32_t> serial{0};
-  uint32_t s = serial.fetch_add(1, std::memory_order_relaxed) + 1;
-  return s == 0 ? serial.fetch_add(1, std::memory_order_relaxed) + 1 : s;
-}
 
 int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
@@ -100,7 +95,10 @@ Spare& spare() {
 }
 }  // namespace
 
+const OpDef kCustomOp = {"custom", -1, nullptr, nullptr, nullptr, 0, 0, false, nullptr};
+
 void TapeArrays::clear() {
+  customs.clear();
   records.clear();
   inputs.clear();
   saved.clear();
@@ -178,14 +176,46 @@ void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
   a_.records.push_back(r);
 }
 
+void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
+                             std::vector<Tensor>& outputs) {
+  const int32_t rid = static_cast<int32_t>(a_.records.size());
+  Record r{&kCustomOp, static_cast<int32_t>(a_.customs.size()), -1, static_cast<int32_t>(a_.inputs.size()),
+           static_cast<int32_t>(inputs.size()), static_cast<int32_t>(a_.saved.size())};
+  for (const Tensor& t : inputs) a_.inputs.push_back(is_tracked(t) ? t.var() : -1);
+  for (Tensor& t : outputs) {
+    const int32_t v = new_var(t, rid);
+    if (r.out < 0) r.out = v;
+    TensorAccess::set_var(t, v, serial_);
+  }
+  residual_bytes_ += node->residual_bytes();
+  a_.customs.push_back({std::move(node), r.out, static_cast<int32_t>(outputs.size())});
+  a_.records.push_back(r);
+}
+
+void TapeImpl::run_custom(const Record& r) {
+  const CustomEntry& c = a_.customs[static_cast<size_t>(r.attrs)];
+  std::vector<Tensor> cot(static_cast<size_t>(c.n_out)), adj(static_cast<size_t>(r.n_inputs));
+  bool any = false;
+  for (int32_t k = 0; k < c.n_out; ++k) {
+    cot[static_cast<size_t>(k)] = a_.adjoints[static_cast<size_t>(c.first_out + k)];
+    any |= cot[static_cast<size_t>(k)].defined();
+  }
+  if (!any) return;
+  for (int32_t i = 0; i < r.n_inputs; ++i) {
+    const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
+    if (v >= 0) adj[static_cast<size_t>(i)] = adjoint(v);
+  }
+  c.node->vjp(cot, adj);
+}
+
 Tensor& TapeImpl::adjoint(int32_t v) {
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (a.defined()) return a;
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0) {
     const Record& r = a_.records[static_cast<size_t>(info.record)];
-    const int32_t parent = a_.inputs[static_cast<size_t>(r.first_input)];
-    if (r.op->view && parent >= 0) {
+    const int32_t parent = r.op->view ? a_.inputs[static_cast<size_t>(r.first_input)] : -1;
+    if (parent >= 0) {
       // The view's adjoint is the same view of the parent's adjoint: one buffer for the family.
       Tensor pa = adjoint(parent);
       const Tensor* parent_adjoint = &pa;
@@ -222,6 +252,10 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     else accumulate(seed, full(output.axes(), 1.0, seed.dtype(), seed.device()));
     for (size_t k = a_.records.size(); k-- > 0;) {
       const Record& r = a_.records[k];
+      if (r.op == &kCustomOp) {
+        run_custom(r);
+        continue;
+      }
       if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
       SweepContext ctx(*this, r, keep_all_, nullptr);
       r.op->vjp(ctx);
@@ -253,6 +287,9 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
   }
   for (const Record& r : a_.records) {
+    if (r.op == &kCustomOp)
+      throw AutodiffError(std::string("[jvp] forward mode through ") + a_.customs[static_cast<size_t>(r.attrs)].node->name() +
+                          " is not supported yet; use reverse mode (grad, vjp)");
     bool any = false;
     for (int i = 0; i < r.n_inputs; ++i) {
       int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
@@ -293,7 +330,13 @@ RecordingScope::~RecordingScope() { g_record_state = previous_; }
 PauseRecording::PauseRecording() : previous_(g_record_state) { g_record_state = {}; }
 PauseRecording::~PauseRecording() { g_record_state = previous_; }
 
-std::unique_ptr<TapeImpl> new_tape() { return std::make_unique<TapeImpl>(next_serial()); }
+uint32_t new_serial() {
+  static std::atomic<uint32_t> serial{0};
+  uint32_t s = serial.fetch_add(1, std::memory_order_relaxed) + 1;
+  return s == 0 ? serial.fetch_add(1, std::memory_order_relaxed) + 1 : s;
+}
+
+std::unique_ptr<TapeImpl> new_tape() { return std::make_unique<TapeImpl>(new_serial()); }
 
 }  // namespace tenax::detail
 

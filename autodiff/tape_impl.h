@@ -26,6 +26,16 @@ struct VarInfo {
   int32_t record;  ///< creating record, -1 for watched inputs
 };
 
+/// A recorded multi-output node: its outputs are the consecutive variables first_out...
+struct CustomEntry {
+  std::shared_ptr<CustomNode> node;
+  int32_t first_out;
+  int32_t n_out;
+};
+
+/// The op every custom record points to (its `attrs` field indexes TapeArrays::customs).
+extern const OpDef kCustomOp;
+
 /// The tape's flat arrays. A finished tape of up to 65 536 records hands them (emptied, capacity
 /// kept) to the next tape of its thread, so repeated recordings (an optimiser loop) do not regrow
 /// or page-fault them.
@@ -37,6 +47,7 @@ struct TapeArrays {
   std::vector<Axes> axes;
   std::vector<Attrs> attrs;
   std::vector<Tensor> adjoints;
+  std::vector<CustomEntry> customs;
   void clear();
 };
 
@@ -48,6 +59,8 @@ class TapeImpl final : public Recorder {
   TapeImpl& operator=(const TapeImpl&) = delete;
 
   void record(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) override;
+  void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& outputs) override;
   Tensor watch(const Tensor& t);
   std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent);
   Tensor forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -69,6 +82,7 @@ class TapeImpl final : public Recorder {
  private:
   int32_t new_var(const Tensor& t, int32_t record);
   int32_t var_of(const Tensor& t, const char* what) const;
+  void run_custom(const Record& r);
 
   uint32_t serial_;
   bool keep_all_ = false;

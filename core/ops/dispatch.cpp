@@ -58,9 +58,10 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
   Tensor out = op.forward(inputs, attrs);
-  if (g_record_state.recorder && op.vjp) {
+  if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
+    const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
     for (int i = 0; i < n; ++i) {
-      if (!(op.nondiff & (1u << i)) && is_tracked(inputs[i])) {
+      if (!(skip & (1u << i)) && is_tracked(inputs[i])) {
         g_record_state.recorder->record(op, inputs, attrs, out);
         break;
       }
@@ -119,12 +120,17 @@ void accumulate(const Tensor& out, const Tensor& v) {
   need(k.acc[float_index(out.dtype(), "accumulate")], "accumulate", out.device())(loop_dims(v.axes()), args);
 }
 
+void copy_into(const Tensor& dst, const Tensor& src) {
+  const Axes& ax = dst.axes();
+  LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};
+  const DType t = dst.dtype();
+  int idx = t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3;
+  need(kernels(dst.device()).copy[idx], "copy", dst.device())(loop_dims(ax), args);
+}
+
 Tensor copy_of(const Tensor& t) {
   Tensor out = empty(t.axes(), t.dtype(), t.device());
-  const KernelTable& k = kernels(t.device());
-  LoopArg args[2] = {loop_arg(out, t.axes()), loop_arg(t, t.axes())};
-  int idx = t.dtype() == DType::f64 ? 0 : t.dtype() == DType::f32 ? 1 : t.dtype() == DType::i64 ? 2 : 3;
-  need(k.copy[idx], "copy", t.device())(loop_dims(t.axes()), args);
+  copy_into(out, t);
   return out;
 }
 

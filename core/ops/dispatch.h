@@ -1,6 +1,9 @@
 #pragma once
 // Library-internal: applying an op (device check, forward, recording) and the helpers op
 // definitions share (kernel lookup, loop arguments over named axes, output allocation).
+#include <memory>
+#include <vector>
+
 #include "tenax/backends/kernels.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/ops/op.h"
@@ -9,18 +12,39 @@ namespace tenax::detail {
 
 static_assert(kMaxLoopRank == kMaxRank);
 
+/// A node with several outputs recorded by a control-flow op (scan): its reverse rule sees the
+/// cotangents of all outputs at once.
+class CustomNode {
+ public:
+  virtual ~CustomNode() = default;
+  [[nodiscard]] virtual const char* name() const = 0;
+  /// cotangents[k]: of output k, undefined when zero. adjoints[i]: the adjoint of input i to
+  /// accumulate into in place, undefined when input i needs no gradient.
+  virtual void vjp(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) = 0;
+  /// Bytes the node keeps for its reverse pass (counted in the tape's residual bytes).
+  [[nodiscard]] virtual int64_t residual_bytes() const = 0;
+};
+
 /// The interface the tape implements; core calls it when an op has a tracked input.
 class Recorder {
  public:
   virtual ~Recorder() = default;
   /// Appends the op call; sets `out`'s variable.
   virtual void record(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) = 0;
+  /// Appends a multi-output node; sets the outputs' variables.
+  virtual void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
+                             std::vector<Tensor>& outputs) = 0;
 };
 
-/// The recorder of this thread and the serial of its session (tapes are per thread).
+/// The recorder of this thread and the serial of its session (tapes are per thread). While a scan
+/// body is traced, `trace` is set (every op with a tracked input is recorded, differentiable or
+/// not) and `outer` holds the serial of the tape the scan itself records on, so tensors that tape
+/// tracks (parameters the body closes over) count as tracked too.
 struct RecordState {
   Recorder* recorder = nullptr;
   uint32_t serial = 0;
+  uint32_t outer = 0;
+  bool trace = false;
 };
 inline thread_local RecordState g_record_state;
 
@@ -42,7 +66,9 @@ class MappedScope {
 
 /// True when `t` is a variable of the session now recording on this thread.
 inline bool is_tracked(const Tensor& t) {
-  return t.var() >= 0 && g_record_state.recorder && t.tape_serial() == g_record_state.serial;
+  if (t.var() < 0 || !g_record_state.recorder) return false;
+  const uint32_t s = t.tape_serial();
+  return s == g_record_state.serial || (s == g_record_state.outer && s != 0);
 }
 
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
@@ -88,6 +114,8 @@ inline LoopArg no_arg() { return {}; }
 void accumulate(const Tensor& out, const Tensor& v);
 /// A new contiguous tensor with the same values and axis order.
 Tensor copy_of(const Tensor& t);
+/// dst = src elementwise over dst's axes (src lacking one of them is broadcast along it); same dtype.
+void copy_into(const Tensor& dst, const Tensor& src);
 /// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).
 void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out);
 

@@ -8,13 +8,6 @@
 namespace tenax::detail {
 namespace {
 
-// Loops over dst's axes, so a src lacking a (mapped) axis is broadcast along it.
-void copy_into(const Tensor& dst, const Tensor& src) {
-  const Axes& ax = dst.axes();
-  LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};
-  kernels(dst.device()).copy[float_index(dst.dtype(), "copy")](loop_dims(ax), args);
-}
-
 void check_inputs(const char* op, Inputs in) {
   if (in.n < 1) throw Error(std::string("[") + op + "] needs at least one tensor");
   check_float_operands(op, in);

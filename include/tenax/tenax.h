@@ -2,6 +2,7 @@
 // Tenax: named-axis tensors with tape-based differentiation. The one header users include.
 #include "tenax/autodiff/grad.h"
 #include "tenax/autodiff/nmap.h"
+#include "tenax/autodiff/scan.h"
 #include "tenax/autodiff/tape.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/device.h"

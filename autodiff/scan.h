@@ -1,0 +1,44 @@
+#pragma once
+// scan: a loop over a named axis whose body is traced once into a plan and replayed per step;
+// differentiable in reverse mode with parameters' adjoints accumulated into one buffer each.
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+/// A scan body: (carry, x_t) -> (new carry, y_t). Carries keep their axes, sizes and dtype from
+/// step to step. The body runs twice while it is traced (steps 0 and 1) and never again: it must
+/// compute with tenax ops only (branch with where(), not with C++ `if` on values) and run the same
+/// ops every step; tensors it closes over are read, never copied per step.
+using ScanBody = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
+    const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;
+
+struct ScanOptions {
+  /// Walk the axis from its last index to its first (ys are still indexed by position).
+  bool reverse = false;
+  /// Reverse mode stores the carry every k steps and recomputes the steps in between:
+  /// memory O(T/k + k) carries, one extra forward pass at most. 1 stores every carry.
+  int64_t checkpoint_every = 1;
+  /// When > 0, reverse mode keeps at most this many bytes of stored carries and picks the
+  /// schedule itself: every carry when they fit, else recursive bisection (binomial
+  /// checkpointing, O(T log T) recomputation) with at most budget / carry-bytes snapshots. A budget
+  /// below (log2 T + 1) carries is a MemoryError. Overrides checkpoint_every.
+  int64_t memory_budget = 0;
+  /// Number of steps when `xs` is empty (otherwise the size of `over`, and must agree).
+  int64_t length = -1;
+};
+
+struct ScanResult {
+  std::vector<Tensor> carry;  ///< the final carry
+  std::vector<Tensor> ys;     ///< the per-step outputs stacked along `over` (outermost axis)
+};
+
+/// Runs body over the axis `over` of every tensor of `xs` (through strided views: any axis,
+/// no transpose), starting from `init`.
+ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
+                const ScanOptions& options = {});
+
+}  // namespace tenax

@@ -1,0 +1,234 @@
+// Tracing a scan body into a plan and replaying it: forwards op by op from the plan's variables,
+// backwards through each op's VJP rule with adjoints allocated lazily per step (parameters
+// accumulate into one buffer across all steps; views alias their parent's adjoint).
+#include "tenax/autodiff/scan_plan.h"
+
+#include <unordered_map>
+
+#include "tenax/autodiff/recording.h"
+
+namespace tenax::detail {
+
+/// Records the body's op calls into a plan while it is traced.
+class PlanRecorder final : public Recorder {
+ public:
+  PlanRecorder(ScanPlan& plan, uint32_t serial, uint32_t outer) : plan_(plan), serial_(serial), outer_(outer) {}
+
+  int32_t new_var(VarKind kind, int32_t index, const Tensor& t) {
+    plan_.vars_.push_back({kind, index, t.axes(), t.dtype()});
+    return static_cast<int32_t>(plan_.vars_.size() - 1);
+  }
+
+  Tensor watch(const Tensor& t, VarKind kind, int32_t index) {
+    Tensor w = t;
+    TensorAccess::set_var(w, new_var(kind, index, t), serial_);
+    return w;
+  }
+
+  PlanRef ref_of(const Tensor& t) {
+    if (t.var() >= 0 && t.tape_serial() == serial_) return {t.var(), -1};
+    if (t.var() >= 0 && outer_ != 0 && t.tape_serial() == outer_) {
+      auto it = params_.find(t.var());
+      if (it != params_.end()) return {it->second, -1};
+      const int32_t v = new_var(VarKind::param, static_cast<int32_t>(plan_.params_.size()), t);
+      plan_.params_.push_back(t);
+      plan_.param_vars_.push_back(v);
+      params_.emplace(t.var(), v);
+      return {v, -1};
+    }
+    plan_.consts_.push_back(t);
+    return {-1, static_cast<int32_t>(plan_.consts_.size() - 1)};
+  }
+
+  void record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) override {
+    PlanOp p{&op, static_cast<int32_t>(plan_.attrs_.size()), static_cast<int32_t>(plan_.inputs_.size()), in.n, -1};
+    plan_.attrs_.push_back(attrs);
+    for (int i = 0; i < in.n; ++i) plan_.inputs_.push_back(ref_of(in[i]));
+    p.out = new_var(VarKind::op, static_cast<int32_t>(plan_.ops_.size()), out);
+    TensorAccess::set_var(out, p.out, serial_);
+    plan_.ops_.push_back(p);
+  }
+
+  void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>&, std::vector<Tensor>&) override {
+    throw Error(std::string("[scan] ") + node->name() +
+                " inside a scan body is not supported yet; run it outside the body or restructure the loop");
+  }
+
+ private:
+  ScanPlan& plan_;
+  uint32_t serial_, outer_;
+  std::unordered_map<int32_t, int32_t> params_;  // outer variable -> plan variable
+};
+
+namespace {
+
+// Makes `rec` the recorder of this thread in trace mode for the guard's lifetime.
+class TraceScope {
+ public:
+  TraceScope(Recorder* rec, uint32_t serial, uint32_t outer) : previous_(g_record_state) {
+    g_record_state = {rec, serial, outer, true};
+  }
+  ~TraceScope() { g_record_state = previous_; }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  RecordState previous_;
+};
+
+Tensor untracked(Tensor t) {
+  TensorAccess::set_var(t, -1, 0);
+  return t;
+}
+
+}  // namespace
+
+std::shared_ptr<ScanPlan> ScanPlan::trace(const ScanStepFn& body, const std::vector<Tensor>& carry,
+                                          const std::vector<Tensor>& x, uint32_t outer,
+                                          std::vector<Tensor>& carry_out, std::vector<Tensor>& y_out) {
+  auto plan = std::make_shared<ScanPlan>();
+  const uint32_t serial = new_serial();
+  PlanRecorder rec(*plan, serial, outer);
+  plan->n_carry_ = static_cast<int>(carry.size());
+  plan->n_x_ = static_cast<int>(x.size());
+  std::vector<Tensor> c, xs;
+  for (size_t k = 0; k < carry.size(); ++k) c.push_back(rec.watch(carry[k], VarKind::carry, static_cast<int32_t>(k)));
+  for (size_t k = 0; k < x.size(); ++k) xs.push_back(rec.watch(x[k], VarKind::x, static_cast<int32_t>(k)));
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> res;
+  {
+    TraceScope scope(&rec, serial, outer);
+    res = body(c, xs);
+    for (size_t k = 0; k < res.first.size(); ++k) {
+      if (!res.first[k].defined()) throw Error("[scan] carry " + std::to_string(k) + " returned by the body is undefined");
+      plan->carry_out_.push_back(rec.ref_of(res.first[k]));
+    }
+    for (size_t k = 0; k < res.second.size(); ++k) {
+      if (!res.second[k].defined()) throw Error("[scan] output " + std::to_string(k) + " returned by the body is undefined");
+      plan->y_out_.push_back(rec.ref_of(res.second[k]));
+    }
+  }
+  carry_out.clear();
+  y_out.clear();
+  for (const Tensor& t : res.first) carry_out.push_back(t.tape_serial() == serial ? untracked(t) : t);
+  for (const Tensor& t : res.second) y_out.push_back(t.tape_serial() == serial ? untracked(t) : t);
+  return plan;
+}
+
+std::string ScanPlan::difference(const ScanPlan& o) const {
+  const size_t n = std::min(ops_.size(), o.ops_.size());
+  for (size_t k = 0; k < n; ++k) {
+    const PlanOp &a = ops_[k], &b = o.ops_[k];
+    if (a.op != b.op)
+      return "op " + std::to_string(k) + " is '" + b.op->name + "' where it was '" + a.op->name + "'";
+    bool same = a.n_inputs == b.n_inputs && vars_[static_cast<size_t>(a.out)].axes == o.vars_[static_cast<size_t>(b.out)].axes;
+    for (int i = 0; same && i < a.n_inputs; ++i)
+      same = inputs_[static_cast<size_t>(a.first_input + i)].var == o.inputs_[static_cast<size_t>(b.first_input + i)].var;
+    if (!same) return "op " + std::to_string(k) + " '" + a.op->name + "' reads different inputs or makes a different shape";
+  }
+  if (ops_.size() != o.ops_.size())
+    return std::to_string(o.ops_.size()) + " op calls where there were " + std::to_string(ops_.size());
+  if (params_.size() != o.params_.size()) return "it closes over different tracked tensors";
+  for (size_t k = 0; k < carry_out_.size(); ++k)
+    if (carry_out_[k].var != o.carry_out_[k].var) return "carry " + std::to_string(k) + " comes from a different value";
+  for (size_t k = 0; k < y_out_.size(); ++k)
+    if (y_out_[k].var != o.y_out_[k].var) return "output " + std::to_string(k) + " comes from a different value";
+  return {};
+}
+
+void ScanPlan::forward(std::vector<Tensor>& values) const {
+  const Tensor* args[16];
+  std::vector<const Tensor*> many;
+  for (const PlanOp& p : ops_) {
+    const Tensor** a = args;
+    if (p.n_inputs > 16) {
+      many.resize(static_cast<size_t>(p.n_inputs));
+      a = many.data();
+    }
+    for (int i = 0; i < p.n_inputs; ++i) a[i] = &value(values, inputs_[static_cast<size_t>(p.first_input + i)]);
+    values[static_cast<size_t>(p.out)] = p.op->forward(Inputs{a, p.n_inputs}, attrs_[static_cast<size_t>(p.attrs)]);
+  }
+}
+
+std::vector<char> ScanPlan::needs_grad(const std::vector<char>& x_needs) const {
+  std::vector<char> needs(vars_.size(), 0);
+  for (size_t v = 0; v < vars_.size(); ++v) {
+    const PlanVar& pv = vars_[v];
+    if (pv.kind == VarKind::carry || pv.kind == VarKind::param) needs[v] = is_floating(pv.dtype);
+    else if (pv.kind == VarKind::x) needs[v] = x_needs[static_cast<size_t>(pv.index)];
+  }
+  for (const PlanOp& p : ops_) {
+    if (!p.op->vjp) continue;
+    for (int i = 0; i < p.n_inputs; ++i) {
+      const int32_t v = inputs_[static_cast<size_t>(p.first_input + i)].var;
+      if (v >= 0 && needs[static_cast<size_t>(v)] && !(i < 31 && (p.op->nondiff & (1u << i)))) needs[static_cast<size_t>(p.out)] = 1;
+    }
+  }
+  return needs;
+}
+
+Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v) const {
+  Tensor& a = adjoints[static_cast<size_t>(v)];
+  if (a.defined()) return a;
+  const PlanVar& pv = vars_[static_cast<size_t>(v)];
+  if (pv.kind == VarKind::op) {
+    const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
+    const int32_t parent = p.op->view ? inputs_[static_cast<size_t>(p.first_input)].var : -1;
+    if (parent >= 0) {
+      Tensor pa = adjoint(values, adjoints, parent);
+      const Tensor* in = &pa;
+      Tensor view = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
+      adjoints[static_cast<size_t>(v)] = view;
+      return adjoints[static_cast<size_t>(v)];
+    }
+  }
+  a = zeros(pv.axes, pv.dtype, values[static_cast<size_t>(v)].device());
+  return a;
+}
+
+namespace {
+
+class PlanVjpContext final : public VjpContext {
+ public:
+  PlanVjpContext(const ScanPlan& plan, const PlanOp& p, const PlanRef* in, const Attrs& attrs,
+                 const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs)
+      : plan_(plan), p_(p), in_(in), attrs_(attrs), values_(values), adjoints_(adjoints), needs_(needs) {}
+
+  const Tensor& cotangent() const override { return adjoints_[static_cast<size_t>(p_.out)]; }
+  const Tensor& input(int i) const override { return plan_.value(values_, in_[i]); }
+  const Tensor& output() const override { return values_[static_cast<size_t>(p_.out)]; }
+  const Axes& input_axes(int i) const override { return input(i).axes(); }
+  int num_inputs() const override { return p_.n_inputs; }
+  bool needs_grad(int i) const override {
+    const int32_t v = in_[i].var;
+    return v >= 0 && needs_[static_cast<size_t>(v)] && !(i < 31 && (p_.op->nondiff & (1u << i)));
+  }
+  const Tensor& adjoint(int i) override {
+    if (!needs_grad(i)) throw AutodiffError(std::string("[") + p_.op->name + "] internal: input needs no gradient");
+    return plan_.adjoint(values_, adjoints_, in_[i].var);
+  }
+  const Attrs& attrs() const override { return attrs_; }
+
+ private:
+  const ScanPlan& plan_;
+  const PlanOp& p_;
+  const PlanRef* in_;
+  const Attrs& attrs_;
+  const std::vector<Tensor>& values_;
+  std::vector<Tensor>& adjoints_;
+  const std::vector<char>& needs_;
+};
+
+}  // namespace
+
+void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
+                        const std::vector<char>& needs) const {
+  for (size_t k = ops_.size(); k-- > 0;) {
+    const PlanOp& p = ops_[k];
+    if (!p.op->vjp || p.op->view || !adjoints[static_cast<size_t>(p.out)].defined()) continue;
+    PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)], attrs_[static_cast<size_t>(p.attrs)],
+                       values, adjoints, needs);
+    p.op->vjp(ctx);
+  }
+}
+
+}  // namespace tenax::detail

@@ -1,0 +1,96 @@
+#pragma once
+// Library-internal: a scan body traced once into a plan (the op calls, their wiring and the
+// constants they read) that is replayed per step, forwards and, for reverse mode, backwards.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax::detail {
+
+/// What a scan body computes from (carry, x_t): (new carry, y_t).
+using ScanStepFn = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
+    const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;
+
+/// Where a plan reads a value: a plan variable (var >= 0) or a constant captured at trace time.
+struct PlanRef {
+  int32_t var = -1;
+  int32_t konst = -1;
+};
+
+/// One op call of the body.
+struct PlanOp {
+  const OpDef* op;
+  int32_t attrs;        ///< into ScanPlan::attrs
+  int32_t first_input;  ///< into ScanPlan::inputs
+  int32_t n_inputs;
+  int32_t out;  ///< variable
+};
+
+/// The variables of a plan: carries first, then the per-step inputs, then closed-over parameters
+/// (tensors an enclosing tape tracks), then op outputs in order.
+enum class VarKind : uint8_t { carry, x, param, op };
+
+struct PlanVar {
+  VarKind kind;
+  int32_t index;  ///< carry / x / param number, or the creating op
+  Axes axes;
+  DType dtype;
+};
+
+/// The traced plan of one scan body. Immutable once traced; shared by the forward and reverse passes.
+class ScanPlan {
+ public:
+  /// Runs `body` once on (carry, x) recording its op calls. `outer` is the serial of the tape the
+  /// scan records on (0 if none): tensors it tracks become parameters. Returns the step's results.
+  static std::shared_ptr<ScanPlan> trace(const ScanStepFn& body, const std::vector<Tensor>& carry,
+                                         const std::vector<Tensor>& x, uint32_t outer,
+                                         std::vector<Tensor>& carry_out, std::vector<Tensor>& y_out);
+
+  /// Empty when both plans run the same op calls on the same wiring; else what differs.
+  [[nodiscard]] std::string difference(const ScanPlan& other) const;
+
+  /// One step forwards: values[var] for carries and x (and parameters) must be set; fills op outputs.
+  void forward(std::vector<Tensor>& values) const;
+  /// The value of a reference after forward().
+  [[nodiscard]] const Tensor& value(const std::vector<Tensor>& values, PlanRef r) const {
+    return r.var >= 0 ? values[static_cast<size_t>(r.var)] : consts_[static_cast<size_t>(r.konst)];
+  }
+
+  /// Which variables can carry a gradient given which per-step inputs do (x_needs[k]).
+  [[nodiscard]] std::vector<char> needs_grad(const std::vector<char>& x_needs) const;
+
+  /// One step backwards over the values of forward(). `adjoints` holds, on entry, the seeded
+  /// adjoints (and the parameters' accumulators, the x adjoints as views of the xs adjoint); other
+  /// entries undefined. Each VJP accumulates into its inputs' adjoints, allocated lazily.
+  void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
+                const std::vector<char>& needs) const;
+
+  /// The adjoint of variable v, allocated zeroed (or as a view of its parent's) on first use.
+  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v) const;
+
+  [[nodiscard]] int n_carry() const { return n_carry_; }
+  [[nodiscard]] int n_x() const { return n_x_; }
+  [[nodiscard]] const std::vector<Tensor>& params() const { return params_; }
+  [[nodiscard]] int32_t param_var(size_t k) const { return param_vars_[k]; }
+  [[nodiscard]] size_t n_vars() const { return vars_.size(); }
+  [[nodiscard]] const std::vector<PlanRef>& carry_out() const { return carry_out_; }
+  [[nodiscard]] const std::vector<PlanRef>& y_out() const { return y_out_; }
+  [[nodiscard]] const std::vector<PlanOp>& ops() const { return ops_; }
+
+ private:
+  friend class PlanRecorder;
+  int n_carry_ = 0, n_x_ = 0;
+  std::vector<PlanVar> vars_;
+  std::vector<PlanOp> ops_;
+  std::vector<PlanRef> inputs_;
+  std::vector<Attrs> attrs_;
+  std::vector<Tensor> consts_;
+  std::vector<Tensor> params_;        ///< the closed-over tracked tensors (their values are fixed)
+  std::vector<int32_t> param_vars_;   ///< their variables
+  std::vector<PlanRef> carry_out_, y_out_;
+};
+
+}  // namespace tenax::detail

@@ -1,0 +1,206 @@
+// scan: forward values against hand-written loops (any axis, reverse), gradients against the
+// unrolled loop on the tape and against finite differences under every checkpoint schedule,
+// parameter adjoints, and the errors a misused scan raises.
+#include <cmath>
+#include <vector>
+
+#include "op_check.h"
+
+namespace tenax {
+namespace {
+
+using testing::mismatch;
+
+// x_t = lam * x_{t-1} + u_t; y_t = x_t^2.
+ScanBody decay_body(const Tensor& lam) {
+  return [lam](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = lam * c[0] + x[0];
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{square(next)});
+  };
+}
+
+TEST(Scan, ScalarRecurrenceMatchesTheLoop) {
+  Tensor u = randn(Axes{{"t", 9}}, 1);
+  ScanResult r = scan(decay_body(scalar(0.7)), {scalar(0.5)}, {u}, "t");
+  std::vector<double> uv = u.to_vector();
+  double x = 0.5;
+  for (int t = 0; t < 9; ++t) {
+    x = 0.7 * x + uv[size_t(t)];
+    EXPECT_NEAR(r.ys[0].at({{"t", t}}), x * x, 1e-14);
+  }
+  EXPECT_NEAR(r.carry[0].item(), x, 1e-14);
+  EXPECT_EQ(r.ys[0].axes().describe(), "(t=9)");
+}
+
+TEST(Scan, RunsAlongAnInnerAxisWithoutTransposeAndInReverse) {
+  // xs (j=3, t=6): time is the inner axis; the carry is a vector over j.
+  Tensor u = randn(Axes{{"j", 3}, {"t", 6}}, 2);
+  Tensor lam = tensor({0.5, -0.4, 0.9}, "j");
+  for (bool rev : {false, true}) {
+    ScanOptions o;
+    o.reverse = rev;
+    ScanResult r = scan(decay_body(lam), {zeros(Axes{{"j", 3}})}, {u}, "t", o);
+    EXPECT_EQ(r.ys[0].axes().describe(), "(t=6, j=3)");
+    for (int j = 0; j < 3; ++j) {
+      double x = 0;
+      for (int s = 0; s < 6; ++s) {
+        const int t = rev ? 5 - s : s;
+        x = lam.at({{"j", j}}) * x + u.at({{"j", j}, {"t", t}});
+        EXPECT_NEAR(r.ys[0].at({{"t", s}, {"j", j}}), x * x, 1e-14) << "reverse=" << rev;
+      }
+    }
+  }
+}
+
+// A small RNN-like body with a matrix parameter, a bias, a comparison and a reduction.
+struct Rnn {
+  Tensor w, b;
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> operator()(const std::vector<Tensor>& c,
+                                                                const std::vector<Tensor>& x) const {
+    Tensor h = tanh(dot(w, rename(c[0], "h", "k"), {"k"}) + x[0] + b);
+    Tensor gated = where(greater(h, scalar(0.0)), h, h * 0.5);
+    return {{gated}, {sum(gated * gated)}};
+  }
+};
+
+std::vector<Tensor> rnn_inputs() {
+  return {randn(Axes{{"h", 3}, {"k", 3}}, 5) * 0.5, randn(Axes{{"h", 3}}, 6), randn(Axes{{"h", 3}}, 7),
+          randn(Axes{{"t", 11}, {"h", 3}}, 8)};
+}
+
+// loss(w, b, h0, xs) = sum of ys + sum of the final carry, by scan with the given options.
+Tensor rnn_loss_scan(const std::vector<Tensor>& a, const ScanOptions& o) {
+  ScanResult r = scan(Rnn{a[0], a[1]}, {a[2]}, {a[3]}, "t", o);
+  return sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]);
+}
+
+// The same loss unrolled op by op on the tape.
+Tensor rnn_loss_unrolled(const std::vector<Tensor>& a) {
+  Rnn f{a[0], a[1]};
+  std::vector<Tensor> c{a[2]};
+  Tensor total = scalar(0.0);
+  for (int t = 0; t < a[3].size("t"); ++t) {
+    auto [next, y] = f(c, {select(a[3], "t", t)});
+    total = total + y[0];
+    c = next;
+  }
+  return total + sum(c[0] * c[0]);
+}
+
+TEST(Scan, GradientMatchesTheUnrolledLoopUnderEveryCheckpointSchedule) {
+  std::vector<Tensor> args = rnn_inputs();
+  auto [value_ref, grad_ref] = value_and_grad(rnn_loss_unrolled, args);
+  std::vector<ScanOptions> schedules(5);
+  schedules[1].checkpoint_every = 3;
+  schedules[2].checkpoint_every = 11;
+  schedules[3].checkpoint_every = 50;
+  schedules[4].memory_budget = 5 * 3 * 8;  // five carries of 3 float64: binomial schedule
+  for (const ScanOptions& o : schedules) {
+    auto [value, g] = value_and_grad([&](const std::vector<Tensor>& a) { return rnn_loss_scan(a, o); }, args);
+    EXPECT_NEAR(value.item(), value_ref.item(), 1e-12);
+    for (size_t k = 0; k < g.size(); ++k)
+      EXPECT_LT(mismatch(g[k], grad_ref[k], 1e-11, 1e-12), 1.0)
+          << "argument " << k << " checkpoint_every=" << o.checkpoint_every << " budget=" << o.memory_budget;
+  }
+}
+
+TEST(Scan, GradientMatchesFiniteDifferences) {
+  std::vector<Tensor> args = rnn_inputs();
+  ScanOptions o;
+  o.reverse = true;
+  auto loss = [&](const std::vector<Tensor>& a) { return rnn_loss_scan(a, o); };
+  std::vector<Tensor> g = grad(loss, args);
+  for (size_t k = 0; k < args.size(); ++k) {
+    for (int64_t i = 0; i < args[k].numel(); i += 2) {
+      std::vector<Tensor> p = args, m = args;
+      p[k] = contiguous(args[k]);
+      m[k] = contiguous(args[k]);
+      const double h = 1e-6, x = testing::get_flat(args[k], i);
+      testing::set_flat(p[k], i, x + h);
+      testing::set_flat(m[k], i, x - h);
+      const double fd = (loss(p).item() - loss(m).item()) / (2 * h);
+      EXPECT_NEAR(testing::get_flat(g[k], i), fd, 1e-6 * (1 + std::abs(fd))) << "argument " << k << " element " << i;
+    }
+  }
+}
+
+TEST(Scan, StoresOnlyTheCarryPerStep) {
+  // The scalar recurrence stores one float64 carry per step: 8 bytes, nothing per op.
+  Tensor u0 = randn(Axes{{"t", 1000}}, 3);
+  Tape tape;
+  Tensor lam = tape.watch(scalar(0.9)), u = tape.watch(u0);
+  ScanResult r = scan(decay_body(lam), {scalar(0.0)}, {u}, "t");
+  EXPECT_EQ(tape.stats().residual_bytes, 1000 * 8);
+  std::vector<Tensor> g = tape.gradient(sum(r.ys[0]), {lam, u});
+  // Closed form check of d/du_t: sum_{s>=t} 2 x_s lam^(s-t).
+  std::vector<double> uv = u0.to_vector(), xs(1000);
+  double s = 0;
+  for (int t = 0; t < 1000; ++t) xs[size_t(t)] = s = 0.9 * s + uv[size_t(t)];
+  double adj = 0, dlam = 0;
+  for (int t = 999; t >= 0; --t) {
+    adj = 2 * xs[size_t(t)] + 0.9 * adj;
+    EXPECT_NEAR(g[1].at({{"t", t}}), adj, 1e-9 * (1 + std::abs(adj)));
+    if (t > 0) dlam += adj * xs[size_t(t - 1)];
+  }
+  EXPECT_NEAR(g[0].item(), dlam, 1e-9 * std::abs(dlam));
+}
+
+TEST(Scan, NmapInsideTheBodyAndConstantsAreNotCopied) {
+  Tensor u = randn(Axes{{"b", 4}, {"t", 5}}, 9);
+  Tensor w = tensor({1.5}, "one");
+  ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = nmap([&](const std::vector<Tensor>& a) { return sum(w) * a[0] + a[1]; }, {"b"}, {c[0], x[0]});
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{});
+  };
+  ScanResult r = scan(body, {zeros(Axes{{"b", 4}})}, {u}, "t");
+  for (int b = 0; b < 4; ++b) {
+    double x = 0;
+    for (int t = 0; t < 5; ++t) x = 1.5 * x + u.at({{"b", b}, {"t", t}});
+    EXPECT_NEAR(r.carry[0].at({{"b", b}}), x, 1e-13);
+  }
+}
+
+template <class E>
+void expect_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Scan, ErrorsSayWhatIsWrong) {
+  Tensor u = randn(Axes{{"t", 4}}, 1);
+  int calls = 0;
+  ScanBody changing = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor n = (calls++ == 0) ? c[0] + x[0] : c[0] * x[0];
+    return std::make_pair(std::vector<Tensor>{n}, std::vector<Tensor>{});
+  };
+  expect_error<Error>([&] { (void)scan(changing, {scalar(0.0)}, {u}, "t"); }, "different ops at step 1");
+  ScanBody grows = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    return std::make_pair(std::vector<Tensor>{c[0] + broadcast(x[0], Axes{{"k", 2}})}, std::vector<Tensor>{});
+  };
+  expect_error<ShapeError>([&] { (void)scan(grows, {scalar(0.0)}, {u}, "t"); }, "carry 0 changes from ()");
+  expect_error<AxisError>([&] { (void)scan(decay_body(scalar(1.0)), {scalar(0.0)}, {u}, "s"); }, "has no axis 's'");
+  expect_error<ShapeError>(
+      [&] { (void)scan(decay_body(scalar(1.0)), {scalar(0.0)}, {u, randn(Axes{{"t", 5}}, 2)}, "t"); }, "has 5 steps");
+  expect_error<Error>([&] { (void)scan(decay_body(scalar(1.0)), {scalar(0.0)}, {}, "t"); }, "options.length");
+  ScanOptions tight;
+  tight.memory_budget = 16;
+  expect_error<MemoryError>(
+      [&] {
+        Tape tape;
+        Tensor lam = tape.watch(scalar(0.5));
+        (void)scan(decay_body(lam), {scalar(0.0)}, {randn(Axes{{"t", 1000}}, 1)}, "t", tight);
+      },
+      "need at least 11");
+  ScanBody nested = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    ScanResult inner = scan(decay_body(scalar(1.0)), {c[0]}, {broadcast(x[0], Axes{{"s", 2}})}, "s");
+    return std::make_pair(inner.carry, std::vector<Tensor>{});
+  };
+  expect_error<Error>([&] { (void)scan(nested, {scalar(0.0)}, {u}, "t"); }, "scan inside a scan body");
+}
+
+}  // namespace
+}  // namespace tenax
