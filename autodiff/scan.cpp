@@ -17,6 +17,22 @@ const Name kCheckpointAxis("__scan_checkpoint");
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
+// The slices of a tensor along `over`, as one view handle moved from step to step (no view is
+// built per step).
+class Slices {
+ public:
+  Slices() = default;
+  Slices(const Tensor& t, Name over) : view_(select(t, over, 0)), base_(view_.offset()), stride_(t.stride(over)) {}
+  const Tensor& at(int64_t i) {
+    detail::TensorAccess::offset(view_) = base_ + i * stride_;
+    return view_;
+  }
+
+ private:
+  Tensor view_;
+  int64_t base_ = 0, stride_ = 0;
+};
+
 // Everything one scan call needs again in its reverse pass.
 struct ScanRun final : detail::CustomNode {
   std::shared_ptr<ScanPlan> plan;
@@ -34,43 +50,42 @@ struct ScanRun final : detail::CustomNode {
     return b;
   }
 
+  std::vector<Slices> x_slices;
+
   [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
 
   // values for step s from its incoming carry.
-  void bind(std::vector<Tensor>& values, const std::vector<Tensor>& carry, int64_t s) const {
+  void bind(std::vector<Tensor>& values, const std::vector<Tensor>& carry, int64_t s) {
     const size_t nc = carry.size();
     for (size_t k = 0; k < nc; ++k) values[k] = carry[k];
-    for (size_t k = 0; k < xs.size(); ++k) values[nc + k] = select(xs[k], over, index(s));
+    for (size_t k = 0; k < x_slices.size(); ++k) values[nc + k] = x_slices[k].at(index(s));
     for (size_t p = 0; p < plan->params().size(); ++p) values[static_cast<size_t>(plan->param_var(p))] = plan->params()[p];
   }
 
-  std::vector<Tensor> carry_of(const std::vector<Tensor>& values) const {
-    std::vector<Tensor> c;
-    for (const detail::PlanRef& r : plan->carry_out()) c.push_back(plan->value(values, r));
-    return c;
-  }
-
-  // The carry after step s.
-  std::vector<Tensor> advance(std::vector<Tensor>& values, const std::vector<Tensor>& carry, int64_t s) const {
+  // Replaces `carry` (the carry into step s) by the carry after it.
+  void advance(std::vector<Tensor>& values, std::vector<Tensor>& carry, int64_t s) {
     bind(values, carry, s);
     plan->forward(values);
-    return carry_of(values);
+    for (size_t k = 0; k < carry.size(); ++k) carry[k] = plan->value(values, plan->carry_out()[k]);
   }
 
   // Reverse pass state.
   std::vector<Tensor> carry_bar, ys_bar, xs_adj, param_adj;
+  std::vector<Slices> xs_adj_slices, ys_bar_slices;
   std::vector<char> needs;
 
   void backward_step(std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<Tensor>& carry,
                      int64_t s) {
     bind(values, carry, s);
     plan->forward(values);
-    adjoints.assign(plan->n_vars(), Tensor());
+    adjoints.resize(plan->n_vars());
+    for (Tensor& a : adjoints)
+      if (a.defined()) a = Tensor();
     for (size_t p = 0; p < param_adj.size(); ++p)
       if (param_adj[p].defined()) adjoints[static_cast<size_t>(plan->param_var(p))] = param_adj[p];
     const size_t nc = init.size();
     for (size_t k = 0; k < xs_adj.size(); ++k)
-      if (xs_adj[k].defined()) adjoints[nc + k] = select(xs_adj[k], over, index(s));
+      if (xs_adj[k].defined()) adjoints[nc + k] = xs_adj_slices[k].at(index(s));
     for (size_t k = 0; k < nc; ++k) {
       const int32_t v = plan->carry_out()[k].var;
       if (carry_bar[k].defined() && v >= 0 && needs[static_cast<size_t>(v)])
@@ -79,7 +94,7 @@ struct ScanRun final : detail::CustomNode {
     for (size_t k = 0; k < ys_bar.size(); ++k) {
       const int32_t v = plan->y_out()[k].var;
       if (ys_bar[k].defined() && v >= 0 && needs[static_cast<size_t>(v)])
-        detail::accumulate(plan->adjoint(values, adjoints, v), select(ys_bar[k], over, s));
+        detail::accumulate(plan->adjoint(values, adjoints, v), ys_bar_slices[k].at(s));
     }
     plan->backward(values, adjoints, needs);
     for (size_t k = 0; k < nc; ++k) carry_bar[k] = adjoints[k];
@@ -94,7 +109,7 @@ struct ScanRun final : detail::CustomNode {
     }
     const int64_t m = a + (b - a) / 2;
     std::vector<Tensor> c = carry_a;
-    for (int64_t s = a; s < m; ++s) c = advance(values, c, s);
+    for (int64_t s = a; s < m; ++s) advance(values, c, s);
     reverse_range(values, adjoints, c, m, b, slots - 1);
     reverse_range(values, adjoints, carry_a, a, m, slots);
   }
@@ -107,7 +122,14 @@ struct ScanRun final : detail::CustomNode {
     xs_adj.assign(adj.begin() + static_cast<std::ptrdiff_t>(nc), adj.begin() + static_cast<std::ptrdiff_t>(nc + nx));
     param_adj.assign(adj.begin() + static_cast<std::ptrdiff_t>(nc + nx), adj.end());
     std::vector<char> x_needs(nx);
-    for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
+    xs_adj_slices.assign(nx, Slices());
+    ys_bar_slices.assign(ys_bar.size(), Slices());
+    for (size_t k = 0; k < nx; ++k) {
+      x_needs[k] = xs_adj[k].defined();
+      if (x_needs[k]) xs_adj_slices[k] = Slices(xs_adj[k], over);
+    }
+    for (size_t k = 0; k < ys_bar.size(); ++k)
+      if (ys_bar[k].defined()) ys_bar_slices[k] = Slices(ys_bar[k], over);
     needs = plan->needs_grad(x_needs);
     std::vector<Tensor> values(plan->n_vars()), adjoints;
     if (snapshot_slots >= 0) {
@@ -119,7 +141,10 @@ struct ScanRun final : detail::CustomNode {
         const int64_t e = std::min(c + k, steps);
         segment.assign(1, {});
         for (size_t j = 0; j < nc; ++j) segment[0].push_back(select(checkpoints[j], kCheckpointAxis, c / k));
-        for (int64_t s = c; s + 1 < e; ++s) segment.push_back(advance(values, segment.back(), s));
+        for (int64_t s = c; s + 1 < e; ++s) {
+          segment.push_back(segment.back());
+          advance(values, segment.back(), s);
+        }
         for (int64_t s = e - 1; s >= c; --s) backward_step(values, adjoints, segment[static_cast<size_t>(s - c)], s);
       }
     }
@@ -191,17 +216,19 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
     return x;
   };
+  std::vector<Slices> y_slices;
   auto store_y = [&](const std::vector<Tensor>& yt, int64_t s) {
     if (s == 0)
       for (const Tensor& t : yt) {
         Axes ax{{over, steps}};
         for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
         ys.push_back(empty(ax, t.dtype(), t.device()));
+        y_slices.emplace_back(ys.back(), over);
       }
     if (yt.size() != ys.size())
       throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " + std::to_string(s) +
                        " but " + std::to_string(ys.size()) + " at step 0");
-    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, s), yt[k]);
+    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(y_slices[k].at(s), yt[k]);
   };
 
   // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
@@ -234,10 +261,11 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       }
     }
   }
+  std::vector<Slices> ck_slices;
+  for (const Tensor& t : run->checkpoints) ck_slices.emplace_back(t, kCheckpointAxis);
   auto checkpoint = [&](const std::vector<Tensor>& c, int64_t s) {
     if (!record || run->snapshot_slots >= 0 || s % run->opt.checkpoint_every != 0) return;
-    for (size_t k = 0; k < c.size(); ++k)
-      detail::copy_into(select(run->checkpoints[k], kCheckpointAxis, s / run->opt.checkpoint_every), c[k]);
+    for (size_t k = 0; k < c.size(); ++k) detail::copy_into(ck_slices[k].at(s / run->opt.checkpoint_every), c[k]);
   };
 
   {
@@ -258,12 +286,12 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       carry = next;
     }
     values.resize(run->plan->n_vars());
+    for (const Tensor& t : xs) run->x_slices.emplace_back(t, over);
+    const std::vector<detail::PlanRef>& y_out = run->plan->y_out();
     for (int64_t s = 2; s < steps; ++s) {
       checkpoint(carry, s);
-      carry = run->advance(values, carry, s);
-      std::vector<Tensor> yt;
-      for (const detail::PlanRef& r : run->plan->y_out()) yt.push_back(run->plan->value(values, r));
-      store_y(yt, s);
+      run->advance(values, carry, s);
+      for (size_t k = 0; k < y_out.size(); ++k) detail::copy_into(y_slices[k].at(s), run->plan->value(values, y_out[k]));
     }
   }
 

@@ -64,6 +64,44 @@ void BM_Recurrence_LinearRecurrence(benchmark::State& state) {
 }
 BENCHMARK(BM_Recurrence_LinearRecurrence)->Unit(benchmark::kMicrosecond);
 
+// Tenax: the same recurrence as a scan whose body is one multiply-add; loss on the stacked ys.
+void BM_Recurrence_Scan(benchmark::State& state) {
+  Tensor u0 = tensor(inputs(), Axes{{"t", kSteps}});
+  Tensor lambda0 = scalar(0.9);
+  for (auto _ : state) {
+    Tape tape;
+    Tensor lambda = tape.watch(lambda0), u = tape.watch(u0);
+    ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor next = lambda * c[0] + x[0];
+      return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
+    };
+    ScanResult r = scan(body, {scalar(0.0)}, {u}, "t");
+    Tensor loss = sum(square(r.ys[0]));
+    auto g = tape.gradient(loss, {lambda, u});
+    benchmark::DoNotOptimize(g[1].data_ptr());
+    state.counters["tape_bytes_per_step"] = double(tape.bytes()) / double(kSteps);
+    state.counters["residual_bytes_per_step"] = double(tape.stats().residual_bytes) / double(kSteps);
+  }
+  per_step(state);
+}
+BENCHMARK(BM_Recurrence_Scan)->Unit(benchmark::kMillisecond);
+
+// Forward only, for the split between the passes.
+void BM_Recurrence_ScanForward(benchmark::State& state) {
+  Tensor u = tensor(inputs(), Axes{{"t", kSteps}});
+  Tensor lambda = scalar(0.9);
+  ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = lambda * c[0] + x[0];
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
+  };
+  for (auto _ : state) {
+    ScanResult r = scan(body, {scalar(0.0)}, {u}, "t");
+    benchmark::DoNotOptimize(r.ys[0].data_ptr());
+  }
+  per_step(state);
+}
+BENCHMARK(BM_Recurrence_ScanForward)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();
