@@ -343,13 +343,17 @@ std::unique_ptr<TapeImpl> new_tape() { return std::make_unique<TapeImpl>(new_ser
 namespace tenax {
 
 Tape::Tape() : impl_(detail::new_tape()) {
-  previous_ = detail::g_record_state.recorder;
-  previous_serial_ = detail::g_record_state.serial;
+  const detail::RecordState& s = detail::g_record_state;
+  previous_ = s.recorder;
+  previous_serial_ = s.serial;
+  previous_outer_ = s.outer;
+  previous_trace_ = s.trace;
   detail::g_record_state = {impl_.get(), impl_->serial()};
 }
 
 Tape::~Tape() {
-  detail::g_record_state = {static_cast<detail::Recorder*>(previous_), previous_serial_};
+  detail::g_record_state = {static_cast<detail::Recorder*>(previous_), previous_serial_, previous_outer_,
+                            previous_trace_};
 }
 
 Tensor Tape::watch(const Tensor& t) { return impl_->watch(t); }

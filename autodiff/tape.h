@@ -54,6 +54,8 @@ class Tape {
   std::unique_ptr<detail::TapeImpl> impl_;
   void* previous_;
   uint32_t previous_serial_;
+  uint32_t previous_outer_;
+  bool previous_trace_;
 };
 
 }  // namespace tenax

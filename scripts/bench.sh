@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds and runs the benchmarks; JSON results go to build/bench/*.json (figures: bench/RESULTS.md).
+# Builds and runs the benchmarks; JSON results go to build/bench/<name>.json (figures: bench/RESULTS.md).
+# Pass a benchmark name (bench_core, bench_recurrence, bench_scan) to run only that one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DTENAX_BUILD_TESTS=OFF > /dev/null
-cmake --build build/bench --target bench_core -j"$(nproc)"
-./build/bench/bench/bench_core --benchmark_out=build/bench/bench_core.json --benchmark_out_format=json \
-  --benchmark_repetitions="${REPS:-3}" --benchmark_report_aggregates_only=true "$@"
+names=("${@:-bench_core bench_recurrence bench_scan}")
+for name in ${names[*]}; do
+  cmake --build build/bench --target "$name" -j"$(nproc)"
+  "./build/bench/bench/$name" --benchmark_out="build/bench/$name.json" --benchmark_out_format=json \
+    --benchmark_repetitions="${REPS:-3}" --benchmark_report_aggregates_only=true
+done

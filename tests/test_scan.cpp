@@ -178,6 +178,11 @@ TEST(Scan, ErrorsSayWhatIsWrong) {
     return std::make_pair(std::vector<Tensor>{n}, std::vector<Tensor>{});
   };
   expect_error<Error>([&] { (void)scan(changing, {scalar(0.0)}, {u}, "t"); }, "different ops at step 1");
+  ScanBody reads = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor n = c[0].item() > 0 ? c[0] + x[0] : c[0] - x[0];
+    return std::make_pair(std::vector<Tensor>{n}, std::vector<Tensor>{});
+  };
+  expect_error<Error>([&] { (void)scan(reads, {scalar(0.0)}, {u}, "t"); }, "[item] a scan body reads the value");
   ScanBody grows = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
     return std::make_pair(std::vector<Tensor>{c[0] + broadcast(x[0], Axes{{"k", 2}})}, std::vector<Tensor>{});
   };
