@@ -62,20 +62,17 @@ void recurrence_vjp(VjpContext& c) {
   r.off_g = og.data();
   r.step_g = step_of(g, over);
   r.g = g.data_ptr();
-  if (c.needs_grad(0)) {
-    const Tensor& da = c.adjoint(0);
-    batch_offsets(da, l.lanes, oda);
-    r.off_da = oda.data();
-    r.step_da = step_of(da, over);
-    r.da = da.data_ptr();
-  }
-  if (c.needs_grad(1)) {
-    const Tensor& db = c.adjoint(1);
-    batch_offsets(db, l.lanes, odb);
-    r.off_db = odb.data();
-    r.step_db = step_of(db, over);
-    r.db = db.data_ptr();
-  }
+  // Where input i's adjoint lanes start and how they step (left null when no gradient is wanted).
+  auto bind_adjoint = [&](int i, std::vector<int64_t>& off, const int64_t*& off_ptr, int64_t& step, void*& data) {
+    if (!c.needs_grad(i)) return;
+    const Tensor& adj = c.adjoint(i);
+    batch_offsets(adj, l.lanes, off);
+    off_ptr = off.data();
+    step = step_of(adj, over);
+    data = adj.data_ptr();
+  };
+  bind_adjoint(0, oda, r.off_da, r.step_da, r.da);
+  bind_adjoint(1, odb, r.off_db, r.step_db, r.db);
   kernels(x.device()).recurrence_vjp[float_index(x.dtype(), "linear_recurrence")](r);
 }
 
