@@ -1,6 +1,7 @@
 #pragma once
 // Tenax: named-axis tensors with tape-based differentiation. The one header users include.
 #include "tenax/autodiff/grad.h"
+#include "tenax/autodiff/map.h"
 #include "tenax/autodiff/nmap.h"
 #include "tenax/autodiff/scan.h"
 #include "tenax/autodiff/tape.h"

@@ -1,0 +1,175 @@
+// map: chunks along one axis run one after another (each through nmap), written into stacked
+// outputs; reverse mode is a tape node that recomputes each chunk on its own tape.
+#include "tenax/autodiff/map.h"
+
+#include <algorithm>
+
+#include "tenax/autodiff/recording.h"
+#include "tenax/autodiff/tape.h"
+#include "tenax/core/ops.h"
+
+namespace tenax {
+namespace {
+
+// Runs while a rematerialised chunk is computed: an op reading a tensor the enclosing tape tracks
+// means f closed over it, and its gradient would be lost.
+class ClosureGuard final : public detail::Recorder {
+ public:
+  void record(const OpDef& op, Inputs, const Attrs&, Tensor&) override {
+    throw Error(std::string("[map] f closes over a tensor the tape tracks (read by '") + op.name +
+                "'); pass it through map's args so its gradient is computed");
+  }
+  void record_custom(std::shared_ptr<detail::CustomNode> node, const std::vector<Tensor>&,
+                     std::vector<Tensor>&) override {
+    throw Error(std::string("[map] f closes over a tensor the tape tracks (read by '") + node->name() +
+                "'); pass it through map's args so its gradient is computed");
+  }
+};
+
+class GuardScope {
+ public:
+  GuardScope(detail::Recorder* r, uint32_t outer) : previous_(detail::g_record_state) {
+    detail::g_record_state = {r, outer, 0, false};
+  }
+  ~GuardScope() { detail::g_record_state = previous_; }
+  GuardScope(const GuardScope&) = delete;
+  GuardScope& operator=(const GuardScope&) = delete;
+
+ private:
+  detail::RecordState previous_;
+};
+
+std::vector<Tensor> chunk_args(const std::vector<Tensor>& args, Name over, int64_t s, int64_t e) {
+  std::vector<Tensor> c;
+  for (const Tensor& a : args) c.push_back(a.has_axis(over) ? slice(a, over, s, e) : a);
+  return c;
+}
+
+struct MapRun final : detail::CustomNode {
+  MultiFunction f;
+  Name over;
+  std::vector<Tensor> args;
+  int64_t steps = 0, batch = 0;
+
+  const char* name() const override { return "map"; }
+  int64_t residual_bytes() const override { return 0; }
+
+  void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
+    for (int64_t s = 0; s < steps; s += batch) {
+      const int64_t e = std::min(s + batch, steps);
+      Tape tape;
+      std::vector<Tensor> in = chunk_args(args, over, s, e), watched;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < in.size(); ++i)
+        if (adj[i].defined()) {
+          in[i] = tape.watch(in[i]);
+          watched.push_back(in[i]);
+          which.push_back(i);
+        }
+      std::vector<Tensor> outs = nmap(f, {over}, in);
+      Tensor loss = scalar(0.0);
+      for (size_t k = 0; k < outs.size(); ++k)
+        if (cot[k].defined()) loss = loss + sum(outs[k] * slice(cot[k], over, s, e));
+      std::vector<Tensor> g = tape.gradient(loss, watched);
+      detail::PauseRecording pause;
+      for (size_t j = 0; j < which.size(); ++j) {
+        const Tensor& a = adj[which[j]];
+        detail::accumulate(a.has_axis(over) ? slice(a, over, s, e) : a, g[j]);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Tensor>& args, const MapOptions& o) {
+  if (o.batch_size < 0) throw Error("[map] batch_size must be >= 0, got " + std::to_string(o.batch_size));
+  if (o.memory_budget < 0) throw Error("[map] memory_budget must be >= 0 bytes");
+  int64_t steps = -1;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (!args[k].defined()) throw Error("[map] argument " + std::to_string(k) + " is undefined");
+    if (!args[k].has_axis(over)) continue;
+    if (steps >= 0 && args[k].size(over) != steps)
+      throw ShapeError("[map] axis '" + over.str() + "' has size " + std::to_string(steps) + " in an earlier argument but " +
+                       std::to_string(args[k].size(over)) + " in argument " + std::to_string(k) + " " +
+                       args[k].axes().describe());
+    steps = args[k].size(over);
+  }
+  if (steps < 0) throw AxisError("[map] no argument has the mapped axis '" + over.str() + "'");
+  if (steps == 0) throw ShapeError("[map] the axis '" + over.str() + "' is empty");
+
+  detail::Recorder* outer = detail::g_record_state.recorder;
+  bool record = false;
+  for (const Tensor& a : args) record |= detail::is_tracked(a);
+  record &= outer != nullptr && !detail::g_record_state.trace;
+  const bool remat = record && o.rematerialize;
+  const uint32_t outer_serial = detail::g_record_state.serial;
+  ClosureGuard guard;
+
+  std::vector<Tensor> outs;
+  // Rematerialised chunks see the arguments as plain values (the node differentiates them later).
+  std::vector<Tensor> plain = args;
+  for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
+  auto run_chunk = [&](int64_t s, int64_t e) {
+    std::vector<Tensor> part;
+    if (remat) {
+      GuardScope scope(&guard, outer_serial);
+      part = nmap(f, {over}, chunk_args(plain, over, s, e));
+    } else {
+      part = nmap(f, {over}, chunk_args(args, over, s, e));
+    }
+    return part;
+  };
+
+  int64_t batch = o.batch_size > 0 ? o.batch_size : steps;
+  int64_t start = 0;
+  std::vector<std::vector<Tensor>> recorded;  // chunks kept on the tape when not rematerialising
+  auto store = [&](const std::vector<Tensor>& part, int64_t s, int64_t e) {
+    if (outs.empty())
+      for (const Tensor& p : part) {
+        Axes ax{{over, steps}};
+        for (int i = 0; i < p.rank(); ++i)
+          if (p.axes().name(i) != over) ax.push_back(p.axes()[i]);
+        outs.push_back(empty(ax, p.dtype(), p.device()));
+      }
+    for (size_t k = 0; k < part.size(); ++k) detail::copy_into(slice(outs[k], over, s, e), part[k]);
+  };
+  if (o.batch_size == 0 && o.memory_budget > 0) {
+    // Measure one slice: the bytes of its results (temporaries are not counted yet).
+    std::vector<Tensor> first = run_chunk(0, 1);
+    int64_t per_slice = 1;
+    for (const Tensor& t : first) per_slice += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
+    batch = std::max<int64_t>(1, o.memory_budget / per_slice);
+    if (record && !remat) recorded.push_back(first);
+    store(first, 0, 1);
+    start = 1;
+  }
+  for (int64_t s = start; s < steps; s += batch) {
+    const int64_t e = std::min(s + batch, steps);
+    std::vector<Tensor> part = run_chunk(s, e);
+    if (record && !remat) recorded.push_back(part);
+    store(part, s, e);
+  }
+  if (record && !remat) {
+    // Without rematerialisation the chunks stay on the tape; the result is their concatenation.
+    std::vector<Tensor> joined;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      std::vector<Tensor> pieces;
+      for (const auto& part : recorded) pieces.push_back(part[k]);
+      joined.push_back(pieces.size() == 1 ? pieces[0] : concat(pieces, over));
+    }
+    return joined;
+  }
+  if (remat) {
+    auto run = std::make_shared<MapRun>();
+    run->f = f;
+    run->over = over;
+    run->args = args;
+    run->steps = steps;
+    run->batch = batch;
+    outer->record_custom(run, args, outs);
+  }
+  return outs;
+}
+
+}  // namespace tenax
