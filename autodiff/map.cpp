@@ -106,25 +106,26 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   const uint32_t outer_serial = detail::g_record_state.serial;
   ClosureGuard guard;
 
-  std::vector<Tensor> outs;
   // Rematerialised chunks see the arguments as plain values (the node differentiates them later).
   std::vector<Tensor> plain = args;
-  for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
+  if (remat)
+    for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
   auto run_chunk = [&](int64_t s, int64_t e) {
-    std::vector<Tensor> part;
-    if (remat) {
-      GuardScope scope(&guard, outer_serial);
-      part = nmap(f, {over}, chunk_args(plain, over, s, e));
-    } else {
-      part = nmap(f, {over}, chunk_args(args, over, s, e));
-    }
-    return part;
+    if (!remat) return nmap(f, {over}, chunk_args(args, over, s, e));
+    GuardScope scope(&guard, outer_serial);
+    return nmap(f, {over}, chunk_args(plain, over, s, e));
   };
 
-  int64_t batch = o.batch_size > 0 ? o.batch_size : steps;
-  int64_t start = 0;
-  std::vector<std::vector<Tensor>> recorded;  // chunks kept on the tape when not rematerialising
-  auto store = [&](const std::vector<Tensor>& part, int64_t s, int64_t e) {
+  // Chunks recorded on the tape (no rematerialisation) are joined at the end; otherwise each is
+  // copied into the stacked outputs as it comes and dropped.
+  const bool keep_chunks = record && !remat;
+  std::vector<std::vector<Tensor>> recorded;
+  std::vector<Tensor> outs;
+  auto keep = [&](const std::vector<Tensor>& part, int64_t s, int64_t e) {
+    if (keep_chunks) {
+      recorded.push_back(part);
+      return;
+    }
     if (outs.empty())
       for (const Tensor& p : part) {
         Axes ax{{over, steps}};
@@ -134,26 +135,25 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
       }
     for (size_t k = 0; k < part.size(); ++k) detail::copy_into(slice(outs[k], over, s, e), part[k]);
   };
+
+  int64_t batch = o.batch_size > 0 ? o.batch_size : steps;
+  int64_t start = 0;
   if (o.batch_size == 0 && o.memory_budget > 0) {
     // Measure one slice: the bytes of its results (temporaries are not counted yet).
     std::vector<Tensor> first = run_chunk(0, 1);
     int64_t per_slice = 1;
     for (const Tensor& t : first) per_slice += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
     batch = std::max<int64_t>(1, o.memory_budget / per_slice);
-    if (record && !remat) recorded.push_back(first);
-    store(first, 0, 1);
+    keep(first, 0, 1);
     start = 1;
   }
   for (int64_t s = start; s < steps; s += batch) {
     const int64_t e = std::min(s + batch, steps);
-    std::vector<Tensor> part = run_chunk(s, e);
-    if (record && !remat) recorded.push_back(part);
-    store(part, s, e);
+    keep(run_chunk(s, e), s, e);
   }
-  if (record && !remat) {
-    // Without rematerialisation the chunks stay on the tape; the result is their concatenation.
+  if (keep_chunks) {
     std::vector<Tensor> joined;
-    for (size_t k = 0; k < outs.size(); ++k) {
+    for (size_t k = 0; k < recorded.front().size(); ++k) {
       std::vector<Tensor> pieces;
       for (const auto& part : recorded) pieces.push_back(part[k]);
       joined.push_back(pieces.size() == 1 ? pieces[0] : concat(pieces, over));

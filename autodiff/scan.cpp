@@ -54,12 +54,18 @@ struct ScanRun final : detail::CustomNode {
 
   [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
 
+  // A values array for replaying the plan, with the parameters (fixed for every step) bound.
+  [[nodiscard]] std::vector<Tensor> new_values() const {
+    std::vector<Tensor> values(plan->n_vars());
+    for (size_t p = 0; p < plan->params().size(); ++p) values[static_cast<size_t>(plan->param_var(p))] = plan->params()[p];
+    return values;
+  }
+
   // values for step s from its incoming carry.
   void bind(std::vector<Tensor>& values, const std::vector<Tensor>& carry, int64_t s) {
     const size_t nc = carry.size();
     for (size_t k = 0; k < nc; ++k) values[k] = carry[k];
     for (size_t k = 0; k < x_slices.size(); ++k) values[nc + k] = x_slices[k].at(index(s));
-    for (size_t p = 0; p < plan->params().size(); ++p) values[static_cast<size_t>(plan->param_var(p))] = plan->params()[p];
   }
 
   // Replaces `carry` (the carry into step s) by the carry after it.
@@ -131,7 +137,7 @@ struct ScanRun final : detail::CustomNode {
     for (size_t k = 0; k < ys_bar.size(); ++k)
       if (ys_bar[k].defined()) ys_bar_slices[k] = Slices(ys_bar[k], over);
     needs = plan->needs_grad(x_needs);
-    std::vector<Tensor> values(plan->n_vars()), adjoints;
+    std::vector<Tensor> values = new_values(), adjoints;
     if (snapshot_slots >= 0) {
       reverse_range(values, adjoints, init, 0, steps, snapshot_slots);
     } else {
@@ -285,7 +291,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       store_y(y, 1);
       carry = next;
     }
-    values.resize(run->plan->n_vars());
+    values = run->new_values();
     for (const Tensor& t : xs) run->x_slices.emplace_back(t, over);
     const std::vector<detail::PlanRef>& y_out = run->plan->y_out();
     for (int64_t s = 2; s < steps; ++s) {
