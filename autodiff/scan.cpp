@@ -6,6 +6,7 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/scan_plan.h"
+#include "tenax/autodiff/scan_program.h"
 #include "tenax/core/ops.h"
 
 namespace tenax {
@@ -36,6 +37,7 @@ class Slices {
 // Everything one scan call needs again in its reverse pass.
 struct ScanRun final : detail::CustomNode {
   std::shared_ptr<ScanPlan> plan;
+  std::unique_ptr<detail::StepProgram> program;  // compiled on first use
   std::vector<Tensor> init, xs;
   Name over;
   int64_t steps = 0;
@@ -43,6 +45,7 @@ struct ScanRun final : detail::CustomNode {
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
   int64_t snapshot_slots = -1;      // binomial mode: carries the reverse pass may hold at once
 
+  [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
   const char* name() const override { return "scan"; }
   int64_t residual_bytes() const override {
     int64_t b = 0;
@@ -50,116 +53,102 @@ struct ScanRun final : detail::CustomNode {
     return b;
   }
 
-  std::vector<Slices> x_slices;
-
-  [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
-
-  // A values array for replaying the plan, with the parameters (fixed for every step) bound.
-  [[nodiscard]] std::vector<Tensor> new_values() const {
-    std::vector<Tensor> values(plan->n_vars());
-    for (size_t p = 0; p < plan->params().size(); ++p) values[static_cast<size_t>(plan->param_var(p))] = plan->params()[p];
-    return values;
+  detail::StepProgram& compiled() {
+    if (!program) program = std::make_unique<detail::StepProgram>(plan, init, xs, over, opt.reverse, steps);
+    return *program;
   }
 
-  // values for step s from its incoming carry.
-  void bind(std::vector<Tensor>& values, const std::vector<Tensor>& carry, int64_t s) {
-    const size_t nc = carry.size();
-    for (size_t k = 0; k < nc; ++k) values[k] = carry[k];
-    for (size_t k = 0; k < x_slices.size(); ++k) values[nc + k] = x_slices[k].at(index(s));
-  }
-
-  // Replaces `carry` (the carry into step s) by the carry after it.
-  void advance(std::vector<Tensor>& values, std::vector<Tensor>& carry, int64_t s) {
-    bind(values, carry, s);
-    plan->forward(values);
-    for (size_t k = 0; k < carry.size(); ++k) carry[k] = plan->value(values, plan->carry_out()[k]);
-  }
-
-  // Reverse pass state.
-  std::vector<Tensor> carry_bar, ys_bar, xs_adj, param_adj;
-  std::vector<Slices> xs_adj_slices, ys_bar_slices;
-  std::vector<char> needs;
-
-  void backward_step(std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<Tensor>& carry,
-                     int64_t s) {
-    bind(values, carry, s);
-    plan->forward(values);
-    adjoints.resize(plan->n_vars());
-    for (Tensor& a : adjoints)
-      if (a.defined()) a = Tensor();
-    for (size_t p = 0; p < param_adj.size(); ++p)
-      if (param_adj[p].defined()) adjoints[static_cast<size_t>(plan->param_var(p))] = param_adj[p];
-    const size_t nc = init.size();
-    for (size_t k = 0; k < xs_adj.size(); ++k)
-      if (xs_adj[k].defined()) adjoints[nc + k] = xs_adj_slices[k].at(index(s));
-    for (size_t k = 0; k < nc; ++k) {
-      const int32_t v = plan->carry_out()[k].var;
-      if (carry_bar[k].defined() && v >= 0 && needs[static_cast<size_t>(v)])
-        detail::accumulate(plan->adjoint(values, adjoints, v), carry_bar[k]);
+  // Per carry, a buffer of `n` carries along `axis` with copies to and from the program's carry.
+  struct CarrySlots {
+    std::vector<detail::SliceCopy> load, store;
+    CarrySlots() = default;
+    CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry) {
+      for (size_t k = 0; k < carry.size(); ++k) {
+        load.emplace_back(carry[k], slots[k], kCheckpointAxis, true, false);
+        store.emplace_back(carry[k], slots[k], kCheckpointAxis, false, false);
+      }
     }
-    for (size_t k = 0; k < ys_bar.size(); ++k) {
-      const int32_t v = plan->y_out()[k].var;
-      if (ys_bar[k].defined() && v >= 0 && needs[static_cast<size_t>(v)])
-        detail::accumulate(plan->adjoint(values, adjoints, v), ys_bar_slices[k].at(s));
+    void to_carry(int64_t i) {
+      for (auto& c : load) c.run(i);
     }
-    plan->backward(values, adjoints, needs);
-    for (size_t k = 0; k < nc; ++k) carry_bar[k] = adjoints[k];
+    void from_carry(int64_t i) {
+      for (auto& c : store) c.run(i);
+    }
+  };
+  std::vector<Tensor> new_slots(int64_t n) const {
+    std::vector<Tensor> out;
+    for (const Tensor& t : init) {
+      Axes ax{{kCheckpointAxis, n}};
+      const Axes& carry_axes = plan->var(static_cast<int32_t>(out.size())).axes;
+      for (int i = 0; i < carry_axes.rank(); ++i) ax.push_back(carry_axes[i]);
+      out.push_back(empty(ax, t.dtype(), t.device()));
+    }
+    return out;
   }
 
-  // Steps b-1 .. a backwards, from the carry into step a, holding at most `slots` more carries.
-  void reverse_range(std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<Tensor>& carry_a,
-                     int64_t a, int64_t b, int64_t slots) {
+  // The program's carry goes from step a to step b.
+  void advance(int64_t a, int64_t b) {
+    detail::StepProgram& p = compiled();
+    for (int64_t s = a; s < b; ++s) {
+      p.forward(s);
+      p.next_carry();
+    }
+  }
+
+  // Steps b-1 .. a backwards from the carry into step a (in the program's carry), keeping
+  // snapshots in slots depth, depth+1, ... of `snap` (recursive bisection).
+  void reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t depth) {
+    detail::StepProgram& p = compiled();
     if (b - a == 1) {
-      backward_step(values, adjoints, carry_a, a);
+      p.forward(a);
+      p.backward(a);
       return;
     }
     const int64_t m = a + (b - a) / 2;
-    std::vector<Tensor> c = carry_a;
-    for (int64_t s = a; s < m; ++s) advance(values, c, s);
-    reverse_range(values, adjoints, c, m, b, slots - 1);
-    reverse_range(values, adjoints, carry_a, a, m, slots);
+    snap.from_carry(depth);
+    advance(a, m);
+    reverse_range(snap, m, b, depth + 1);
+    snap.to_carry(depth);
+    reverse_range(snap, a, m, depth);
   }
 
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
     detail::PauseRecording pause;
     const size_t nc = init.size(), nx = xs.size();
-    carry_bar.assign(cot.begin(), cot.begin() + static_cast<std::ptrdiff_t>(nc));
-    ys_bar.assign(cot.begin() + static_cast<std::ptrdiff_t>(nc), cot.end());
-    xs_adj.assign(adj.begin() + static_cast<std::ptrdiff_t>(nc), adj.begin() + static_cast<std::ptrdiff_t>(nc + nx));
-    param_adj.assign(adj.begin() + static_cast<std::ptrdiff_t>(nc + nx), adj.end());
+    const auto nc_ = static_cast<std::ptrdiff_t>(nc), nx_ = static_cast<std::ptrdiff_t>(nx);
+    const std::vector<Tensor> carry_bar(cot.begin(), cot.begin() + nc_), ys_bar(cot.begin() + nc_, cot.end());
+    const std::vector<Tensor> xs_adj(adj.begin() + nc_, adj.begin() + nc_ + nx_), param_adj(adj.begin() + nc_ + nx_, adj.end());
     std::vector<char> x_needs(nx);
-    xs_adj_slices.assign(nx, Slices());
-    ys_bar_slices.assign(ys_bar.size(), Slices());
-    for (size_t k = 0; k < nx; ++k) {
-      x_needs[k] = xs_adj[k].defined();
-      if (x_needs[k]) xs_adj_slices[k] = Slices(xs_adj[k], over);
-    }
-    for (size_t k = 0; k < ys_bar.size(); ++k)
-      if (ys_bar[k].defined()) ys_bar_slices[k] = Slices(ys_bar[k], over);
-    needs = plan->needs_grad(x_needs);
-    std::vector<Tensor> values = new_values(), adjoints;
+    for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
+    detail::StepProgram& p = compiled();
+    p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar);
     if (snapshot_slots >= 0) {
-      reverse_range(values, adjoints, init, 0, steps, snapshot_slots);
+      const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
+      CarrySlots snap(new_slots(depth), p.carry());
+      p.set_carry(init);
+      reverse_range(snap, 0, steps, 0);
     } else {
       const int64_t k = opt.checkpoint_every;
-      std::vector<std::vector<Tensor>> segment;
+      CarrySlots ck(checkpoints, p.carry());
+      CarrySlots segment;
+      if (k > 1) segment = CarrySlots(new_slots(k), p.carry());
       for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
         const int64_t e = std::min(c + k, steps);
-        segment.assign(1, {});
-        for (size_t j = 0; j < nc; ++j) segment[0].push_back(select(checkpoints[j], kCheckpointAxis, c / k));
+        ck.to_carry(c / k);
         for (int64_t s = c; s + 1 < e; ++s) {
-          segment.push_back(segment.back());
-          advance(values, segment.back(), s);
+          segment.from_carry(s - c);
+          p.forward(s);
+          p.next_carry();
         }
-        for (int64_t s = e - 1; s >= c; --s) backward_step(values, adjoints, segment[static_cast<size_t>(s - c)], s);
+        for (int64_t s = e - 1; s >= c; --s) {
+          if (s + 1 < e) segment.to_carry(s - c);
+          p.forward(s);
+          p.backward(s);
+        }
       }
     }
     for (size_t k = 0; k < nc; ++k)
-      if (adj[k].defined() && carry_bar[k].defined()) detail::accumulate(adj[k], carry_bar[k]);
-    carry_bar.clear();
-    ys_bar.clear();
-    xs_adj.clear();
-    param_adj.clear();
+      if (adj[k].defined()) detail::accumulate(adj[k], p.carry_bar()[k]);
   }
 };
 
@@ -216,7 +205,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
   const uint32_t outer_serial = outer ? detail::g_record_state.serial : 0;
 
   std::vector<Tensor> carry = init, next, y;
-  std::vector<Tensor> values, ys;
+  std::vector<Tensor> ys;
   auto x_at = [&](int64_t s) {
     std::vector<Tensor> x;
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
@@ -291,13 +280,24 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       store_y(y, 1);
       carry = next;
     }
-    values = run->new_values();
-    for (const Tensor& t : xs) run->x_slices.emplace_back(t, over);
-    const std::vector<detail::PlanRef>& y_out = run->plan->y_out();
-    for (int64_t s = 2; s < steps; ++s) {
-      checkpoint(carry, s);
-      run->advance(values, carry, s);
-      for (size_t k = 0; k < y_out.size(); ++k) detail::copy_into(y_slices[k].at(s), run->plan->value(values, y_out[k]));
+    if (steps > 2) {
+      // Later steps replay the kernels of the plan (captured at step 2) on fixed buffers.
+      detail::StepProgram& p = run->compiled();
+      p.set_carry(carry);
+      const bool store_ck = record && run->snapshot_slots < 0;
+      const int64_t k = run->opt.checkpoint_every;
+      ScanRun::CarrySlots ck;
+      if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
+      std::vector<detail::SliceCopy> y_store;
+      for (int64_t s = 2; s < steps; ++s) {
+        if (store_ck && s % k == 0) ck.from_carry(s / k);
+        p.forward(s);
+        if (s == 2)
+          for (size_t j = 0; j < ys.size(); ++j) y_store.emplace_back(p.y(j), ys[j], over, false, false);
+        for (auto& c : y_store) c.run(s);
+        p.next_carry();
+      }
+      for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);
     }
   }
 

@@ -71,6 +71,7 @@ class ScanPlan {
   /// The adjoint of variable v, allocated zeroed (or as a view of its parent's) on first use.
   Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v) const;
 
+  [[nodiscard]] const PlanVar& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
   [[nodiscard]] int n_carry() const { return n_carry_; }
   [[nodiscard]] int n_x() const { return n_x_; }
   [[nodiscard]] const std::vector<Tensor>& params() const { return params_; }

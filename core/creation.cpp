@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
 
 namespace tenax {
@@ -46,7 +47,8 @@ Tensor full(const Axes& axes, double value, DType dtype, Device device) {
     }
     return t;
   }
-  if (value == 0.0 && device.kind == Device::Kind::cpu) {  // all-bits-zero is 0.0 in IEEE 754
+  // All-bits-zero is 0.0 in IEEE 754. A kernel capture must see the fill to replay it.
+  if (value == 0.0 && device.kind == Device::Kind::cpu && !detail::g_capture) {
     std::memset(t.data_ptr(), 0, static_cast<std::size_t>(t.numel()) * itemsize(dtype));
     return t;
   }

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "tenax/core/error.h"
+#include "tenax/core/ops/capture.h"
 #include "tenax/core/pool_allocator.h"
 
 namespace tenax {
@@ -54,6 +55,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
     s->data_ = static_cast<char*>(block) + kHeader;
     s->bytes_ = bytes;
     s->allocator_ = &a;
+    if (detail::g_capture) detail::keep_for_capture(s);
     return s;
   }
   // Device memory cannot hold the host-side header: keep it on the heap.
@@ -68,6 +70,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
   }
   s->bytes_ = bytes;
   s->allocator_ = &a;
+  if (detail::g_capture) detail::keep_for_capture(s);
   return s;
 }
 

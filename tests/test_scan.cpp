@@ -170,6 +170,82 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
   }
 }
 
+// Value and gradient of sum(ys) + sum(final carries) by scan and by the loop unrolled on the tape,
+// for a body over carries (init) and one per-step input xs along "t".
+void expect_scan_matches_unrolled(const ScanBody& body, const std::vector<Tensor>& init, const Tensor& xs,
+                                  const ScanOptions& o) {
+  const size_t nc = init.size();
+  auto total = [nc](const std::vector<Tensor>& carry, const std::vector<Tensor>& ys) {
+    Tensor t = scalar(0.0);
+    for (size_t k = 0; k < nc; ++k) t = t + sum(carry[k] * carry[k]);
+    for (const Tensor& y : ys) t = t + sum(y);
+    return t;
+  };
+  auto by_scan = [&](const std::vector<Tensor>& a) {
+    ScanResult r = scan(body, std::vector<Tensor>(a.begin(), a.end() - 1), {a.back()}, "t", o);
+    return total(r.carry, r.ys);
+  };
+  auto unrolled = [&](const std::vector<Tensor>& a) {
+    std::vector<Tensor> c(a.begin(), a.end() - 1), ys;
+    const int64_t n = a.back().size("t");
+    for (int64_t s = 0; s < n; ++s) {
+      auto [next, y] = body(c, {select(a.back(), "t", o.reverse ? n - 1 - s : s)});
+      for (const Tensor& t : y) ys.push_back(t);
+      c = next;
+    }
+    return total(c, ys);
+  };
+  std::vector<Tensor> args = init;
+  args.push_back(xs);
+  auto [v_ref, g_ref] = value_and_grad(unrolled, args);
+  auto [v, g] = value_and_grad(by_scan, args);
+  EXPECT_NEAR(v.item(), v_ref.item(), 1e-11 * (1 + std::abs(v_ref.item())));
+  for (size_t k = 0; k < g.size(); ++k)
+    EXPECT_LT(mismatch(g[k], g_ref[k], 1e-10, 1e-12), 1.0)
+        << "argument " << k << " checkpoint_every=" << o.checkpoint_every << " reverse=" << o.reverse;
+}
+
+TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries) {
+  // (a, b, c) -> (b, a * x + 0.5 b, c): carries swap, one passes through unchanged, y_t = a.
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    return std::make_pair(std::vector<Tensor>{c[1], c[0] * x[0] + c[1] * 0.5, c[2]}, std::vector<Tensor>{c[0]});
+  };
+  std::vector<Tensor> init{randn(Axes{{"j", 2}}, 1), randn(Axes{{"j", 2}}, 2), randn(Axes{{"j", 2}}, 3)};
+  Tensor xs = randn(Axes{{"t", 9}, {"j", 2}}, 4) * 0.5;
+  for (int64_t k : {1, 4})
+    for (bool rev : {false, true}) {
+      ScanOptions o;
+      o.checkpoint_every = k;
+      o.reverse = rev;
+      expect_scan_matches_unrolled(body, init, xs, o);
+    }
+}
+
+TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
+  // max, logsumexp and mean allocate temporaries and zero-fill outputs: the replay must redo both.
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor s = c[0] + x[0];
+    Tensor m = rename(s, "j", "k");
+    Tensor eye = tensor(std::vector<double>{2, 0, 0, 0, 2, 0, 0, 0, 2}, Axes{{"j", 3}, {"k", 3}});
+    Tensor chol = cholesky(s * m * 0.1 + eye, "j", "k");
+    Tensor next = tanh(s - max(s, {"j"}) + logsumexp(s, {"j"}) * 0.1) + sum(chol, {"k"}) * 0.01;
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{mean(next, {"j"})});
+  };
+  expect_scan_matches_unrolled(body, {randn(Axes{{"j", 3}}, 5)}, randn(Axes{{"t", 7}, {"j", 3}}, 6), ScanOptions{});
+}
+
+TEST(Scan, AFailingFactorisationNamesTheStep) {
+  // The matrix is positive definite while x_t > 0; x_5 < 0 breaks it at step 5 (a replayed step).
+  std::vector<double> xv(8, 1.0);
+  xv[5] = -1.0;
+  Tensor xs = tensor(xv, Axes{{"t", 8}});
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor a = broadcast(x[0], Axes{{"r", 1}, {"q", 1}});
+    return std::make_pair(std::vector<Tensor>{c[0] + sum(cholesky(a, "r", "q"))}, std::vector<Tensor>{});
+  };
+  expect_error<NumericError>([&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); }, "scan step 5");
+}
+
 TEST(Scan, ErrorsSayWhatIsWrong) {
   Tensor u = randn(Axes{{"t", 4}}, 1);
   int calls = 0;

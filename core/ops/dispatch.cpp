@@ -1,6 +1,7 @@
 // Applying ops: device checks, the forward call, recording onto this thread's tape; shared helpers.
 #include "tenax/core/ops/dispatch.h"
 
+#include "tenax/core/ops/capture.h"
 #include "tenax/named/batching.h"
 
 namespace tenax::detail {
@@ -20,6 +21,8 @@ KernelTable make_cuda_table() {
 }  // namespace
 
 const KernelTable& kernels(Device d) {
+  if (g_capture) [[unlikely]]
+    return g_capture->table(d);
   if (d.kind == Device::Kind::cpu) {
     static const KernelTable cpu = make_cpu_table();
     return cpu;

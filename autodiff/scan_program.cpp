@@ -1,0 +1,163 @@
+// A scan step compiled to kernel programs: captured on first use, replayed afterwards.
+#include "tenax/autodiff/scan_program.h"
+
+#include "tenax/core/ops.h"
+
+namespace tenax::detail {
+namespace {
+
+int copy_index(DType t) { return t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3; }
+
+bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
+  const auto* p = static_cast<const char*>(a.data_ptr());
+  for (const Tensor& b : buffers) {
+    const auto* lo = static_cast<const char*>(b.data_ptr());
+    if (p >= lo && p < lo + b.numel() * static_cast<int64_t>(itemsize(b.dtype()))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate)
+    : fixed_(fixed), whole_(whole) {
+  const Tensor slice = select(whole, over, 0);
+  const Axes& ax = fixed.axes();
+  const KernelTable& k = kernels(fixed.device());
+  fn_ = accumulate ? need(k.acc[float_index(fixed.dtype(), "scan")], "accumulate", fixed.device())
+                   : need(k.copy[copy_index(fixed.dtype())], "copy", fixed.device());
+  dims_ = loop_dims(ax);
+  moving_ = into_fixed ? 1 : 0;
+  args_[moving_] = loop_arg(slice, ax);
+  args_[1 - moving_] = loop_arg(fixed, ax);
+  base_ = static_cast<char*>(slice.data_ptr());
+  stride_bytes_ = whole.stride(over) * static_cast<int64_t>(itemsize(whole.dtype()));
+}
+
+void SliceCopy::run(int64_t i) {
+  args_[moving_].data = base_ + i * stride_bytes_;
+  fn_(dims_, args_);
+}
+
+StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry,
+                         const std::vector<Tensor>& xs, Name over, bool reverse, int64_t steps)
+    : plan_(std::move(plan)), over_(over), reverse_(reverse), steps_(steps) {
+  const ScanPlan& p = *plan_;
+  values_.resize(p.n_vars());
+  for (int k = 0; k < p.n_carry(); ++k) {
+    const PlanVar& v = p.var(k);
+    carry_.push_back(empty(v.axes, v.dtype, carry[static_cast<size_t>(k)].device()));
+    values_[static_cast<size_t>(k)] = carry_.back();
+  }
+  for (int k = 0; k < p.n_x(); ++k) {
+    const PlanVar& v = p.var(p.n_carry() + k);
+    Tensor buf = empty(v.axes, v.dtype, xs[static_cast<size_t>(k)].device());
+    x_load_.emplace_back(buf, xs[static_cast<size_t>(k)], over, true, false);
+    values_[static_cast<size_t>(p.n_carry() + k)] = buf;
+  }
+  for (size_t k = 0; k < p.params().size(); ++k) values_[static_cast<size_t>(p.param_var(k))] = p.params()[k];
+}
+
+void StepProgram::set_carry(const std::vector<Tensor>& carry) {
+  for (size_t k = 0; k < carry_.size(); ++k) copy_into(carry_[k], carry[k]);
+}
+
+void StepProgram::forward(int64_t s) {
+  for (SliceCopy& c : x_load_) c.run(index(s));
+  if (forward_built_) {
+    forward_.run("scan step", s);
+    return;
+  }
+  KernelCapture capture(forward_);
+  plan_->forward(values_);
+  forward_built_ = true;
+}
+
+void StepProgram::next_carry() {
+  if (next_built_) {
+    next_.run("scan step", 0);
+    return;
+  }
+  KernelCapture capture(next_);
+  // A new carry that reads a carry buffer (a carry passed on unchanged, swapped, or viewed) goes
+  // through a staging buffer so that no carry is overwritten before it is read.
+  std::vector<std::pair<size_t, Tensor>> staged;
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    const PlanRef r = plan_->carry_out()[k];
+    if (r.var == static_cast<int32_t>(k)) continue;
+    const Tensor& src = plan_->value(values_, r);
+    if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
+    else copy_into(carry_[k], src);
+  }
+  for (auto& [k, t] : staged) copy_into(carry_[k], t);
+  next_built_ = true;
+}
+
+void StepProgram::prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
+                                   const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
+                                   const std::vector<Tensor>& carry_bar) {
+  needs_ = needs;
+  backward_built_ = false;
+  seed_ = KernelProgram();
+  vjp_ = KernelProgram();
+  adjoints_.assign(plan_->n_vars(), Tensor());
+  carry_bar_.clear();
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    carry_bar_.push_back(zeros(carry_[k].axes(), carry_[k].dtype(), carry_[k].device()));
+    if (carry_bar[k].defined()) copy_into(carry_bar_.back(), carry_bar[k]);
+  }
+  for (size_t p = 0; p < param_adj.size(); ++p) {
+    const int32_t v = plan_->param_var(p);
+    const Tensor& value = plan_->params()[p];
+    // A parameter without a wanted gradient still receives its VJP contributions: into scratch.
+    adjoints_[static_cast<size_t>(v)] =
+        param_adj[p].defined() ? param_adj[p] : zeros(value.axes(), value.dtype(), value.device());
+  }
+  x_adj_store_.clear();
+  y_seed_.clear();
+  // The slice copies need the adjoint buffers, which the seed capture allocates: built there.
+  ys_bar_ = ys_bar;
+  xs_adj_ = xs_adj;
+}
+
+void StepProgram::backward(int64_t s) {
+  if (backward_built_) {
+    seed_.run("scan step", s);
+    for (SliceCopy& c : y_seed_) c.run(s);
+    vjp_.run("scan step", s);
+  } else {
+    const ScanPlan& p = *plan_;
+    {
+      // Zeroed adjoints of every variable that can carry a gradient (views alias their parent's),
+      // then the cotangent of the carry after this step.
+      KernelCapture capture(seed_);
+      for (size_t v = 0; v < p.n_vars(); ++v)
+        if (needs_[v] && !adjoints_[v].defined()) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v));
+      for (size_t k = 0; k < carry_.size(); ++k) {
+        const int32_t v = p.carry_out()[k].var;
+        if (v >= 0 && needs_[static_cast<size_t>(v)]) accumulate(adjoints_[static_cast<size_t>(v)], carry_bar_[k]);
+      }
+    }
+    for (size_t k = 0; k < ys_bar_.size(); ++k) {
+      const int32_t v = p.y_out()[k].var;
+      if (ys_bar_[k].defined() && v >= 0 && needs_[static_cast<size_t>(v)])
+        y_seed_.emplace_back(adjoints_[static_cast<size_t>(v)], ys_bar_[k], over_, true, true);
+    }
+    for (size_t k = 0; k < xs_adj_.size(); ++k)
+      if (xs_adj_[k].defined())
+        x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
+    for (SliceCopy& c : y_seed_) c.run(s);
+    {
+      KernelCapture capture(vjp_);
+      p.backward(values_, adjoints_, needs_);
+      for (size_t k = 0; k < carry_.size(); ++k) {
+        const Tensor& a = adjoints_[k];
+        copy_into(carry_bar_[k], a.defined() ? a : zeros(carry_[k].axes(), carry_[k].dtype(), carry_[k].device()));
+      }
+    }
+    backward_built_ = true;
+  }
+  for (SliceCopy& c : x_adj_store_) c.run(index(s));
+}
+
+}  // namespace tenax::detail

@@ -1,0 +1,87 @@
+#pragma once
+// Library-internal: a scan plan compiled to kernel programs on fixed buffers. The first step run
+// through a StepProgram captures the kernel calls the plan's ops make (core/ops/capture.h); later
+// steps replay them with no dispatch. Carries, per-step inputs and their adjoints live in fixed
+// buffers; slice copies move x_t, y_t and their adjoints between those buffers and the stacked
+// tensors, so no captured call ever points at memory that moves from step to step.
+#include <memory>
+#include <vector>
+
+#include "tenax/autodiff/scan_plan.h"
+#include "tenax/core/ops/capture.h"
+
+namespace tenax::detail {
+
+/// A copy (or accumulation) between a fixed buffer and slice i of a tensor along one axis, with
+/// its loop arguments computed once. It holds both tensors, so their buffers outlive it.
+class SliceCopy {
+ public:
+  SliceCopy() = default;
+  /// into_fixed: fixed (+)= whole[over = i]; else whole[over = i] (+)= fixed.
+  SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate);
+  void run(int64_t i);
+
+ private:
+  Tensor fixed_, whole_;
+  ElementwiseFn fn_ = nullptr;
+  LoopDims dims_;
+  LoopArg args_[2];
+  int moving_ = 0;
+  char* base_ = nullptr;
+  int64_t stride_bytes_ = 0;
+};
+
+/// One scan's compiled step: forward (and, once prepared, backward) kernel programs over the
+/// plan's fixed buffers.
+class StepProgram {
+ public:
+  /// `xs` are the scanned tensors, walked along `over` (from the end when `reverse`); the carry
+  /// buffers are made like `carry` (axes order of the traced carries, device, dtype).
+  StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry, const std::vector<Tensor>& xs,
+              Name over, bool reverse, int64_t steps);
+
+  /// The carry buffers: the carry into the step run next. Write into them, never rebind them.
+  [[nodiscard]] const std::vector<Tensor>& carry() const { return carry_; }
+  /// Loads the carry buffers from tensors with the carries' axes.
+  void set_carry(const std::vector<Tensor>& carry);
+
+  /// Runs step s forwards from the carry buffers (their values are kept).
+  void forward(int64_t s);
+  /// Moves the carry buffers to the carry after the step last run forwards.
+  void next_carry();
+  /// Output k of the step last run forwards.
+  [[nodiscard]] const Tensor& y(size_t k) const { return plan_->value(values_, plan_->y_out()[k]); }
+
+  /// Sets up the reverse pass: `needs` from ScanPlan::needs_grad; `param_adj` the parameters'
+  /// accumulators (undefined: no gradient wanted); ys_bar / xs_adj the stacked cotangents of the
+  /// outputs and adjoints of the inputs (undefined: zero / not wanted); `carry_bar` the cotangent
+  /// of the final carry (undefined: zero).
+  void prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
+                        const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
+                        const std::vector<Tensor>& carry_bar);
+  /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
+  void backward(int64_t s);
+  /// The cotangent of the carry into the step last run backwards.
+  [[nodiscard]] const std::vector<Tensor>& carry_bar() const { return carry_bar_; }
+
+ private:
+  [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
+
+  std::shared_ptr<const ScanPlan> plan_;
+  Name over_;
+  bool reverse_;
+  int64_t steps_;
+  std::vector<Tensor> values_, carry_;
+  std::vector<SliceCopy> x_load_;
+  KernelProgram forward_, next_;
+  bool forward_built_ = false, next_built_ = false;
+
+  std::vector<char> needs_;
+  std::vector<Tensor> adjoints_, carry_bar_;
+  std::vector<Tensor> ys_bar_, xs_adj_;
+  std::vector<SliceCopy> y_seed_, x_adj_store_;
+  KernelProgram seed_, vjp_;
+  bool backward_built_ = false;
+};
+
+}  // namespace tenax::detail

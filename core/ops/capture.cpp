@@ -1,0 +1,286 @@
+// Capturing kernel tables: every kernel entry is replaced by a trampoline that runs the real kernel
+// and appends the call (with deep copies of its argument blocks) to the active program.
+#include "tenax/core/ops/capture.h"
+
+#include <utility>
+
+#include "tenax/core/error.h"
+
+namespace tenax::detail {
+namespace {
+
+constexpr int kMaxSlots = 256;
+constexpr int kDeviceKinds = 2;  // 0 host, 1 CUDA
+
+// What a capturing elementwise kernel must copy: how many LoopArgs the kernel reads, and which
+// of them (if any) points at a double on the caller's stack.
+struct SlotInfo {
+  int arity = 0;
+  int scalar = -1;
+};
+
+// Visits every elementwise entry of a table in a fixed order with (entry, arity, scalar arg).
+template <class V>
+void visit_elementwise(KernelTable& t, V&& v) {
+  for (auto& row : t.unary)
+    for (auto& f : row) v(f, 2, -1);
+  for (auto& row : t.binary)
+    for (auto& f : row) v(f, 3, -1);
+  for (int d = 0; d < static_cast<int>(DerivOp::count); ++d) {
+    int arity = d < static_cast<int>(DerivOp::add_a) ? 4 : 5;
+    if (d == static_cast<int>(DerivOp::one)) arity = 2;
+    if (d == static_cast<int>(DerivOp::argmax_mask) || d == static_cast<int>(DerivOp::softmax)) arity = 4;
+    for (auto& f : t.deriv_acc[d]) v(f, arity, -1);
+  }
+  for (auto& row : t.compare)
+    for (auto& f : row) v(f, 3, -1);
+  for (auto& f : t.where) v(f, 4, -1);
+  for (auto& f : t.copy) v(f, 2, -1);
+  for (auto& f : t.acc) v(f, 2, -1);
+  for (auto& f : t.max_acc) v(f, 2, -1);
+  for (auto& f : t.scale) v(f, 3, 2);
+  for (auto& f : t.fill) v(f, 2, 1);
+  v(t.cast_f64_f32, 2, -1);
+  v(t.cast_f32_f64, 2, -1);
+}
+
+struct Tables {
+  KernelTable real[kDeviceKinds];
+  KernelTable capturing[kDeviceKinds];
+  ElementwiseFn slot_fn[kDeviceKinds][kMaxSlots] = {};
+  SlotInfo slot[kMaxSlots];
+};
+const Tables& tables();
+
+template <int Dev, int Slot>
+void elementwise_trampoline(const LoopDims& dims, const LoopArg* args) {
+  g_capture->elementwise(Dev, Slot, dims, args);
+}
+
+template <int Dev, size_t... S>
+constexpr std::array<ElementwiseFn, sizeof...(S)> trampolines(std::index_sequence<S...>) {
+  return {&elementwise_trampoline<Dev, static_cast<int>(S)>...};
+}
+
+// Offsets arrays of a batched matrix call, owned by the recorded call.
+struct BatchCopy {
+  std::vector<int64_t> a, b, c;
+  int64_t count = 0;
+  explicit BatchCopy(const MatBatch& m) : count(m.count) {
+    auto take = [&](const int64_t* p, std::vector<int64_t>& v) {
+      if (p) v.assign(p, p + m.count);
+    };
+    take(m.offsets_a, a);
+    take(m.offsets_b, b);
+    take(m.offsets_c, c);
+  }
+  [[nodiscard]] MatBatch view() const {
+    return {count, a.empty() ? nullptr : a.data(), b.empty() ? nullptr : b.data(), c.empty() ? nullptr : c.data()};
+  }
+};
+
+// Lane offsets of a recurrence call, owned by the recorded call.
+struct LaneCopy {
+  std::vector<int64_t> v[6];
+  static void take(const int64_t* p, int64_t n, std::vector<int64_t>& out) {
+    if (p) out.assign(p, p + n);
+  }
+  static const int64_t* at(const std::vector<int64_t>& x) { return x.empty() ? nullptr : x.data(); }
+};
+
+template <int Dev, int Dt>
+void contract_trampoline(const ContractArgs& a) {
+  const ContractFn fn = tables().real[Dev].contract[Dt];
+  g_capture->other([fn, a] { fn(a); return int64_t{-1}; }, "dot");
+}
+template <int Dev, int Dt>
+int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
+  const CholeskyFn fn = tables().real[Dev].cholesky[Dt];
+  return g_capture->other([fn, a, l, bc = BatchCopy(b)] { return fn(a, l, bc.view()); }, "cholesky");
+}
+template <int Dev, int Dt>
+void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
+  const CholeskyVjpFn fn = tables().real[Dev].cholesky_vjp[Dt];
+  g_capture->other([fn, l, lbar, abar, bc = BatchCopy(b)] { fn(l, lbar, abar, bc.view()); return int64_t{-1}; },
+                   "cholesky vjp");
+}
+template <int Dev, int Dt>
+int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
+  const TriSolveFn fn = tables().real[Dev].tri_solve[Dt];
+  return g_capture->other([fn, t, r, lower, bc = BatchCopy(b)] { return fn(t, r, lower, bc.view()); },
+                          "triangular_solve");
+}
+template <int Dev, int Dt>
+int64_t solve_trampoline(MatView a, RhsView r, const MatBatch& b) {
+  const SolveFn fn = tables().real[Dev].solve[Dt];
+  return g_capture->other([fn, a, r, bc = BatchCopy(b)] { return fn(a, r, bc.view()); }, "solve");
+}
+template <int Dev, int Dt>
+int64_t logdet_trampoline(MatView a, void* out, MatView inv_t, bool want, const MatBatch& b) {
+  const LogdetFn fn = tables().real[Dev].logdet[Dt];
+  return g_capture->other([fn, a, out, inv_t, want, bc = BatchCopy(b)] { return fn(a, out, inv_t, want, bc.view()); },
+                          "logdet");
+}
+template <int Dev, int Dt>
+void recurrence_trampoline(const RecurrenceArgs& r) {
+  const RecurrenceFn fn = tables().real[Dev].recurrence[Dt];
+  LaneCopy lc;
+  LaneCopy::take(r.off_a, r.lanes, lc.v[0]);
+  LaneCopy::take(r.off_b, r.lanes, lc.v[1]);
+  LaneCopy::take(r.off_x, r.lanes, lc.v[2]);
+  g_capture->other(
+      [fn, r, lc] {
+        RecurrenceArgs c = r;
+        c.off_a = LaneCopy::at(lc.v[0]);
+        c.off_b = LaneCopy::at(lc.v[1]);
+        c.off_x = LaneCopy::at(lc.v[2]);
+        fn(c);
+        return int64_t{-1};
+      },
+      "linear_recurrence");
+}
+template <int Dev, int Dt>
+void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
+  const RecurrenceVjpFn fn = tables().real[Dev].recurrence_vjp[Dt];
+  LaneCopy lc;
+  const int64_t n = r.fwd.lanes;
+  LaneCopy::take(r.fwd.off_a, n, lc.v[0]);
+  LaneCopy::take(r.fwd.off_b, n, lc.v[1]);
+  LaneCopy::take(r.fwd.off_x, n, lc.v[2]);
+  LaneCopy::take(r.off_g, n, lc.v[3]);
+  LaneCopy::take(r.off_da, n, lc.v[4]);
+  LaneCopy::take(r.off_db, n, lc.v[5]);
+  g_capture->other(
+      [fn, r, lc] {
+        RecurrenceVjpArgs c = r;
+        c.fwd.off_a = LaneCopy::at(lc.v[0]);
+        c.fwd.off_b = LaneCopy::at(lc.v[1]);
+        c.fwd.off_x = LaneCopy::at(lc.v[2]);
+        c.off_g = LaneCopy::at(lc.v[3]);
+        c.off_da = LaneCopy::at(lc.v[4]);
+        c.off_db = LaneCopy::at(lc.v[5]);
+        fn(c);
+        return int64_t{-1};
+      },
+      "linear_recurrence vjp");
+}
+
+// Replaces each non-null entry of `c` (a copy of the real table) by its capturing trampoline.
+template <int Dev>
+void install(Tables& t) {
+  KernelTable& c = t.capturing[Dev];
+  static constexpr auto tramp = trampolines<Dev>(std::make_index_sequence<kMaxSlots>{});
+  int slot = 0;
+  visit_elementwise(c, [&](ElementwiseFn& f, int arity, int scalar) {
+    if (slot >= kMaxSlots) throw Error("[capture] internal: more elementwise kernels than capture slots");
+    t.slot[slot] = {arity, scalar};
+    t.slot_fn[Dev][slot] = f;
+    if (f) f = tramp[static_cast<size_t>(slot)];
+    ++slot;
+  });
+  auto swap_in = [](auto& entry, auto fn) {
+    if (entry) entry = fn;
+  };
+  swap_in(c.contract[0], &contract_trampoline<Dev, 0>);
+  swap_in(c.contract[1], &contract_trampoline<Dev, 1>);
+  swap_in(c.cholesky[0], &cholesky_trampoline<Dev, 0>);
+  swap_in(c.cholesky[1], &cholesky_trampoline<Dev, 1>);
+  swap_in(c.cholesky_vjp[0], &cholesky_vjp_trampoline<Dev, 0>);
+  swap_in(c.cholesky_vjp[1], &cholesky_vjp_trampoline<Dev, 1>);
+  swap_in(c.tri_solve[0], &tri_solve_trampoline<Dev, 0>);
+  swap_in(c.tri_solve[1], &tri_solve_trampoline<Dev, 1>);
+  swap_in(c.solve[0], &solve_trampoline<Dev, 0>);
+  swap_in(c.solve[1], &solve_trampoline<Dev, 1>);
+  swap_in(c.logdet[0], &logdet_trampoline<Dev, 0>);
+  swap_in(c.logdet[1], &logdet_trampoline<Dev, 1>);
+  swap_in(c.recurrence[0], &recurrence_trampoline<Dev, 0>);
+  swap_in(c.recurrence[1], &recurrence_trampoline<Dev, 1>);
+  swap_in(c.recurrence_vjp[0], &recurrence_vjp_trampoline<Dev, 0>);
+  swap_in(c.recurrence_vjp[1], &recurrence_vjp_trampoline<Dev, 1>);
+}
+
+const Tables& tables() {
+  static const Tables t = [] {
+    Tables x;
+    register_cpu_kernels(x.real[0]);
+    register_cuda_kernels(x.real[1]);
+    x.capturing[0] = x.real[0];
+    x.capturing[1] = x.real[1];
+    install<0>(x);
+    install<1>(x);
+    return x;
+  }();
+  return t;
+}
+
+const char* failure_reason(const char* kernel) {
+  const std::string k = kernel;
+  if (k == "cholesky") return "is not positive definite";
+  if (k == "triangular_solve") return "has a zero on its diagonal";
+  return "is singular";
+}
+
+}  // namespace
+
+void KernelProgram::run(const char* what, int64_t position) const {
+  for (const Call& c : calls_) {
+    if (c.fn) {
+      c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
+      continue;
+    }
+    const int64_t bad = c.other();
+    if (bad >= 0)
+      throw NumericError(std::string("[") + c.kernel + "] at " + what + " " + std::to_string(position) +
+                         ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(c.kernel));
+  }
+}
+
+KernelCapture::KernelCapture(KernelProgram& program) : program_(program) {
+  if (g_capture) throw Error("[capture] internal: kernel captures do not nest");
+  (void)tables();
+  g_capture = this;
+}
+
+KernelCapture::~KernelCapture() {
+  g_capture = nullptr;
+  for (const ScalarFix& f : fixes_) program_.args_[f.arg].data = &program_.scalars_[f.scalar];
+}
+
+const KernelTable& KernelCapture::table(Device d) const {
+  return tables().capturing[d.kind == Device::Kind::cpu ? 0 : 1];
+}
+
+void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims, const LoopArg* args) {
+  const Tables& t = tables();
+  const ElementwiseFn fn = t.slot_fn[device_kind][slot];
+  fn(dims, args);
+  const SlotInfo& info = t.slot[slot];
+  KernelProgram::Call call;
+  call.fn = fn;
+  call.dims = dims;
+  call.first_arg = static_cast<int32_t>(program_.args_.size());
+  for (int i = 0; i < info.arity; ++i) {
+    program_.args_.push_back(args[i]);
+    if (i == info.scalar) {
+      program_.scalars_.push_back(*static_cast<const double*>(args[i].data));
+      fixes_.push_back({program_.args_.size() - 1, program_.scalars_.size() - 1});
+    }
+  }
+  program_.calls_.push_back(std::move(call));
+}
+
+int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel) {
+  const int64_t r = call();
+  KernelProgram::Call c;
+  c.other = std::move(call);
+  c.kernel = kernel;
+  program_.calls_.push_back(std::move(c));
+  return r;
+}
+
+void keep_for_capture(Storage* s) {
+  s->retain();
+  g_capture->program_.buffers_.emplace_back(s);
+}
+
+}  // namespace tenax::detail

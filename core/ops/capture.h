@@ -1,0 +1,79 @@
+#pragma once
+// Library-internal: recording the kernel calls a sequence of op calls makes into a program that
+// replays them with no dispatch (no axis alignment, no allocation, no tensor handles). A program
+// is valid while its buffers keep their addresses: it holds every buffer allocated while it was
+// captured, and its callers write new values into the buffers it reads (never rebinding them).
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tenax/backends/kernels.h"
+#include "tenax/core/device.h"
+#include "tenax/core/storage.h"
+
+namespace tenax::detail {
+
+void keep_for_capture(Storage* s);
+
+/// The kernel calls of one capture, replayable in order.
+class KernelProgram {
+ public:
+  /// Replays every call. `what` names the loop position for errors (e.g. "scan step 12"): a
+  /// linear-algebra kernel that fails (matrix not positive definite, singular) raises
+  /// NumericError naming the kernel, the batch index and `what`.
+  void run(const char* what, int64_t position) const;
+  [[nodiscard]] size_t size() const { return calls_.size(); }
+  [[nodiscard]] bool empty() const { return calls_.empty(); }
+
+ private:
+  friend class KernelCapture;
+  friend void keep_for_capture(Storage* s);
+  struct Call {
+    ElementwiseFn fn = nullptr;  ///< elementwise kernels; null for the others
+    LoopDims dims;
+    int32_t first_arg = 0;
+    /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
+    std::function<int64_t()> other;
+    const char* kernel = "";  ///< for errors
+  };
+  std::vector<Call> calls_;
+  std::vector<LoopArg> args_;
+  std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
+  std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
+};
+
+/// While alive, kernels() on this thread hands out a table that runs each kernel and appends the
+/// call to `program`, and every buffer allocated is kept alive by `program`. Nested captures are
+/// not allowed. Zero fills go through the fill kernel (not memset) so that they are replayed.
+class KernelCapture {
+ public:
+  explicit KernelCapture(KernelProgram& program);
+  ~KernelCapture();
+  KernelCapture(const KernelCapture&) = delete;
+  KernelCapture& operator=(const KernelCapture&) = delete;
+
+  /// The capturing table for `d` (kernels() calls this while a capture is active).
+  const KernelTable& table(Device d) const;
+
+  // Called by the capturing kernels.
+  void elementwise(int device_kind, int slot, const LoopDims& dims, const LoopArg* args);
+  int64_t other(std::function<int64_t()> call, const char* kernel);
+
+ private:
+  friend void keep_for_capture(Storage* s);
+  struct ScalarFix {
+    size_t arg;     ///< into program_.args_
+    size_t scalar;  ///< into program_.scalars_
+  };
+  KernelProgram& program_;
+  std::vector<ScalarFix> fixes_;
+};
+
+/// The active capture on this thread, or null (read by kernels(), full() and Storage::allocate).
+inline thread_local KernelCapture* g_capture = nullptr;
+
+/// Keeps `s` alive as long as the active capture's program (called by Storage::allocate).
+void keep_for_capture(Storage* s);  // NOLINT(readability-redundant-declaration): documented here
+
+}  // namespace tenax::detail
