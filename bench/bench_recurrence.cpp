@@ -64,6 +64,27 @@ void BM_Recurrence_LinearRecurrence(benchmark::State& state) {
 }
 BENCHMARK(BM_Recurrence_LinearRecurrence)->Unit(benchmark::kMicrosecond);
 
+// Tenax: the same recurrence as an associative_scan over (a, b) pairs (parallel prefix, log2 T
+// vectorised levels, O(T log T) work): what the JAX idiom costs here.
+void BM_Recurrence_AssociativeScan(benchmark::State& state) {
+  Tensor u0 = tensor(inputs(), Axes{{"t", kSteps}});
+  Tensor lambda0 = scalar(0.9);
+  AssociativeFn affine = [](const std::vector<Tensor>& p, const std::vector<Tensor>& q) {
+    return std::vector<Tensor>{p[0] * q[0], q[0] * p[1] + q[1]};
+  };
+  for (auto _ : state) {
+    Tape tape;
+    Tensor lambda = tape.watch(lambda0), u = tape.watch(u0);
+    Tensor a = broadcast(lambda, Axes{{"t", kSteps}});
+    Tensor x = associative_scan(affine, {a, u}, "t")[1];
+    auto g = tape.gradient(sum(square(x)), {lambda, u});
+    benchmark::DoNotOptimize(g[1].data_ptr());
+    state.counters["tape_bytes_per_step"] = double(tape.bytes()) / double(kSteps);
+  }
+  per_step(state);
+}
+BENCHMARK(BM_Recurrence_AssociativeScan)->Unit(benchmark::kMillisecond);
+
 // Tenax: the same recurrence as a scan whose body is one multiply-add; loss on the stacked ys.
 void BM_Recurrence_Scan(benchmark::State& state) {
   Tensor u0 = tensor(inputs(), Axes{{"t", kSteps}});

@@ -246,6 +246,63 @@ TEST(Scan, AFailingFactorisationNamesTheStep) {
   expect_error<NumericError>([&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); }, "scan step 5");
 }
 
+TEST(AssociativeScan, PrefixSumsMatchTheLoopForwardsAndInReverse) {
+  // 13 steps (not a power of two) along an inner axis of a (j=2, t=13) tensor.
+  Tensor x = randn(Axes{{"j", 2}, {"t", 13}}, 11);
+  AssociativeFn add_fn = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    return std::vector<Tensor>{a[0] + b[0]};
+  };
+  for (bool rev : {false, true}) {
+    Tensor r = associative_scan(add_fn, {x}, "t", rev)[0];
+    EXPECT_TRUE(r.axes().same_set(x.axes()));
+    for (int j = 0; j < 2; ++j) {
+      double acc = 0;
+      for (int s = 0; s < 13; ++s) {
+        const int t = rev ? 12 - s : s;
+        acc += x.at({{"j", j}, {"t", t}});
+        EXPECT_NEAR(r.at({{"j", j}, {"t", t}}), acc, 1e-13) << "reverse=" << rev;
+      }
+    }
+  }
+}
+
+TEST(AssociativeScan, LinearRecurrencePairsMatchLinearRecurrenceWithGradients) {
+  // (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2): the prefix's b is x_t = a_t x_{t-1} + b_t. The
+  // operator is associative but not commutative, so this also checks the order of the operands.
+  AssociativeFn affine = [](const std::vector<Tensor>& p, const std::vector<Tensor>& q) {
+    return std::vector<Tensor>{p[0] * q[0], q[0] * p[1] + q[1]};
+  };
+  std::vector<Tensor> args{randn(Axes{{"t", 37}, {"j", 3}}, 12) * 0.3 + 0.5, randn(Axes{{"t", 37}, {"j", 3}}, 13)};
+  auto by_prefix = [&](const std::vector<Tensor>& a) {
+    Tensor x = associative_scan(affine, {a[0], a[1]}, "t")[1];
+    return sum(x * x * tensor({1.0, 2.0, 3.0}, "j"));
+  };
+  auto by_recurrence = [&](const std::vector<Tensor>& a) {
+    Tensor x = linear_recurrence(a[0], a[1], "t");
+    return sum(x * x * tensor({1.0, 2.0, 3.0}, "j"));
+  };
+  auto [v, g] = value_and_grad(by_prefix, args);
+  auto [v_ref, g_ref] = value_and_grad(by_recurrence, args);
+  EXPECT_NEAR(v.item(), v_ref.item(), 1e-10 * std::abs(v_ref.item()));
+  for (size_t k = 0; k < 2; ++k) EXPECT_LT(mismatch(g[k], g_ref[k], 1e-10, 1e-12), 1.0) << "argument " << k;
+}
+
+TEST(AssociativeScan, ErrorsSayWhatIsWrong) {
+  AssociativeFn add_fn = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    return std::vector<Tensor>{a[0] + b[0]};
+  };
+  expect_error<AxisError>([&] { (void)associative_scan(add_fn, {randn(Axes{{"s", 4}}, 1)}, "t"); },
+                          "has no axis 't'");
+  expect_error<ShapeError>(
+      [&] { (void)associative_scan(add_fn, {randn(Axes{{"t", 4}}, 1), randn(Axes{{"t", 5}}, 1)}, "t"); },
+      "has 5 steps along 't' but element 0 has 4");
+  AssociativeFn grows = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    return std::vector<Tensor>{broadcast(a[0] + b[0], Axes{{"k", 2}})};
+  };
+  expect_error<ShapeError>([&] { (void)associative_scan(grows, {randn(Axes{{"t", 4}}, 1)}, "t"); },
+                           "it must keep the axes");
+}
+
 TEST(Scan, ErrorsSayWhatIsWrong) {
   Tensor u = randn(Axes{{"t", 4}}, 1);
   int calls = 0;

@@ -1,5 +1,6 @@
 #pragma once
 // Tenax: named-axis tensors with tape-based differentiation. The one header users include.
+#include "tenax/autodiff/associative_scan.h"
 #include "tenax/autodiff/grad.h"
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/nmap.h"

@@ -1,0 +1,27 @@
+#pragma once
+// associative_scan: all prefix combinations of a sequence under an associative operator, in
+// log2(T) vectorised levels (a parallel prefix), differentiable like any ops.
+#include <functional>
+#include <vector>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+/// An associative combination of two elements, each a tuple of tensors: combine(a, b) is "a then
+/// b" (a comes earlier in the sequence). It is written for ONE element: like an nmap body, the
+/// scanned axis is invisible inside it (it is applied to many pairs at once).
+using AssociativeFn =
+    std::function<std::vector<Tensor>(const std::vector<Tensor>& a, const std::vector<Tensor>& b)>;
+
+/// result_t = elems_0 ⊕ elems_1 ⊕ ... ⊕ elems_t along `over` (with `reverse`, elems_t ⊕ ... ⊕
+/// elems_{T-1}). Every tensor of `elems` has the axis `over` with the same size; results have the
+/// axes of `elems`. Hillis–Steele doubling: ceil(log2 T) levels, each ONE vectorised call of
+/// `combine` over all pairs (large levels run on oneTBB through the kernels), O(T log T) work,
+/// no per-element loop. The operator must be associative; it need not be commutative.
+/// Throws AxisError / ShapeError when an element lacks `over` or sizes disagree, and ShapeError
+/// when `combine` changes the axes of an element.
+std::vector<Tensor> associative_scan(const AssociativeFn& combine, const std::vector<Tensor>& elems, Name over,
+                                     bool reverse = false);
+
+}  // namespace tenax
