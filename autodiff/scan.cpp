@@ -47,6 +47,7 @@ struct ScanRun final : detail::CustomNode {
 
   [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
   const char* name() const override { return "scan"; }
+  bool batched_vjp() const override { return true; }
   int64_t residual_bytes() const override {
     int64_t b = 0;
     for (const Tensor& t : checkpoints) b += bytes_of(t);
@@ -120,8 +121,18 @@ struct ScanRun final : detail::CustomNode {
     const std::vector<Tensor> xs_adj(adj.begin() + nc_, adj.begin() + nc_ + nx_), param_adj(adj.begin() + nc_ + nx_, adj.end());
     std::vector<char> x_needs(nx);
     for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
+    // Axes of the adjoints beyond the inputs' own: several VJPs at once (jacobian).
+    Axes batch;
+    for (size_t k = 0; k < adj.size(); ++k)
+      if (adj[k].defined()) {
+        const Tensor& value = k < nc ? init[k] : k < nc + nx ? xs[k - nc] : plan->params()[k - nc - nx];
+        for (int i = 0; i < adj[k].rank(); ++i)
+          if (!value.has_axis(adj[k].axes().name(i)) && !batch.contains(adj[k].axes().name(i)))
+            batch.push_back(adj[k].axes()[i]);
+        break;
+      }
     detail::StepProgram& p = compiled();
-    p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar);
+    p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar, batch);
     if (snapshot_slots >= 0) {
       const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
       CarrySlots snap(new_slots(depth), p.carry());

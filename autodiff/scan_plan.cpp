@@ -166,7 +166,8 @@ std::vector<char> ScanPlan::needs_grad(const std::vector<char>& x_needs) const {
   return needs;
 }
 
-Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v) const {
+Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
+                          const Axes& batch) const {
   Tensor& a = adjoints[static_cast<size_t>(v)];
   if (a.defined()) return a;
   const PlanVar& pv = vars_[static_cast<size_t>(v)];
@@ -174,14 +175,16 @@ Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>
     const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
     const int32_t parent = p.op->view ? inputs_[static_cast<size_t>(p.first_input)].var : -1;
     if (parent >= 0) {
-      Tensor pa = adjoint(values, adjoints, parent);
+      Tensor pa = adjoint(values, adjoints, parent, batch);
       const Tensor* in = &pa;
       Tensor view = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
       adjoints[static_cast<size_t>(v)] = view;
       return adjoints[static_cast<size_t>(v)];
     }
   }
-  a = zeros(pv.axes, pv.dtype, values[static_cast<size_t>(v)].device());
+  Axes ax = pv.axes;
+  for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+  a = zeros(ax, pv.dtype, values[static_cast<size_t>(v)].device());
   return a;
 }
 
@@ -190,8 +193,9 @@ namespace {
 class PlanVjpContext final : public VjpContext {
  public:
   PlanVjpContext(const ScanPlan& plan, const PlanOp& p, const PlanRef* in, const Attrs& attrs,
-                 const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs)
-      : plan_(plan), p_(p), in_(in), attrs_(attrs), values_(values), adjoints_(adjoints), needs_(needs) {}
+                 const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
+                 const Axes& batch)
+      : plan_(plan), p_(p), in_(in), attrs_(attrs), values_(values), adjoints_(adjoints), needs_(needs), batch_(batch) {}
 
   const Tensor& cotangent() const override { return adjoints_[static_cast<size_t>(p_.out)]; }
   const Tensor& input(int i) const override { return plan_.value(values_, in_[i]); }
@@ -204,7 +208,7 @@ class PlanVjpContext final : public VjpContext {
   }
   const Tensor& adjoint(int i) override {
     if (!needs_grad(i)) throw AutodiffError(std::string("[") + p_.op->name + "] internal: input needs no gradient");
-    return plan_.adjoint(values_, adjoints_, in_[i].var);
+    return plan_.adjoint(values_, adjoints_, in_[i].var, batch_);
   }
   const Attrs& attrs() const override { return attrs_; }
 
@@ -216,17 +220,21 @@ class PlanVjpContext final : public VjpContext {
   const std::vector<Tensor>& values_;
   std::vector<Tensor>& adjoints_;
   const std::vector<char>& needs_;
+  const Axes& batch_;
 };
 
 }  // namespace
 
-void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
-                        const std::vector<char>& needs) const {
+void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
+                        const Axes& batch) const {
   for (size_t k = ops_.size(); k-- > 0;) {
     const PlanOp& p = ops_[k];
     if (!p.op->vjp || p.op->view || !adjoints[static_cast<size_t>(p.out)].defined()) continue;
+    if (batch.rank() > 0 && !p.op->batched_vjp)
+      throw AutodiffError(std::string("[scan] the VJP of '") + p.op->name + "' in the body cannot take the batch axes " +
+                          batch.describe() + " of the cotangent; compute one VJP per cotangent instead");
     PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)], attrs_[static_cast<size_t>(p.attrs)],
-                       values, adjoints, needs);
+                       values, adjoints, needs, batch);
     p.op->vjp(ctx);
   }
 }

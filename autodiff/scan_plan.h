@@ -65,11 +65,14 @@ class ScanPlan {
   /// One step backwards over the values of forward(). `adjoints` holds, on entry, the seeded
   /// adjoints (and the parameters' accumulators, the x adjoints as views of the xs adjoint); other
   /// entries undefined. Each VJP accumulates into its inputs' adjoints, allocated lazily.
-  void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
-                const std::vector<char>& needs) const;
+  /// `batch`: axes the adjoints have beyond their variables' (several VJPs at once).
+  void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
+                const Axes& batch) const;
 
-  /// The adjoint of variable v, allocated zeroed (or as a view of its parent's) on first use.
-  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v) const;
+  /// The adjoint of variable v (its axes, then `batch`), allocated zeroed (or as a view of its
+  /// parent's) on first use.
+  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
+                  const Axes& batch) const;
 
   [[nodiscard]] const PlanVar& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
   [[nodiscard]] int n_carry() const { return n_carry_; }

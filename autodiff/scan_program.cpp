@@ -95,15 +95,21 @@ void StepProgram::next_carry() {
 
 void StepProgram::prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                                    const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
-                                   const std::vector<Tensor>& carry_bar) {
+                                   const std::vector<Tensor>& carry_bar, const Axes& batch) {
   needs_ = needs;
+  batch_ = batch;
+  auto with_batch = [&](const Tensor& t) {
+    Axes ax = t.axes();
+    for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+    return zeros(ax, t.dtype(), t.device());
+  };
   backward_built_ = false;
   seed_ = KernelProgram();
   vjp_ = KernelProgram();
   adjoints_.assign(plan_->n_vars(), Tensor());
   carry_bar_.clear();
   for (size_t k = 0; k < carry_.size(); ++k) {
-    carry_bar_.push_back(zeros(carry_[k].axes(), carry_[k].dtype(), carry_[k].device()));
+    carry_bar_.push_back(with_batch(carry_[k]));
     if (carry_bar[k].defined()) copy_into(carry_bar_.back(), carry_bar[k]);
   }
   for (size_t p = 0; p < param_adj.size(); ++p) {
@@ -111,7 +117,7 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
     const Tensor& value = plan_->params()[p];
     // A parameter without a wanted gradient still receives its VJP contributions: into scratch.
     adjoints_[static_cast<size_t>(v)] =
-        param_adj[p].defined() ? param_adj[p] : zeros(value.axes(), value.dtype(), value.device());
+        param_adj[p].defined() ? param_adj[p] : with_batch(value);
   }
   x_adj_store_.clear();
   y_seed_.clear();
@@ -132,7 +138,7 @@ void StepProgram::backward(int64_t s) {
       // then the cotangent of the carry after this step.
       KernelCapture capture(seed_);
       for (size_t v = 0; v < p.n_vars(); ++v)
-        if (needs_[v] && !adjoints_[v].defined()) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v));
+        if (needs_[v] && !adjoints_[v].defined()) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_);
       for (size_t k = 0; k < carry_.size(); ++k) {
         const int32_t v = p.carry_out()[k].var;
         if (v >= 0 && needs_[static_cast<size_t>(v)]) accumulate(adjoints_[static_cast<size_t>(v)], carry_bar_[k]);
@@ -149,10 +155,11 @@ void StepProgram::backward(int64_t s) {
     for (SliceCopy& c : y_seed_) c.run(s);
     {
       KernelCapture capture(vjp_);
-      p.backward(values_, adjoints_, needs_);
+      p.backward(values_, adjoints_, needs_, batch_);
       for (size_t k = 0; k < carry_.size(); ++k) {
         const Tensor& a = adjoints_[k];
-        copy_into(carry_bar_[k], a.defined() ? a : zeros(carry_[k].axes(), carry_[k].dtype(), carry_[k].device()));
+        if (a.defined()) copy_into(carry_bar_[k], a);
+        else copy_into(carry_bar_[k], zeros(carry_bar_[k].axes(), carry_bar_[k].dtype(), carry_bar_[k].device()));
       }
     }
     backward_built_ = true;

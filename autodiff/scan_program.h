@@ -55,10 +55,11 @@ class StepProgram {
   /// Sets up the reverse pass: `needs` from ScanPlan::needs_grad; `param_adj` the parameters'
   /// accumulators (undefined: no gradient wanted); ys_bar / xs_adj the stacked cotangents of the
   /// outputs and adjoints of the inputs (undefined: zero / not wanted); `carry_bar` the cotangent
-  /// of the final carry (undefined: zero).
+  /// of the final carry (undefined: zero). `batch`: axes the cotangents and adjoints have beyond
+  /// their values' (several VJPs in one pass).
   void prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                         const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
-                        const std::vector<Tensor>& carry_bar);
+                        const std::vector<Tensor>& carry_bar, const Axes& batch);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
   /// The cotangent of the carry into the step last run backwards.
@@ -77,6 +78,7 @@ class StepProgram {
   bool forward_built_ = false, next_built_ = false;
 
   std::vector<char> needs_;
+  Axes batch_;
   std::vector<Tensor> adjoints_, carry_bar_;
   std::vector<Tensor> ys_bar_, xs_adj_;
   std::vector<SliceCopy> y_seed_, x_adj_store_;

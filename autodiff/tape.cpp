@@ -201,6 +201,9 @@ void TapeImpl::run_custom(const Record& r) {
     any |= cot[static_cast<size_t>(k)].defined();
   }
   if (!any) return;
+  if (batch_.rank() > 0 && !c.node->batched_vjp())
+    throw AutodiffError(std::string("[grad] the VJP of '") + c.node->name() + "' cannot take the batch axes " +
+                        batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
   for (int32_t i = 0; i < r.n_inputs; ++i) {
     const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
     if (v >= 0) adj[static_cast<size_t>(i)] = adjoint(v);
@@ -224,10 +227,16 @@ Tensor& TapeImpl::adjoint(int32_t v) {
       return a_.adjoints[static_cast<size_t>(v)];
     }
   }
-  a = zeros(var_axes(v), info.dtype, info.device);
+  a = new_adjoint(v);
   ++adjoint_buffers_;
   adjoint_bytes_ += logical_bytes(a);
   return a;
+}
+
+Tensor TapeImpl::new_adjoint(int32_t v) const {
+  Axes ax = var_axes(v);
+  for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
+  return zeros(ax, var(v).dtype, var(v).device);
 }
 
 std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<Tensor>& wrt,
@@ -238,10 +247,18 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   a_.adjoints.assign(a_.vars.size(), Tensor());
   adjoint_buffers_ = adjoint_bytes_ = 0;
   const bool tracked = output.defined() && output.var() >= 0 && output.tape_serial() == serial_;
+  batch_ = Axes();
   if (cotangent.defined()) {
-    if (!output.defined() || !cotangent.axes().same_set(output.axes()))
+    bool covers = output.defined();
+    for (int i = 0; covers && i < output.rank(); ++i) {
+      const int j = cotangent.axes().index_of(output.axes().name(i));
+      covers = j >= 0 && cotangent.axes().size(j) == output.axes().size(i);
+    }
+    if (!covers)
       throw ShapeError("[grad] the cotangent " + cotangent.axes().describe() + " must have the output's axes " +
-                       output.axes().describe());
+                       output.axes().describe() + " (and may add batch axes)");
+    for (int i = 0; i < cotangent.rank(); ++i)
+      if (!output.axes().contains(cotangent.axes().name(i))) batch_.push_back(cotangent.axes()[i]);
   } else if (!output.defined() || output.numel() != 1) {
     throw AutodiffError("[grad] the output " + output.axes().describe() +
                         " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
@@ -257,6 +274,9 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
         continue;
       }
       if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
+      if (batch_.rank() > 0 && !r.op->batched_vjp)
+        throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
+                            batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
       SweepContext ctx(*this, r, keep_all_, nullptr);
       r.op->vjp(ctx);
     }
@@ -264,9 +284,10 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   std::vector<Tensor> out;
   for (int32_t v : wrt_vars) {
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-    out.push_back(a.defined() ? a : zeros(var_axes(v), var(v).dtype, var(v).device));
+    out.push_back(a.defined() ? a : new_adjoint(v));
   }
   a_.adjoints.clear();
+  batch_ = Axes();
   return out;
 }
 

@@ -37,6 +37,9 @@ class Tape {
   [[nodiscard]] Tensor watch(const Tensor& t);
   /// Reverse sweep from `output` seeded with `cotangent` (default: 1 for a one-element output).
   /// Returns the adjoint of each of `wrt` (zeros when it does not influence `output`).
+  /// A cotangent with axes beyond the output's computes one VJP per index of those batch axes in
+  /// the same sweep (the adjoints get the batch axes after their own); ops whose VJP rule cannot
+  /// take batch axes (the linear algebra ops, map) raise AutodiffError naming the op.
   [[nodiscard]] std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt,
                                              const Tensor& cotangent = Tensor());
   /// Forward sweep: tangents of `output` given tangents of watched `inputs` (zeros where absent).

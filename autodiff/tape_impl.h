@@ -84,8 +84,12 @@ class TapeImpl final : public Recorder {
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
 
+  /// The adjoint buffer of v: the variable's axes, then the batch axes of the sweep.
+  [[nodiscard]] Tensor new_adjoint(int32_t v) const;
+
   uint32_t serial_;
   bool keep_all_ = false;
+  Axes batch_;  ///< axes the cotangent has beyond the output's (several VJPs in one sweep)
   TapeArrays a_;
   int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0;
 };

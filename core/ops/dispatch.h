@@ -23,6 +23,8 @@ class CustomNode {
   virtual void vjp(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) = 0;
   /// Bytes the node keeps for its reverse pass (counted in the tape's residual bytes).
   [[nodiscard]] virtual int64_t residual_bytes() const = 0;
+  /// Whether vjp() accepts cotangents (and adjoints) with batch axes beyond the outputs' own.
+  [[nodiscard]] virtual bool batched_vjp() const { return false; }
 };
 
 /// The interface the tape implements; core calls it when an op has a tracked input.

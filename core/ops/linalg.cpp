@@ -57,6 +57,8 @@ Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, d
 }
 
 // ---- cholesky: attrs.axes = {row, col} ----
+// The linear-algebra VJP rules loop over the batch axes of their primal values, so they are
+// registered with batched_vjp = false (a batched cotangent raises AutodiffError).
 Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
   check_float_operands("cholesky", in);
   const Tensor& a = in[0];
@@ -304,12 +306,13 @@ OpSample logdet_sample(SampleRng& rng, DType dt) {
 }
 
 const OpDef op_cholesky = {"cholesky", 1, cholesky_forward, cholesky_vjp, cholesky_jvp, kSaveOutput, 0, false,
-                           cholesky_sample};
+                           cholesky_sample, false, false};
 const OpDef op_triangular_solve = {"triangular_solve", 2, solve_forward<true>, solve_vjp<true>, solve_jvp<true>,
-                                   1u | kSaveOutput, 0, false, tri_sample};
+                                   1u | kSaveOutput, 0, false, tri_sample, false, false};
 const OpDef op_solve = {"solve", 2, solve_forward<false>, solve_vjp<false>, solve_jvp<false>, 1u | kSaveOutput, 0,
-                        false, solve_sample};
-const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample};
+                        false, solve_sample, false, false};
+const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample, false,
+                         false};
 
 Attrs solve_attrs(Name row, Name col, bool lower, bool transpose) {
   Attrs a;

@@ -89,6 +89,9 @@ struct OpDef {
   OpSample (*sample)(SampleRng& rng, DType dtype);
   /// The op reads no attributes, so the tape stores none for it (the hot elementwise ops).
   bool attr_free = false;
+  /// The VJP rule accepts a cotangent with batch axes beyond the output's (several VJPs in one
+  /// sweep: jacobian). Rules that loop over the output's own layout set this to false.
+  bool batched_vjp = true;
 };
 
 /// All registered ops, in registration order. Immutable after first use.

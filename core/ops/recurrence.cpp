@@ -51,7 +51,9 @@ void recurrence_vjp(VjpContext& c) {
   const Tensor& x = c.output();
   const Tensor& g = c.cotangent();
   const Name over = c.attrs().axes[0];
-  Lanes l = lanes_of(x.axes(), over);
+  // Lanes over the cotangent's axes: a batched cotangent (several VJPs at once) adds lanes that
+  // a and x are broadcast along.
+  Lanes l = lanes_of(g.axes(), over);
   std::vector<int64_t> oa, ox, og, oda, odb;
   batch_offsets(a, l.lanes, oa);
   batch_offsets(x, l.lanes, ox);

@@ -2,6 +2,7 @@
 // Tenax: named-axis tensors with tape-based differentiation. The one header users include.
 #include "tenax/autodiff/associative_scan.h"
 #include "tenax/autodiff/grad.h"
+#include "tenax/autodiff/jacobian.h"
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/nmap.h"
 #include "tenax/autodiff/scan.h"

@@ -1,0 +1,150 @@
+// jacobian: basis cotangents (batched, or one at a time as a fallback) or basis tangents, then the
+// result's axes named and ordered as (output..., argument...).
+#include "tenax/autodiff/jacobian.h"
+
+#include <string>
+
+#include "tenax/autodiff/tape.h"
+#include "tenax/core/creation.h"
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax {
+namespace {
+
+// Writes 1 at flat (row-major) element i of a contiguous host tensor.
+void set_one(Tensor& t, int64_t i) {
+  if (t.dtype() == DType::f64) static_cast<double*>(t.data_ptr())[i] = 1.0;
+  else static_cast<float*>(t.data_ptr())[i] = 1.0f;
+}
+
+// The view of `t` at flat index i over the leading axes `lead` (row-major), as successive selects.
+Tensor at_flat(const Tensor& t, const Axes& lead, int64_t i) {
+  Tensor v = t;
+  for (int d = lead.rank() - 1; d >= 0; --d) {
+    const int64_t n = lead.size(d);
+    v = select(v, lead.name(d), i % n);
+    i /= n;
+  }
+  return v;
+}
+
+// The argument's axes with those that collide with output axes renamed to name + "_in".
+Axes argument_axes(const Axes& out, const Axes& arg) {
+  Axes r;
+  for (int i = 0; i < arg.rank(); ++i) {
+    Name a = arg.name(i);
+    if (out.contains(a)) {
+      const Name renamed(a.str() + "_in");
+      if (out.contains(renamed) || arg.contains(renamed))
+        throw AxisError("[jacobian] argument axis '" + a.str() + "' collides with an output axis and '" +
+                        renamed.str() + "' is taken too; rename the axes of f's output or argument");
+      a = renamed;
+    }
+    r.push_back({a, arg.size(i)});
+  }
+  return r;
+}
+
+// g has the argument's axes and the batch axes `from`: renames the colliding argument axes, then
+// `from` -> `to` (the output's names), and orders the axes as (output..., argument...).
+Tensor name_jacobian(const Tensor& g, const Axes& out, const Axes& arg, const AxisList& from, const AxisList& to) {
+  const Axes named = argument_axes(out, arg);
+  Tensor r = rename(g, arg.names(), named.names());
+  if (!from.empty()) r = rename(r, from, to);
+  AxisList order = out.names();
+  for (int i = 0; i < named.rank(); ++i) order.push_back(named.name(i));
+  return contiguous(transpose(r, order));
+}
+
+void check_host(const Tensor& t, const char* what) {
+  if (t.device().kind != Device::Kind::cpu)
+    throw DeviceError(std::string("[jacobian] the ") + what + " is on " + t.device().str() +
+                      "; jacobian works on host tensors for now");
+  if (!is_floating(t.dtype()))
+    throw DTypeError(std::string("[jacobian] the ") + what + " is " + dtype_name(t.dtype()) + "; need float64 or float32");
+}
+
+std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor>& args) {
+  VjpResult r = vjp(f, args);
+  const Tensor& y = r.value;
+  check_host(y, "output");
+  const Axes& out = y.axes();
+  const int64_t n = y.numel();
+  // Batch axes: the output's axes under fresh names, with the identity as the cotangent.
+  AxisList from, to;
+  Axes basis_axes;
+  for (int i = 0; i < out.rank(); ++i) {
+    const Name b("__jacobian_" + std::to_string(i));
+    basis_axes.push_back({b, out.size(i)});
+    from.push_back(b);
+    to.push_back(out.name(i));
+  }
+  Axes eye_axes = basis_axes;
+  for (int i = 0; i < out.rank(); ++i) eye_axes.push_back(out[i]);
+  Tensor eye = zeros(eye_axes, y.dtype());
+  for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i);
+  std::vector<Tensor> g;
+  try {
+    g = r.pullback(eye);
+  } catch (const AutodiffError& err) {
+    if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
+    // One sweep per output element into the rows of the result.
+    g.clear();
+    for (const Tensor& a : args) {
+      Axes ax = a.axes();
+      for (int i = 0; i < basis_axes.rank(); ++i) ax.push_back(basis_axes[i]);
+      g.push_back(zeros(ax, a.dtype(), a.device()));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      Tensor e = zeros(out, y.dtype());
+      set_one(e, i);
+      std::vector<Tensor> row = r.pullback(e);
+      for (size_t k = 0; k < args.size(); ++k) detail::copy_into(at_flat(g[k], basis_axes, i), row[k]);
+    }
+  }
+  std::vector<Tensor> result;
+  for (size_t k = 0; k < args.size(); ++k) result.push_back(name_jacobian(g[k], out, args[k].axes(), from, to));
+  return result;
+}
+
+std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor>& args) {
+  Tape tape;
+  tape.keep_all_residuals();
+  std::vector<Tensor> watched;
+  for (const Tensor& a : args) watched.push_back(tape.watch(a));
+  const Tensor y = f(watched);
+  if (!y.defined()) throw AutodiffError("[jacobian] the function returned an undefined tensor");
+  check_host(y, "output");
+  std::vector<Tensor> result;
+  for (size_t k = 0; k < args.size(); ++k) {
+    check_host(args[k], "argument");
+    const Axes& in = args[k].axes();
+    const Axes named = argument_axes(y.axes(), in);
+    Axes ax = y.axes();
+    for (int i = 0; i < named.rank(); ++i) ax.push_back(named[i]);
+    Tensor j = zeros(ax, y.dtype());
+    for (int64_t i = 0; i < args[k].numel(); ++i) {
+      std::vector<Tensor> tangents(args.size());
+      tangents[k] = zeros(in, args[k].dtype());
+      set_one(tangents[k], i);
+      const Tensor column = tape.forward_tangent(y, watched, tangents);
+      detail::copy_into(at_flat(j, named, i), column);
+    }
+    result.push_back(j);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::vector<Tensor> jacobian(const Function& f, const std::vector<Tensor>& args, const JacobianOptions& options) {
+  if (args.empty()) throw AutodiffError("[jacobian] no arguments to differentiate with respect to");
+  for (const Tensor& a : args) {
+    if (!a.defined()) throw AutodiffError("[jacobian] an argument is undefined");
+    check_host(a, "argument");
+  }
+  return options.mode == JacobianOptions::Mode::forward ? forward_jacobian(f, args) : reverse_jacobian(f, args);
+}
+
+}  // namespace tenax
