@@ -3,6 +3,9 @@
 #include "tenax/autodiff/map.h"
 
 #include <algorithm>
+#include <mutex>
+
+#include <tbb/parallel_for.h>
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/tape.h"
@@ -45,18 +48,43 @@ std::vector<Tensor> chunk_args(const std::vector<Tensor>& args, Name over, int64
   return c;
 }
 
+// Runs body(s, e) for the chunks [start, steps) of `batch` slices, up to `parallel` at a time on
+// oneTBB workers that see the caller's mapped axes.
+template <class Body>
+void for_chunks(int64_t start, int64_t steps, int64_t batch, int64_t parallel, const Body& body) {
+  const int64_t n = (steps - start + batch - 1) / batch;
+  if (parallel <= 1 || n <= 1) {
+    for (int64_t c = 0; c < n; ++c) body(start + c * batch, std::min(start + (c + 1) * batch, steps));
+    return;
+  }
+  const AxisList mapped = detail::g_mapped;
+  for (int64_t g = 0; g < n; g += parallel)
+    tbb::parallel_for(g, std::min(g + parallel, n), [&](int64_t c) {
+      // The worker (or the caller, which runs tasks too) sees exactly the caller's mapped axes.
+      AxisList saved = detail::g_mapped;
+      detail::g_mapped = mapped;
+      try {
+        body(start + c * batch, std::min(start + (c + 1) * batch, steps));
+      } catch (...) {
+        detail::g_mapped = saved;
+        throw;
+      }
+      detail::g_mapped = saved;
+    });
+}
+
 struct MapRun final : detail::CustomNode {
   MultiFunction f;
   Name over;
   std::vector<Tensor> args;
-  int64_t steps = 0, batch = 0;
+  int64_t steps = 0, batch = 0, parallel = 1;
 
   const char* name() const override { return "map"; }
   int64_t residual_bytes() const override { return 0; }
 
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
-    for (int64_t s = 0; s < steps; s += batch) {
-      const int64_t e = std::min(s + batch, steps);
+    std::mutex shared;  // arguments without `over` receive contributions from every chunk
+    for_chunks(0, steps, batch, parallel, [&](int64_t s, int64_t e) {
       Tape tape;
       std::vector<Tensor> in = chunk_args(args, over, s, e), watched;
       std::vector<size_t> which;
@@ -74,9 +102,14 @@ struct MapRun final : detail::CustomNode {
       detail::PauseRecording pause;
       for (size_t j = 0; j < which.size(); ++j) {
         const Tensor& a = adj[which[j]];
-        detail::accumulate(a.has_axis(over) ? slice(a, over, s, e) : a, g[j]);
+        if (a.has_axis(over)) {
+          detail::accumulate(slice(a, over, s, e), g[j]);
+        } else {
+          std::lock_guard<std::mutex> lock(shared);
+          detail::accumulate(a, g[j]);
+        }
       }
-    }
+    });
   }
 };
 
@@ -85,6 +118,7 @@ struct MapRun final : detail::CustomNode {
 std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Tensor>& args, const MapOptions& o) {
   if (o.batch_size < 0) throw Error("[map] batch_size must be >= 0, got " + std::to_string(o.batch_size));
   if (o.memory_budget < 0) throw Error("[map] memory_budget must be >= 0 bytes");
+  if (o.parallel_chunks < 1) throw Error("[map] parallel_chunks must be >= 1, got " + std::to_string(o.parallel_chunks));
   int64_t steps = -1;
   for (size_t k = 0; k < args.size(); ++k) {
     if (!args[k].defined()) throw Error("[map] argument " + std::to_string(k) + " is undefined");
@@ -106,19 +140,18 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   const uint32_t outer_serial = detail::g_record_state.serial;
   ClosureGuard guard;
 
-  // Rematerialised chunks see the arguments as plain values (the node differentiates them later).
+  // Chunks recorded on the tape (no rematerialisation) are joined at the end; otherwise each is
+  // copied into the stacked outputs as it comes and dropped, and computed on plain values under a
+  // guard (an op reading a tensor the tape tracks would lose its gradient in the copy).
+  const bool keep_chunks = record && !remat;
   std::vector<Tensor> plain = args;
-  if (remat)
-    for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
+  for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
   auto run_chunk = [&](int64_t s, int64_t e) {
-    if (!remat) return nmap(f, {over}, chunk_args(args, over, s, e));
+    if (keep_chunks) return nmap(f, {over}, chunk_args(args, over, s, e));
+    if (!outer) return nmap(f, {over}, chunk_args(plain, over, s, e));
     GuardScope scope(&guard, outer_serial);
     return nmap(f, {over}, chunk_args(plain, over, s, e));
   };
-
-  // Chunks recorded on the tape (no rematerialisation) are joined at the end; otherwise each is
-  // copied into the stacked outputs as it comes and dropped.
-  const bool keep_chunks = record && !remat;
   std::vector<std::vector<Tensor>> recorded;
   std::vector<Tensor> outs;
   auto keep = [&](const std::vector<Tensor>& part, int64_t s, int64_t e) {
@@ -139,18 +172,35 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   int64_t batch = o.batch_size > 0 ? o.batch_size : steps;
   int64_t start = 0;
   if (o.batch_size == 0 && o.memory_budget > 0) {
-    // Measure one slice: the bytes of its results (temporaries are not counted yet).
-    std::vector<Tensor> first = run_chunk(0, 1);
-    int64_t per_slice = 1;
-    for (const Tensor& t : first) per_slice += t.numel() * static_cast<int64_t>(itemsize(t.dtype()));
-    batch = std::max<int64_t>(1, o.memory_budget / per_slice);
+    // Measure one slice: the peak bytes allocated while computing it (results and temporaries).
+    detail::AllocationMeter meter;
+    detail::AllocationMeter* previous = detail::g_meter;
+    detail::g_meter = &meter;
+    std::vector<Tensor> first;
+    try {
+      first = run_chunk(0, 1);
+    } catch (...) {
+      detail::g_meter = previous;
+      throw;
+    }
+    detail::g_meter = previous;
+    batch = std::max<int64_t>(1, o.memory_budget / std::max<int64_t>(meter.peak, 1));
     keep(first, 0, 1);
     start = 1;
   }
-  for (int64_t s = start; s < steps; s += batch) {
-    const int64_t e = std::min(s + batch, steps);
-    keep(run_chunk(s, e), s, e);
+  if (keep_chunks || start == 0) {
+    // The first chunk runs here: it fixes the stacked outputs' shapes (and is the only place
+    // recorded chunks may run).
+    const int64_t e = std::min(start + batch, steps);
+    keep(run_chunk(start, e), start, e);
+    start = e;
   }
+  const int64_t parallel = keep_chunks ? 1 : o.parallel_chunks;
+  for_chunks(start, steps, batch, parallel, [&](int64_t s, int64_t e) {
+    std::vector<Tensor> part = run_chunk(s, e);
+    detail::PauseRecording pause;
+    keep(part, s, e);
+  });
   if (keep_chunks) {
     std::vector<Tensor> joined;
     for (size_t k = 0; k < recorded.front().size(); ++k) {
@@ -167,6 +217,7 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
     run->args = args;
     run->steps = steps;
     run->batch = batch;
+    run->parallel = o.parallel_chunks;
     outer->record_custom(run, args, outs);
   }
   return outs;

@@ -11,9 +11,13 @@ struct MapOptions {
   /// Slices per chunk (the last chunk may be shorter). 0: derived from memory_budget, or all.
   int64_t batch_size = 0;
   /// When > 0 and batch_size is 0: bytes allowed for one chunk's outputs and temporaries; the
-  /// chunk size comes from the bytes per slice measured on a first chunk of one slice (today: the
-  /// bytes of that slice's results; temporaries are not counted yet).
+  /// chunk size is budget / (peak bytes this thread allocated while computing a first chunk of
+  /// one slice: results and temporaries).
   int64_t memory_budget = 0;
+  /// Run up to this many chunks at a time on oneTBB workers (forward and rematerialised reverse);
+  /// peak memory grows to about parallel_chunks x one chunk. Chunks recorded on the tape
+  /// (rematerialize = false under a tape) always run one at a time on the calling thread.
+  int64_t parallel_chunks = 1;
   /// Reverse mode recomputes each chunk's forward (memory O(batch_size)); false records every
   /// chunk on the tape instead (memory O(axis size), no recomputation).
   bool rematerialize = true;

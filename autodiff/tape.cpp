@@ -54,10 +54,12 @@ class SweepContext final : public VjpContext, public JvpContext {
   const Axes& input_axes(int i) const override {
     int32_t v = input_var(i);
     if (v >= 0) return tape_.var_axes(v);
+    if (v <= -2) return tape_.axes_at(-2 - v);
     return input(i).axes();
   }
   int num_inputs() const override { return r_.n_inputs; }
   bool needs_grad(int i) const override { return input_var(i) >= 0; }
+  // (input_var(i) < -1 encodes the axes of an untracked input; see TapeImpl::record.)
   const Tensor& adjoint(int i) override {
     int32_t v = input_var(i);
     if (v < 0) throw AutodiffError(std::string("[") + r_.op->name + "] internal: input needs no gradient");
@@ -127,9 +129,13 @@ const Attrs& TapeImpl::attrs_of(const Record& r) const {
   return r.attrs < 0 ? kNoAttrs : a_.attrs[static_cast<size_t>(r.attrs)];
 }
 
+int32_t TapeImpl::intern_axes(const Axes& axes) {
+  if (a_.axes.empty() || !(a_.axes.back() == axes)) a_.axes.push_back(axes);
+  return static_cast<int32_t>(a_.axes.size() - 1);
+}
+
 int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
-  if (a_.axes.empty() || !(a_.axes.back() == t.axes())) a_.axes.push_back(t.axes());
-  a_.vars.push_back({static_cast<int32_t>(a_.axes.size() - 1), t.dtype(), t.device(), record});
+  a_.vars.push_back({intern_axes(t.axes()), t.dtype(), t.device(), record});
   return static_cast<int32_t>(a_.vars.size() - 1);
 }
 
@@ -160,8 +166,14 @@ void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
     attrs_index = static_cast<int32_t>(a_.attrs.size() - 1);
   }
   Record r{&op, attrs_index, -1, static_cast<int32_t>(a_.inputs.size()), n, static_cast<int32_t>(a_.saved.size())};
-  for (int i = 0; i < n; ++i)
-    a_.inputs.push_back(!(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1);
+  for (int i = 0; i < n; ++i) {
+    const bool saved = keep_all_ || (i < 31 && (op.saves & (1u << i)));
+    int32_t v = !(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1;
+    // An untracked input that is not saved keeps its axes (VJP rules may ask for them) as
+    // -2 - index into the axes table; the hot attribute-free ops never ask.
+    if (v < 0 && !saved && !op.attr_free) v = -2 - intern_axes(in[i].axes());
+    a_.inputs.push_back(v);
+  }
   r.out = new_var(out, rid);
   TensorAccess::set_var(out, r.out, serial_);
   for (int i = 0; i < n; ++i)

@@ -77,10 +77,12 @@ class TapeImpl final : public Recorder {
   [[nodiscard]] const std::vector<Tensor>& saved() const { return a_.saved; }
   [[nodiscard]] const VarInfo& var(int32_t v) const { return a_.vars[static_cast<size_t>(v)]; }
   [[nodiscard]] const Axes& var_axes(int32_t v) const { return a_.axes[static_cast<size_t>(var(v).axes)]; }
+  [[nodiscard]] const Axes& axes_at(int32_t k) const { return a_.axes[static_cast<size_t>(k)]; }
   [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
 
  private:
   int32_t new_var(const Tensor& t, int32_t record);
+  int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
 

@@ -56,6 +56,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
     s->bytes_ = bytes;
     s->allocator_ = &a;
     if (detail::g_capture) detail::keep_for_capture(s);
+    detail::meter_add(static_cast<int64_t>(bytes));
     return s;
   }
   // Device memory cannot hold the host-side header: keep it on the heap.
@@ -71,6 +72,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
   s->bytes_ = bytes;
   s->allocator_ = &a;
   if (detail::g_capture) detail::keep_for_capture(s);
+  detail::meter_add(static_cast<int64_t>(bytes));
   return s;
 }
 
@@ -85,6 +87,7 @@ Storage* Storage::wrap(void* data, std::size_t bytes, Device d, void (*release)(
 }
 
 void Storage::destroy() {
+  if (allocator_) detail::meter_add(-static_cast<int64_t>(bytes_));
   if (allocator_ && device_.kind == Device::Kind::cpu) {
     Allocator* a = allocator_;
     std::size_t total = kHeader + bytes_;

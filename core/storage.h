@@ -71,6 +71,22 @@ class Storage {
   void* external_ctx_ = nullptr;
 };
 
+namespace detail {
+/// Bytes this thread allocates while a meter is installed: what is in use (allocations minus the
+/// releases of those and earlier buffers) and the high-water mark. map uses it to measure a chunk.
+struct AllocationMeter {
+  int64_t in_use = 0;
+  int64_t peak = 0;
+};
+inline thread_local AllocationMeter* g_meter = nullptr;
+inline void meter_add(int64_t bytes) {
+  if (AllocationMeter* m = g_meter) {
+    m->in_use += bytes;
+    if (m->in_use > m->peak) m->peak = m->in_use;
+  }
+}
+}  // namespace detail
+
 /// Owning handle to a Storage.
 class StoragePtr {
  public:

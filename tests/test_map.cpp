@@ -44,6 +44,20 @@ TEST(Map, GradientEqualsNmapsWithAndWithoutRematerialisation) {
   }
 }
 
+TEST(Map, ParallelChunksGiveTheSameValuesAndGradients) {
+  std::vector<Tensor> in = {randn(Axes{{"b", 23}, {"k", 3}}, 5), randn(Axes{{"j", 2}, {"k", 3}}, 6)};
+  auto loss_of = [](const std::vector<Tensor>& outs) { return sum(outs[0]) + sum(outs[1] * outs[1] * 0.5); };
+  auto [v_ref, g_ref] =
+      value_and_grad([&](const std::vector<Tensor>& a) { return loss_of(nmap(model, {"b"}, a)); }, in);
+  MapOptions o;
+  o.batch_size = 2;
+  o.parallel_chunks = 4;
+  auto [v, g] = value_and_grad([&](const std::vector<Tensor>& a) { return loss_of(map(model, "b", a, o)); }, in);
+  EXPECT_NEAR(v.item(), v_ref.item(), 1e-12 * std::abs(v_ref.item()));
+  // The shared argument (index 1) receives every chunk's contribution, from several threads.
+  for (size_t k = 0; k < g.size(); ++k) EXPECT_LT(mismatch(g[k], g_ref[k], 1e-12, 1e-13), 1.0) << "argument " << k;
+}
+
 TEST(Map, ClosingOverATrackedTensorIsAnError) {
   Tape tape;
   Tensor w = tape.watch(randn(Axes{{"j", 2}, {"k", 3}}, 3));
@@ -58,6 +72,9 @@ TEST(Map, ClosingOverATrackedTensorIsAnError) {
   EXPECT_THROW((void)map(f, "q", {x}), AxisError);
   MapOptions bad;
   bad.batch_size = -1;
+  MapOptions bad_parallel;
+  bad_parallel.parallel_chunks = 0;
+  EXPECT_THROW((void)map(f, "b", {x}, bad_parallel), Error);
   EXPECT_THROW((void)map(f, "b", {x}, bad), Error);
 }
 

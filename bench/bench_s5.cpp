@@ -1,0 +1,134 @@
+// The case of issue 3 that must be fast (the S5 layer of DESIGN's JAX problems): a batch of linear
+// recurrences x_t = λ ⊙ x_{t-1} + W u_t + b, state 64, batch 16, input 8, T = 32..512, one and
+// two stacked layers, float64 and float32, written with scan and with linear_recurrence. Timed:
+// the forward pass, and the Jacobian of the final state w.r.t. λ, W, b, the initial state and the
+// inputs. The Jacobian is per sequence (the final state of sequence s depends on sequence s only),
+// one reverse sweep each with the 64-vector basis as batch axes; the 16 sequences run in a loop.
+// Complexity(oN) fits time = slope * T and reports the slope and the RMS of the fit.
+#include <benchmark/benchmark.h>
+
+#include <tenax/tenax.h>
+
+namespace {
+
+using namespace tenax;
+
+constexpr int64_t kState = 64, kBatch = 16, kInput = 8;
+
+enum class Impl { scan, recurrence };
+enum class Wrt { forward, lambda, w, b, x0, u };
+
+struct Layer {
+  Tensor lambda, w, b, x0;  // (h), (h, i), (h), (h)
+};
+
+struct Model {
+  std::vector<Layer> layers;
+  Tensor u;  // (s, t, i)
+};
+
+Model make_model(int64_t steps, int n_layers, DType dt) {
+  Model m;
+  for (int l = 0; l < n_layers; ++l) {
+    const int64_t in = l == 0 ? kInput : kState;
+    const Name i = l == 0 ? Name("i") : Name("h_prev");
+    Layer layer;
+    layer.lambda = astype(sigmoid(randn(Axes{{"h", kState}}, 10 + uint64_t(l)) + 2.0), dt);
+    layer.w = astype(randn(Axes{{"h", kState}, {i, in}}, 20 + uint64_t(l)) * (1.0 / double(in)), dt);
+    layer.b = astype(randn(Axes{{"h", kState}}, 30 + uint64_t(l)) * 0.1, dt);
+    layer.x0 = astype(randn(Axes{{"h", kState}}, 40 + uint64_t(l)), dt);
+    m.layers.push_back(layer);
+  }
+  m.u = astype(randn(Axes{{"s", kBatch}, {"t", steps}, {"i", kInput}}, 50), dt);
+  return m;
+}
+
+// One layer over one sequence: inputs (t, in) -> states (t, h).
+Tensor layer_states(Impl impl, const Layer& p, const Tensor& inputs, Name in) {
+  if (impl == Impl::recurrence) {
+    Tensor drive = dot(p.w, inputs, {in}) + p.b;  // (h, t)
+    const int64_t n = inputs.size("t");
+    // x_{-1} = x0 enters as λ x0 added to the first drive.
+    Tensor first = select(drive, "t", 0) + p.lambda * p.x0;
+    drive = concat({stack({first}, "t"), slice(drive, "t", 1, n)}, "t");
+    return linear_recurrence(p.lambda, drive, "t");
+  }
+  ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = p.lambda * c[0] + dot(p.w, x[0], {in}) + p.b;
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
+  };
+  return scan(body, {p.x0}, {inputs}, "t").ys[0];
+}
+
+// The final state of the last layer for one sequence.
+Tensor final_state(Impl impl, const std::vector<Layer>& layers, const Tensor& u) {
+  Tensor x = u;
+  Name in = "i";
+  for (const Layer& l : layers) {
+    x = layer_states(impl, l, x, in);
+    x = rename(x, "h", "h_prev");
+    in = "h_prev";
+  }
+  return rename(select(x, "t", x.size("t") - 1), "h_prev", "h");
+}
+
+void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt) {
+  const int64_t steps = state.range(0);
+  Model m = make_model(steps, n_layers, dt);
+  for (auto _ : state) {
+    for (int64_t s = 0; s < kBatch; ++s) {
+      const Tensor u = select(m.u, "s", s);
+      if (wrt == Wrt::forward) {
+        Tensor y = final_state(impl, m.layers, u);
+        benchmark::DoNotOptimize(y.data_ptr());
+        continue;
+      }
+      // Differentiate w.r.t. one tensor of the first layer (or the inputs), closing over the rest.
+      Tensor arg = wrt == Wrt::lambda ? m.layers[0].lambda
+                   : wrt == Wrt::w    ? m.layers[0].w
+                   : wrt == Wrt::b    ? m.layers[0].b
+                   : wrt == Wrt::x0   ? m.layers[0].x0
+                                      : u;
+      Function f = [&](const std::vector<Tensor>& a) {
+        std::vector<Layer> layers = m.layers;
+        Tensor input = u;
+        switch (wrt) {
+          case Wrt::lambda: layers[0].lambda = a[0]; break;
+          case Wrt::w: layers[0].w = a[0]; break;
+          case Wrt::b: layers[0].b = a[0]; break;
+          case Wrt::x0: layers[0].x0 = a[0]; break;
+          default: input = a[0]; break;
+        }
+        return final_state(impl, layers, input);
+      };
+      Tensor j = jacobian(f, {arg})[0];
+      benchmark::DoNotOptimize(j.data_ptr());
+    }
+  }
+  state.SetComplexityN(steps);
+}
+
+void register_all() {
+  const char* impls[] = {"scan", "linear_recurrence"};
+  const char* wrts[] = {"forward", "jac_lambda", "jac_W", "jac_b", "jac_x0", "jac_u"};
+  for (int impl = 0; impl < 2; ++impl)
+    for (int layers = 1; layers <= 2; ++layers)
+      for (DType dt : {DType::f64, DType::f32})
+        for (int w = 0; w < 6; ++w) {
+          std::string name = std::string("S5/") + impls[impl] + "/layers:" + std::to_string(layers) + "/" +
+                             dtype_name(dt) + "/" + wrts[w];
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run(st, Impl(impl), layers, dt, Wrt(w));
+          })->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
