@@ -55,4 +55,15 @@ double get_flat(const Tensor& t, int64_t flat) {
   return t.data<float>()[offset_of(t, flat)];
 }
 
+std::pair<std::vector<Tensor>, std::vector<Tensor>> nudged(const std::vector<Tensor>& args, size_t k, int64_t i,
+                                                           double h) {
+  std::vector<Tensor> p = args, m = args;
+  p[k] = contiguous(args[k]);
+  m[k] = contiguous(args[k]);
+  const double x = get_flat(args[k], i);
+  set_flat(p[k], i, x + h);
+  set_flat(m[k], i, x - h);
+  return {p, m};
+}
+
 }  // namespace tenax::testing

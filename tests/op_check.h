@@ -23,5 +23,9 @@ double mismatch(const Tensor& a, const Tensor& b, double rtol, double atol);
 void set_flat(const Tensor& t, int64_t flat, double v);
 /// Reads the element with flat row-major index `flat` (in t's axis order).
 double get_flat(const Tensor& t, int64_t flat);
+/// (args with flat element i of args[k] raised by h, the same lowered by h): contiguous copies of
+/// args[k], the other arguments shared. For central differences.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> nudged(const std::vector<Tensor>& args, size_t k, int64_t i,
+                                                           double h);
 
 }  // namespace tenax::testing

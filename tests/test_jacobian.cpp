@@ -15,12 +15,8 @@ Tensor fd_jacobian(const Function& f, const std::vector<Tensor>& args, size_t k,
   const Tensor y = f(args);
   const int64_t n_out = y.numel(), n_in = args[k].numel();
   for (int64_t i = 0; i < n_in; ++i) {
-    std::vector<Tensor> p = args, m = args;
-    p[k] = contiguous(args[k]);
-    m[k] = contiguous(args[k]);
-    const double h = 1e-6, x = testing::get_flat(args[k], i);
-    testing::set_flat(p[k], i, x + h);
-    testing::set_flat(m[k], i, x - h);
+    const double h = 1e-6;
+    auto [p, m] = testing::nudged(args, k, i, h);
     const Tensor d = (contiguous(f(p)) - contiguous(f(m))) * (1.0 / (2 * h));
     // like is contiguous with output axes first: element (o, i) is at o * n_in + i.
     for (int64_t o = 0; o < n_out; ++o)

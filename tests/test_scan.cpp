@@ -112,12 +112,8 @@ TEST(Scan, GradientMatchesFiniteDifferences) {
   std::vector<Tensor> g = grad(loss, args);
   for (size_t k = 0; k < args.size(); ++k) {
     for (int64_t i = 0; i < args[k].numel(); i += 2) {
-      std::vector<Tensor> p = args, m = args;
-      p[k] = contiguous(args[k]);
-      m[k] = contiguous(args[k]);
-      const double h = 1e-6, x = testing::get_flat(args[k], i);
-      testing::set_flat(p[k], i, x + h);
-      testing::set_flat(m[k], i, x - h);
+      const double h = 1e-6;
+      auto [p, m] = testing::nudged(args, k, i, h);
       const double fd = (loss(p).item() - loss(m).item()) / (2 * h);
       EXPECT_NEAR(testing::get_flat(g[k], i), fd, 1e-6 * (1 + std::abs(fd))) << "argument " << k << " element " << i;
     }

@@ -79,13 +79,24 @@ struct BatchCopy {
   }
 };
 
-// Lane offsets of a recurrence call, owned by the recorded call.
+// Lane offsets of a recurrence call (and of its VJP's cotangent and adjoints), owned by the
+// recorded call.
 struct LaneCopy {
   std::vector<int64_t> v[6];
-  static void take(const int64_t* p, int64_t n, std::vector<int64_t>& out) {
-    if (p) out.assign(p, p + n);
+  void take(int k, const int64_t* p, int64_t n) {
+    if (p) v[k].assign(p, p + n);
   }
-  static const int64_t* at(const std::vector<int64_t>& x) { return x.empty() ? nullptr : x.data(); }
+  [[nodiscard]] const int64_t* at(int k) const { return v[k].empty() ? nullptr : v[k].data(); }
+  void take_forward(const RecurrenceArgs& r) {
+    take(0, r.off_a, r.lanes);
+    take(1, r.off_b, r.lanes);
+    take(2, r.off_x, r.lanes);
+  }
+  void bind_forward(RecurrenceArgs& r) const {
+    r.off_a = at(0);
+    r.off_b = at(1);
+    r.off_x = at(2);
+  }
 };
 
 template <int Dev, int Dt>
@@ -125,15 +136,11 @@ template <int Dev, int Dt>
 void recurrence_trampoline(const RecurrenceArgs& r) {
   const RecurrenceFn fn = tables().real[Dev].recurrence[Dt];
   LaneCopy lc;
-  LaneCopy::take(r.off_a, r.lanes, lc.v[0]);
-  LaneCopy::take(r.off_b, r.lanes, lc.v[1]);
-  LaneCopy::take(r.off_x, r.lanes, lc.v[2]);
+  lc.take_forward(r);
   g_capture->other(
       [fn, r, lc] {
         RecurrenceArgs c = r;
-        c.off_a = LaneCopy::at(lc.v[0]);
-        c.off_b = LaneCopy::at(lc.v[1]);
-        c.off_x = LaneCopy::at(lc.v[2]);
+        lc.bind_forward(c);
         fn(c);
         return int64_t{-1};
       },
@@ -143,22 +150,17 @@ template <int Dev, int Dt>
 void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
   const RecurrenceVjpFn fn = tables().real[Dev].recurrence_vjp[Dt];
   LaneCopy lc;
-  const int64_t n = r.fwd.lanes;
-  LaneCopy::take(r.fwd.off_a, n, lc.v[0]);
-  LaneCopy::take(r.fwd.off_b, n, lc.v[1]);
-  LaneCopy::take(r.fwd.off_x, n, lc.v[2]);
-  LaneCopy::take(r.off_g, n, lc.v[3]);
-  LaneCopy::take(r.off_da, n, lc.v[4]);
-  LaneCopy::take(r.off_db, n, lc.v[5]);
+  lc.take_forward(r.fwd);
+  lc.take(3, r.off_g, r.fwd.lanes);
+  lc.take(4, r.off_da, r.fwd.lanes);
+  lc.take(5, r.off_db, r.fwd.lanes);
   g_capture->other(
       [fn, r, lc] {
         RecurrenceVjpArgs c = r;
-        c.fwd.off_a = LaneCopy::at(lc.v[0]);
-        c.fwd.off_b = LaneCopy::at(lc.v[1]);
-        c.fwd.off_x = LaneCopy::at(lc.v[2]);
-        c.off_g = LaneCopy::at(lc.v[3]);
-        c.off_da = LaneCopy::at(lc.v[4]);
-        c.off_db = LaneCopy::at(lc.v[5]);
+        lc.bind_forward(c.fwd);
+        c.off_g = lc.at(3);
+        c.off_da = lc.at(4);
+        c.off_db = lc.at(5);
         fn(c);
         return int64_t{-1};
       },
