@@ -68,8 +68,7 @@ void StepProgram::forward(int64_t s) {
     forward_.run("scan step", s);
     return;
   }
-  KernelCapture capture(forward_);
-  plan_->forward(values_);
+  capture_into(forward_, [&] { plan_->forward(values_); });
   forward_built_ = true;
 }
 
@@ -78,18 +77,19 @@ void StepProgram::next_carry() {
     next_.run("scan step", 0);
     return;
   }
-  KernelCapture capture(next_);
   // A new carry that reads a carry buffer (a carry passed on unchanged, swapped, or viewed) goes
   // through a staging buffer so that no carry is overwritten before it is read.
-  std::vector<std::pair<size_t, Tensor>> staged;
-  for (size_t k = 0; k < carry_.size(); ++k) {
-    const PlanRef r = plan_->carry_out()[k];
-    if (r.var == static_cast<int32_t>(k)) continue;
-    const Tensor& src = plan_->value(values_, r);
-    if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
-    else copy_into(carry_[k], src);
-  }
-  for (auto& [k, t] : staged) copy_into(carry_[k], t);
+  capture_into(next_, [&] {
+    std::vector<std::pair<size_t, Tensor>> staged;
+    for (size_t k = 0; k < carry_.size(); ++k) {
+      const PlanRef r = plan_->carry_out()[k];
+      if (r.var == static_cast<int32_t>(k)) continue;
+      const Tensor& src = plan_->value(values_, r);
+      if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
+      else copy_into(carry_[k], src);
+    }
+    for (auto& [k, t] : staged) copy_into(carry_[k], t);
+  });
   next_built_ = true;
 }
 
@@ -133,17 +133,16 @@ void StepProgram::backward(int64_t s) {
     vjp_.run("scan step", s);
   } else {
     const ScanPlan& p = *plan_;
-    {
-      // Zeroed adjoints of every variable that can carry a gradient (views alias their parent's),
-      // then the cotangent of the carry after this step.
-      KernelCapture capture(seed_);
+    // Zeroed adjoints of every variable that can carry a gradient (views alias their parent's),
+    // then the cotangent of the carry after this step.
+    capture_into(seed_, [&] {
       for (size_t v = 0; v < p.n_vars(); ++v)
         if (needs_[v] && !adjoints_[v].defined()) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_);
       for (size_t k = 0; k < carry_.size(); ++k) {
         const int32_t v = p.carry_out()[k].var;
         if (v >= 0 && needs_[static_cast<size_t>(v)]) accumulate(adjoints_[static_cast<size_t>(v)], carry_bar_[k]);
       }
-    }
+    });
     for (size_t k = 0; k < ys_bar_.size(); ++k) {
       const int32_t v = p.y_out()[k].var;
       if (ys_bar_[k].defined() && v >= 0 && needs_[static_cast<size_t>(v)])
@@ -153,15 +152,14 @@ void StepProgram::backward(int64_t s) {
       if (xs_adj_[k].defined())
         x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
     for (SliceCopy& c : y_seed_) c.run(s);
-    {
-      KernelCapture capture(vjp_);
+    capture_into(vjp_, [&] {
       p.backward(values_, adjoints_, needs_, batch_);
       for (size_t k = 0; k < carry_.size(); ++k) {
         const Tensor& a = adjoints_[k];
         if (a.defined()) copy_into(carry_bar_[k], a);
         else copy_into(carry_bar_[k], zeros(carry_bar_[k].axes(), carry_bar_[k].dtype(), carry_bar_[k].device()));
       }
-    }
+    });
     backward_built_ = true;
   }
   for (SliceCopy& c : x_adj_store_) c.run(index(s));

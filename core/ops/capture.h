@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <tbb/task_arena.h>
+
 #include "tenax/backends/kernels.h"
 #include "tenax/core/device.h"
 #include "tenax/core/storage.h"
@@ -69,6 +71,16 @@ class KernelCapture {
   KernelProgram& program_;
   std::vector<ScalarFix> fixes_;
 };
+
+/// Runs f with a capture into `program` active. The thread is isolated meanwhile: while a parallel
+/// kernel waits, it must not pick up an unrelated oneTBB task (whose kernels would be captured).
+template <class F>
+void capture_into(KernelProgram& program, F&& f) {
+  tbb::this_task_arena::isolate([&] {
+    KernelCapture capture(program);
+    f();
+  });
+}
 
 /// The active capture on this thread, or null (read by kernels(), full() and Storage::allocate).
 inline thread_local KernelCapture* g_capture = nullptr;
