@@ -18,22 +18,6 @@ const Name kCheckpointAxis("__scan_checkpoint");
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
-// The slices of a tensor along `over`, as one view handle moved from step to step (no view is
-// built per step).
-class Slices {
- public:
-  Slices() = default;
-  Slices(const Tensor& t, Name over) : view_(select(t, over, 0)), base_(view_.offset()), stride_(t.stride(over)) {}
-  const Tensor& at(int64_t i) {
-    detail::TensorAccess::offset(view_) = base_ + i * stride_;
-    return view_;
-  }
-
- private:
-  Tensor view_;
-  int64_t base_ = 0, stride_ = 0;
-};
-
 // Everything one scan call needs again in its reverse pass.
 struct ScanRun final : detail::CustomNode {
   std::shared_ptr<ScanPlan> plan;
@@ -43,7 +27,7 @@ struct ScanRun final : detail::CustomNode {
   int64_t steps = 0;
   ScanOptions opt;
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
-  int64_t snapshot_slots = -1;      // binomial mode: carries the reverse pass may hold at once
+  bool bisection = false;           // memory_budget below all carries: recursive bisection
 
   [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
   const char* name() const override { return "scan"; }
@@ -133,7 +117,7 @@ struct ScanRun final : detail::CustomNode {
       }
     detail::StepProgram& p = compiled();
     p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar, batch);
-    if (snapshot_slots >= 0) {
+    if (bisection) {
       const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
       CarrySlots snap(new_slots(depth), p.carry());
       p.set_carry(init);
@@ -222,19 +206,17 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
     return x;
   };
-  std::vector<Slices> y_slices;
   auto store_y = [&](const std::vector<Tensor>& yt, int64_t s) {
     if (s == 0)
       for (const Tensor& t : yt) {
         Axes ax{{over, steps}};
         for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
         ys.push_back(empty(ax, t.dtype(), t.device()));
-        y_slices.emplace_back(ys.back(), over);
       }
     if (yt.size() != ys.size())
       throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " + std::to_string(s) +
                        " but " + std::to_string(ys.size()) + " at step 0");
-    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(y_slices[k].at(s), yt[k]);
+    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, s), yt[k]);
   };
 
   // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
@@ -256,7 +238,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
                           std::to_string(slots) + " carries of " + std::to_string(carry_bytes) + " bytes; " +
                           std::to_string(steps) + " steps need at least " + std::to_string(need) + " (" +
                           std::to_string(need * carry_bytes) + " bytes)");
-      run->snapshot_slots = slots;
+      run->bisection = true;
     } else {
       if (options.memory_budget > 0) run->opt.checkpoint_every = 1;
       const int64_t n_ck = (steps + run->opt.checkpoint_every - 1) / run->opt.checkpoint_every;
@@ -267,11 +249,9 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       }
     }
   }
-  std::vector<Slices> ck_slices;
-  for (const Tensor& t : run->checkpoints) ck_slices.emplace_back(t, kCheckpointAxis);
   auto checkpoint = [&](const std::vector<Tensor>& c, int64_t s) {
-    if (!record || run->snapshot_slots >= 0 || s % run->opt.checkpoint_every != 0) return;
-    for (size_t k = 0; k < c.size(); ++k) detail::copy_into(ck_slices[k].at(s / run->opt.checkpoint_every), c[k]);
+    if (!record || run->bisection || s % run->opt.checkpoint_every != 0) return;
+    for (size_t k = 0; k < c.size(); ++k) detail::copy_into(select(run->checkpoints[k], kCheckpointAxis, s / run->opt.checkpoint_every), c[k]);
   };
 
   {
@@ -295,7 +275,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       // Later steps replay the kernels of the plan (captured at step 2) on fixed buffers.
       detail::StepProgram& p = run->compiled();
       p.set_carry(carry);
-      const bool store_ck = record && run->snapshot_slots < 0;
+      const bool store_ck = record && !run->bisection;
       const int64_t k = run->opt.checkpoint_every;
       ScanRun::CarrySlots ck;
       if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
