@@ -159,6 +159,38 @@ void check_carry(const std::vector<Tensor>& init, const std::vector<Tensor>& out
                        "; a carry keeps its axes, sizes and dtype");
 }
 
+// Broadcasts init[k] to the mapped (nmap) axes that out[k] has and init[k] lacks; true when any
+// carry was widened. Other differences are left for check_carry to report.
+bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) {
+  bool widened = false;
+  for (size_t k = 0; k < init.size() && k < out.size(); ++k) {
+    Axes extra;
+    bool only_mapped = out[k].dtype() == init[k].dtype();
+    for (int i = 0; i < out[k].rank(); ++i) {
+      const Axis a = out[k].axes()[i];
+      if (init[k].has_axis(a.name)) continue;
+      bool mapped = false;
+      for (Name m : detail::g_mapped) mapped = mapped || m == a.name;
+      only_mapped = only_mapped && mapped;
+      extra.push_back(a);
+    }
+    for (int i = 0; i < init[k].rank(); ++i) only_mapped = only_mapped && out[k].has_axis(init[k].axes().name(i));
+    if (extra.rank() == 0 || !only_mapped) continue;
+    // The mapped axes are physically there; broadcasting to them is nmap's own business.
+    AxisList mapped = detail::g_mapped;
+    detail::g_mapped = AxisList{};
+    try {
+      init[k] = broadcast(init[k], extra);
+    } catch (...) {
+      detail::g_mapped = mapped;
+      throw;
+    }
+    detail::g_mapped = mapped;
+    widened = true;
+  }
+  return widened;
+}
+
 }  // namespace
 
 ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
@@ -221,15 +253,22 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
 
   // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
   run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
-  check_carry(init, next, 0);
+  // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
+  // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
+  if (widen_to_mapped(run->init, next)) {
+    carry = run->init;
+    run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+  }
+  const std::vector<Tensor>& init_w = run->init;
+  check_carry(init_w, next, 0);
   bool record = !run->plan->params().empty();
-  for (const Tensor& t : init) record |= detail::is_tracked(t);
+  for (const Tensor& t : init_w) record |= detail::is_tracked(t);
   for (const Tensor& t : xs) record |= detail::is_tracked(t);
   record &= outer != nullptr;
 
   if (record) {
     int64_t carry_bytes = 0;
-    for (const Tensor& t : init) carry_bytes += bytes_of(t);
+    for (const Tensor& t : init_w) carry_bytes += bytes_of(t);
     if (options.memory_budget > 0 && carry_bytes * steps > options.memory_budget) {
       const int64_t slots = options.memory_budget / std::max<int64_t>(carry_bytes, 1);
       const auto need = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
@@ -242,7 +281,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     } else {
       if (options.memory_budget > 0) run->opt.checkpoint_every = 1;
       const int64_t n_ck = (steps + run->opt.checkpoint_every - 1) / run->opt.checkpoint_every;
-      for (const Tensor& t : init) {
+      for (const Tensor& t : init_w) {
         Axes ax{{kCheckpointAxis, n_ck}};
         for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
         run->checkpoints.push_back(empty(ax, t.dtype(), t.device()));
@@ -267,7 +306,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
         throw Error("[scan] the body ran different ops at step 1 than at step 0 (" + diff +
                     "); a scan body must run the same ops every step: branch with where(), not with C++ control "
                     "flow on values or on the step");
-      check_carry(init, next, 1);
+      check_carry(init_w, next, 1);
       store_y(y, 1);
       carry = next;
     }
@@ -294,7 +333,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
 
   ScanResult result{carry, ys};
   if (record) {
-    std::vector<Tensor> inputs = init, outputs = result.carry;
+    std::vector<Tensor> inputs = run->init, outputs = result.carry;
     inputs.insert(inputs.end(), xs.begin(), xs.end());
     inputs.insert(inputs.end(), run->plan->params().begin(), run->plan->params().end());
     outputs.insert(outputs.end(), result.ys.begin(), result.ys.end());

@@ -7,7 +7,7 @@ install(TARGETS tenax tenax_warnings EXPORT tenaxTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES include/tenax/tenax.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax)
-foreach(layer core named autodiff backends)
+foreach(layer core named autodiff backends model)
   install(DIRECTORY ${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax/${layer}
           FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
 endforeach()

@@ -46,6 +46,12 @@ class AutodiffError : public Error {
  public:
   using Error::Error;
 };
+/// A model description (JSON) that is malformed or inconsistent; the message starts with the JSON
+/// pointer of the offending value (e.g. "/graph/3/inputs/1").
+class ModelError : public Error {
+ public:
+  using Error::Error;
+};
 /// A request the allocator cannot satisfy.
 class MemoryError : public Error {
  public:

@@ -15,5 +15,6 @@
 #include "tenax/core/ops/op.h"
 #include "tenax/core/storage.h"
 #include "tenax/core/tensor.h"
+#include "tenax/model/model.h"
 #include "tenax/named/axes.h"
 #include "tenax/named/name.h"

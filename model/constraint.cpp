@@ -1,0 +1,118 @@
+// Parameter constraints: forward maps with tenax ops, inverses on the host.
+#include "tenax/model/constraint.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "tenax/core/creation.h"
+#include "tenax/core/error.h"
+#include "tenax/core/ops.h"
+
+namespace tenax::model_detail {
+namespace {
+
+// Row-major (row, col) masks: the identity and the strict lower triangle.
+Tensor square_mask(int64_t n, Name row, Name col, bool diagonal, DType dtype) {
+  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      if (diagonal ? r == c : c < r) v[static_cast<size_t>(r * n + c)] = 1.0;
+  Tensor t = tensor(v, Axes{{row, n}, {col, n}});
+  return dtype == DType::f64 ? t : astype(t, dtype);
+}
+
+Tensor like(const std::vector<double>& v, const Tensor& ref, const Axes& axes) {
+  Tensor t = tensor(v, axes);
+  return ref.dtype() == DType::f64 ? t : astype(t, ref.dtype());
+}
+
+[[noreturn]] void violated(const std::string& pointer, const Constraint& c, const std::string& what) {
+  throw ModelError(pointer + ": the value violates its constraint " + describe(c) + ": " + what);
+}
+
+}  // namespace
+
+std::string describe(const Constraint& c) {
+  std::ostringstream s;
+  switch (c.kind) {
+    case ConstraintKind::none: return "unconstrained";
+    case ConstraintKind::softplus: return "positive (softplus)";
+    case ConstraintKind::exp: return "positive (exp)";
+    case ConstraintKind::interval: s << "interval (" << c.lower << ", " << c.upper << ")"; return s.str();
+    case ConstraintKind::spd: return "spd over (" + c.row.str() + ", " + c.col.str() + ")";
+  }
+  return "?";
+}
+
+Tensor constrain(const Constraint& c, const Tensor& u) {
+  switch (c.kind) {
+    case ConstraintKind::none: return u;
+    case ConstraintKind::softplus: return softplus(u);
+    case ConstraintKind::exp: return exp(u);
+    case ConstraintKind::interval: return c.lower + (c.upper - c.lower) * sigmoid(u);
+    case ConstraintKind::spd: {
+      const int64_t n = u.size(c.row);
+      Tensor l = u * square_mask(n, c.row, c.col, false, u.dtype()) +
+                 exp(u) * square_mask(n, c.row, c.col, true, u.dtype());
+      // value[r, c] = Σ_k L[r, k] L[c, k]
+      const Name k("tenax_spd_k");
+      Tensor a = rename(l, c.col, k);
+      Tensor b = rename(l, AxisList{c.row, c.col}, AxisList{c.col, k});
+      return dot(a, b, {k});
+    }
+  }
+  return u;
+}
+
+Tensor unconstrain(const Constraint& c, const Tensor& value, const std::string& pointer) {
+  std::vector<double> v = value.to_vector();
+  for (double x : v)
+    if (!std::isfinite(x)) violated(pointer, c, "it holds a non-finite number");
+  switch (c.kind) {
+    case ConstraintKind::none: return value;
+    case ConstraintKind::softplus:
+    case ConstraintKind::exp:
+      for (double& x : v) {
+        if (!(x > 0.0)) violated(pointer, c, "it holds " + std::to_string(x) + ", not > 0");
+        // softplus⁻¹(x) = log(expm1(x)) = x + log(-expm1(-x)), stable for large and small x
+        x = c.kind == ConstraintKind::exp ? std::log(x) : x + std::log(-std::expm1(-x));
+      }
+      return like(v, value, value.axes());
+    case ConstraintKind::interval:
+      for (double& x : v) {
+        if (!(x > c.lower && x < c.upper))
+          violated(pointer, c, "it holds " + std::to_string(x) + ", outside the open interval");
+        x = std::log((x - c.lower) / (c.upper - x));
+      }
+      return like(v, value, value.axes());
+    case ConstraintKind::spd: {
+      const int64_t n = value.size(c.row);
+      std::vector<double> a = value.to_vector(AxisList{c.row, c.col});
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t q = 0; q < r; ++q) {
+          const double x = a[size_t(r * n + q)], y = a[size_t(q * n + r)];
+          if (std::abs(x - y) > 1e-12 * (std::abs(x) + std::abs(y)) + 1e-300)
+            violated(pointer, c, "it is not symmetric");
+        }
+      // Cholesky on the host: u holds the strict lower part of L and log of its diagonal.
+      std::vector<double> l(a.size(), 0.0);
+      for (int64_t j = 0; j < n; ++j) {
+        double d = a[size_t(j * n + j)];
+        for (int64_t q = 0; q < j; ++q) d -= l[size_t(j * n + q)] * l[size_t(j * n + q)];
+        if (!(d > 0.0)) violated(pointer, c, "it is not positive definite");
+        const double ljj = std::sqrt(d);
+        l[size_t(j * n + j)] = ljj;
+        for (int64_t r = j + 1; r < n; ++r) {
+          double s = a[size_t(r * n + j)];
+          for (int64_t q = 0; q < j; ++q) s -= l[size_t(r * n + q)] * l[size_t(j * n + q)];
+          l[size_t(r * n + j)] = s / ljj;
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) l[size_t(j * n + j)] = std::log(l[size_t(j * n + j)]);
+      return like(l, value, Axes{{c.row, n}, {c.col, n}});
+    }
+  }
+  return value;
+}
+
+}  // namespace tenax::model_detail

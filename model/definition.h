@@ -1,0 +1,100 @@
+#pragma once
+// The in-memory form of a loaded model: parameters, inputs, and the graph with every name resolved
+// to a slot of a flat value table. Internal to the model layer.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tenax/autodiff/map.h"
+#include "tenax/autodiff/scan.h"
+#include "tenax/core/ops/op.h"
+#include "tenax/model/constraint.h"
+
+namespace tenax::model_detail {
+
+using json = nlohmann::json;
+
+/// `base` + "/" + key, with '~' and '/' escaped as RFC 6901 asks.
+std::string pointer_join(const std::string& base, const std::string& key);
+std::string pointer_join(const std::string& base, std::size_t index);
+
+struct Parameter {
+  std::string name;
+  std::string pointer;  ///< "/parameters/<name>"
+  Axes axes;
+  bool trainable = true;
+  Constraint constraint;
+  Tensor u;  ///< unconstrained coordinates (float, model dtype)
+};
+
+struct InputDecl {
+  std::string name;
+  std::string pointer;
+  Axes axes;
+  Tensor data;                  ///< undefined when the caller must supply it
+  std::filesystem::path file;   ///< absolute path when the data came from a file
+};
+
+enum class NodeKind { op, scan, nmap, map };
+
+struct Graph;
+
+/// One node of a graph. Inputs and outputs are slots of the value table.
+struct Node {
+  std::string pointer;  ///< "/graph/3" or "/graph/2/body/graph/0"
+  std::string label;    ///< op name, for messages
+  NodeKind kind = NodeKind::op;
+  const OpDef* op = nullptr;
+  Attrs attrs;
+  bool reduce_all = false;  ///< a reduction with no "axes": every visible axis
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  // Control flow: scan (init, xs), nmap/map (inputs), the body, and the options.
+  std::vector<int> init;
+  std::vector<int> xs;
+  AxisList over;
+  std::unique_ptr<Graph> body;
+  ScanOptions scan_options;
+  MapOptions map_options;
+};
+
+/// A graph: slots bound by the caller (`params`), nodes in an order where every input is
+/// computed before it is read, and the result slots.
+struct Graph {
+  std::vector<int> params;
+  /// Outer slots the graph reads (bodies only): map passes them as arguments so that gradients
+  /// reach them through its rematerialised chunks.
+  std::vector<int> captures;
+  std::vector<Node> nodes;
+  std::vector<int> results;
+};
+
+struct Definition {
+  json doc;  ///< the document as loaded (save() writes it back with the current parameters)
+  std::filesystem::path base_dir;
+  DType dtype = DType::f64;
+  Axes axes;
+  std::vector<Parameter> params;
+  std::vector<InputDecl> inputs;
+  std::vector<std::pair<int, Tensor>> constants;  ///< literal numbers in input lists
+  std::vector<std::pair<std::string, int>> outputs;
+  int slots = 0;
+  /// params: the parameters' slots (constrained values), then the inputs' slots.
+  Graph graph;
+};
+
+/// Builds a definition from a document; throws ModelError with the pointer of the first problem.
+std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir);
+
+/// Evaluates `graph` with `env` holding the values of its params and every outer slot it reads.
+void evaluate(const Graph& graph, std::vector<Tensor>& env);
+
+/// The full value table for a run: constants, parameters mapped through their constraints (with
+/// the given unconstrained values, which may be tracked), and inputs (overrides or file data).
+std::vector<Tensor> bind(const Definition& def, const std::vector<Tensor>& unconstrained,
+                         const std::vector<std::pair<std::string, Tensor>>& inputs);
+
+}  // namespace tenax::model_detail

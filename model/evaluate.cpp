@@ -1,0 +1,138 @@
+// Running a parsed graph: ops through the registry, scan / nmap / map with their bodies evaluated
+// on a copy of the value table; every error is tagged with the JSON pointer of its node.
+#include <cstring>
+
+#include "tenax/autodiff/map.h"
+#include "tenax/autodiff/nmap.h"
+#include "tenax/autodiff/scan.h"
+#include "tenax/core/error.h"
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/model/constraint.h"
+#include "tenax/model/definition.h"
+
+namespace tenax::model_detail {
+namespace {
+
+std::vector<Tensor> gather(const std::vector<int>& slots, const std::vector<Tensor>& env) {
+  std::vector<Tensor> out;
+  out.reserve(slots.size());
+  for (int s : slots) out.push_back(env[size_t(s)]);
+  return out;
+}
+
+// Runs `body` with its params bound to `args` on a copy of `env`; returns its results.
+std::vector<Tensor> call(const Graph& body, const std::vector<Tensor>& env, const std::vector<Tensor>& args) {
+  std::vector<Tensor> local = env;
+  for (size_t k = 0; k < args.size(); ++k) local[size_t(body.params[k])] = args[k];
+  evaluate(body, local);
+  return gather(body.results, local);
+}
+
+Tensor reduce_all(const Node& n, const Tensor& x) {
+  const char* op = n.op->name;
+  if (std::strcmp(op, "sum") == 0) return sum(x);
+  if (std::strcmp(op, "mean") == 0) return mean(x);
+  if (std::strcmp(op, "max") == 0) return max(x);
+  return logsumexp(x);
+}
+
+void run_node(const Node& n, std::vector<Tensor>& env) {
+  switch (n.kind) {
+    case NodeKind::op: {
+      std::vector<Tensor> in = gather(n.inputs, env);
+      env[size_t(n.outputs[0])] = n.reduce_all ? reduce_all(n, in[0]) : detail::apply(*n.op, in, n.attrs);
+      return;
+    }
+    case NodeKind::scan: {
+      const size_t n_carry = n.init.size();
+      ScanBody body = [&](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
+        std::vector<Tensor> args = carry;
+        args.insert(args.end(), x.begin(), x.end());
+        std::vector<Tensor> r = call(*n.body, env, args);
+        std::vector<Tensor> ys(r.begin() + long(n_carry), r.end());
+        r.resize(n_carry);
+        return std::make_pair(std::move(r), std::move(ys));
+      };
+      ScanResult r = scan(body, gather(n.init, env), gather(n.xs, env), n.over[0], n.scan_options);
+      for (size_t k = 0; k < n_carry; ++k) env[size_t(n.outputs[k])] = r.carry[k];
+      for (size_t k = 0; k < r.ys.size(); ++k) env[size_t(n.outputs[n_carry + k])] = r.ys[k];
+      return;
+    }
+    case NodeKind::nmap: {
+      MultiFunction f = [&](const std::vector<Tensor>& args) { return call(*n.body, env, args); };
+      std::vector<Tensor> r = nmap(f, n.over, gather(n.inputs, env));
+      for (size_t k = 0; k < r.size(); ++k) env[size_t(n.outputs[k])] = r[k];
+      return;
+    }
+    case NodeKind::map: {
+      // Outer values the body reads travel as extra arguments (shared by every chunk when they
+      // lack the mapped axis), so their gradients survive the recomputed chunks.
+      // The reverse pass calls f again after this run returned: it holds the graph (owned by the
+      // model) and the table size, nothing of this run's values.
+      const Graph* b = n.body.get();
+      const size_t slots = env.size();
+      MultiFunction f = [b, slots](const std::vector<Tensor>& args) {
+        std::vector<Tensor> local(slots);
+        for (size_t k = 0; k < args.size(); ++k)
+          local[size_t(k < b->params.size() ? b->params[k] : b->captures[k - b->params.size()])] = args[k];
+        evaluate(*b, local);
+        return gather(b->results, local);
+      };
+      std::vector<Tensor> args = gather(n.inputs, env);
+      for (int s : b->captures) args.push_back(env[size_t(s)]);
+      std::vector<Tensor> r = map(f, n.over[0], args, n.map_options);
+      for (size_t k = 0; k < r.size(); ++k) env[size_t(n.outputs[k])] = r[k];
+      return;
+    }
+  }
+}
+
+bool tagged(const char* what) { return what[0] == '/'; }
+
+}  // namespace
+
+void evaluate(const Graph& graph, std::vector<Tensor>& env) {
+  for (const Node& n : graph.nodes) {
+    try {
+      run_node(n, env);
+    } catch (const ModelError&) {
+      throw;
+    } catch (const NumericError& e) {
+      if (tagged(e.what())) throw;
+      throw NumericError(n.pointer + " (" + n.label + "): " + e.what());
+    } catch (const MemoryError& e) {
+      if (tagged(e.what())) throw;
+      throw MemoryError(n.pointer + " (" + n.label + "): " + e.what());
+    } catch (const Error& e) {
+      throw ModelError(n.pointer + " (" + n.label + "): " + e.what());
+    }
+  }
+}
+
+std::vector<Tensor> bind(const Definition& def, const std::vector<Tensor>& unconstrained,
+                         const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  std::vector<Tensor> env(size_t(def.slots));
+  for (const auto& [slot, c] : def.constants) env[size_t(slot)] = c;
+  const size_t n_params = def.params.size();
+  for (size_t k = 0; k < n_params; ++k) {
+    const Parameter& p = def.params[k];
+    try {
+      env[size_t(def.graph.params[k])] = constrain(p.constraint, unconstrained[k]);
+    } catch (const Error& e) {
+      throw ModelError(p.pointer + ": " + e.what());
+    }
+  }
+  for (size_t k = 0; k < def.inputs.size(); ++k) {
+    const InputDecl& in = def.inputs[k];
+    Tensor v = in.data;
+    for (const auto& [name, t] : inputs)
+      if (name == in.name) v = t;
+    if (!v.defined())
+      throw ModelError(in.pointer + ": input '" + in.name + "' has no data in the model file; pass it to run()");
+    env[size_t(def.graph.params[n_params + k])] = v;
+  }
+  return env;
+}
+
+}  // namespace tenax::model_detail

@@ -1,0 +1,300 @@
+// The Model class: loading (with one validating run), running, gradients, parameter access, saving.
+#include "tenax/model/model.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tenax/autodiff/grad.h"
+#include "tenax/core/creation.h"
+#include "tenax/core/error.h"
+#include "tenax/core/ops.h"
+#include "tenax/model/definition.h"
+#include "tenax/model/values.h"
+
+namespace tenax {
+
+using model_detail::Definition;
+using model_detail::json;
+
+namespace {
+
+const model_detail::Parameter& find_param(const Definition& d, const std::string& name, size_t* index = nullptr) {
+  for (size_t k = 0; k < d.params.size(); ++k)
+    if (d.params[k].name == name) {
+      if (index) *index = k;
+      return d.params[k];
+    }
+  std::string list;
+  for (const auto& p : d.params) list += (list.empty() ? "" : ", ") + p.name;
+  throw ModelError("/parameters: no parameter named '" + name + "' (parameters: " + list + ")");
+}
+
+int output_slot(const Definition& d, const std::string& name) {
+  for (const auto& [n, slot] : d.outputs)
+    if (n == name) return slot;
+  std::string list;
+  for (const auto& [n, slot] : d.outputs) list += (list.empty() ? "" : ", ") + n;
+  throw ModelError("/outputs: no output named '" + name + "' (outputs: " + list + ")");
+}
+
+// Checks run() inputs against the declarations: known name, declared axes (any order), dtype.
+std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, const TensorMap& inputs) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, t] : inputs) {
+    const model_detail::InputDecl* decl = nullptr;
+    for (const auto& in : d.inputs)
+      if (in.name == name) decl = &in;
+    if (!decl) {
+      std::string list;
+      for (const auto& in : d.inputs) list += (list.empty() ? "" : ", ") + in.name;
+      throw ModelError("/inputs: the model has no input named '" + name + "' (inputs: " + list + ")");
+    }
+    if (!t.defined()) throw ModelError(decl->pointer + ": the tensor passed for '" + name + "' is undefined");
+    if (!t.axes().same_set(decl->axes))
+      throw ModelError(decl->pointer + ": input '" + name + "' is declared with axes " + decl->axes.describe() +
+                       ", got " + t.axes().describe());
+    if (t.dtype() != d.dtype)
+      throw ModelError(decl->pointer + ": input '" + name + "' must be " + dtype_name(d.dtype) + " like the model, got " +
+                       dtype_name(t.dtype()) + " (convert it with astype)");
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+std::vector<Tensor> all_u(const Definition& d) {
+  std::vector<Tensor> u;
+  for (const auto& p : d.params) u.push_back(p.u);
+  return u;
+}
+
+void check_like(const model_detail::Parameter& p, const Tensor& v, DType dtype) {
+  if (!v.defined() || !v.axes().same_set(p.axes))
+    throw ModelError(p.pointer + ": parameter '" + p.name + "' has axes " + p.axes.describe() + ", got " +
+                     (v.defined() ? v.axes().describe() : std::string("an undefined tensor")));
+  if (v.dtype() != dtype)
+    throw ModelError(p.pointer + ": parameter '" + p.name + "' is " + dtype_name(dtype) + ", got " + dtype_name(v.dtype()));
+}
+
+// A copy detached from the caller's buffer and tape, in the declared axis order.
+Tensor owned(const Tensor& v, const Axes& axes) { return contiguous(transpose(v, axes.names())); }
+
+}  // namespace
+
+Model::Model(std::unique_ptr<Definition> def) : def_(std::move(def)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+Model::Model(const Model& o) : def_(nullptr) {
+  // The graph is immutable after loading; a copy re-parses the document and takes the parameters.
+  def_ = model_detail::parse(o.def_->doc, o.def_->base_dir);
+  for (size_t k = 0; k < def_->params.size(); ++k) def_->params[k].u = o.def_->params[k].u;
+}
+Model& Model::operator=(const Model& o) {
+  if (this != &o) *this = Model(o);
+  return *this;
+}
+
+TensorMap Model::run(const TensorMap& inputs) const {
+  std::vector<Tensor> env = model_detail::bind(*def_, all_u(*def_), checked_inputs(*def_, inputs));
+  model_detail::evaluate(def_->graph, env);
+  TensorMap out;
+  for (const auto& [name, slot] : def_->outputs) out[name] = env[size_t(slot)];
+  return out;
+}
+
+Tensor Model::run(const std::string& output, const TensorMap& inputs) const {
+  const int slot = output_slot(*def_, output);
+  std::vector<Tensor> env = model_detail::bind(*def_, all_u(*def_), checked_inputs(*def_, inputs));
+  model_detail::evaluate(def_->graph, env);
+  return env[size_t(slot)];
+}
+
+ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& inputs) const {
+  const int slot = output_slot(*def_, output);
+  const auto in = checked_inputs(*def_, inputs);
+  std::vector<size_t> train;
+  std::vector<Tensor> args;
+  for (size_t k = 0; k < def_->params.size(); ++k)
+    if (def_->params[k].trainable) {
+      train.push_back(k);
+      args.push_back(def_->params[k].u);
+    }
+  if (train.empty()) throw ModelError("/parameters: the model has no trainable parameter to differentiate");
+  auto f = [&](const std::vector<Tensor>& a) {
+    std::vector<Tensor> u = all_u(*def_);
+    for (size_t q = 0; q < train.size(); ++q) u[train[q]] = a[q];
+    std::vector<Tensor> env = model_detail::bind(*def_, u, in);
+    model_detail::evaluate(def_->graph, env);
+    const Tensor& v = env[size_t(slot)];
+    if (v.rank() != 0)
+      throw ModelError("/outputs/" + output + ": value_and_grad needs a scalar output, '" + output + "' has axes " +
+                       v.axes().describe());
+    return v;
+  };
+  auto [value, grads] = tenax::value_and_grad(f, args);
+  for (size_t q = 0; q < grads.size(); ++q)
+    if (!grads[q].defined()) grads[q] = zeros(def_->params[train[q]].u.axes(), def_->dtype);
+  return {value, grads};
+}
+
+std::vector<std::string> Model::parameters() const {
+  std::vector<std::string> out;
+  for (const auto& p : def_->params) out.push_back(p.name);
+  return out;
+}
+std::vector<std::string> Model::trainable() const {
+  std::vector<std::string> out;
+  for (const auto& p : def_->params)
+    if (p.trainable) out.push_back(p.name);
+  return out;
+}
+std::vector<std::string> Model::outputs() const {
+  std::vector<std::string> out;
+  for (const auto& [n, slot] : def_->outputs) out.push_back(n);
+  return out;
+}
+std::vector<std::string> Model::inputs() const {
+  std::vector<std::string> out;
+  for (const auto& in : def_->inputs) out.push_back(in.name);
+  return out;
+}
+const Axes& Model::axes() const { return def_->axes; }
+
+Tensor Model::parameter(const std::string& name) const {
+  const auto& p = find_param(*def_, name);
+  return model_detail::constrain(p.constraint, p.u);
+}
+void Model::set_parameter(const std::string& name, const Tensor& value) {
+  size_t k = 0;
+  const auto& p = find_param(*def_, name, &k);
+  check_like(p, value, def_->dtype);
+  Tensor u = model_detail::unconstrain(p.constraint, owned(value, p.axes), p.pointer);
+  def_->params[k].u = owned(u, p.axes);
+}
+Tensor Model::unconstrained(const std::string& name) const { return find_param(*def_, name).u; }
+void Model::set_unconstrained(const std::string& name, const Tensor& value) {
+  size_t k = 0;
+  const auto& p = find_param(*def_, name, &k);
+  check_like(p, value, def_->dtype);
+  Tensor u = owned(value, p.axes);
+  for (double x : u.to_vector())
+    if (!std::isfinite(x)) throw ModelError(p.pointer + ": the unconstrained value of '" + name + "' holds a non-finite number");
+  def_->params[k].u = u;
+}
+
+std::vector<double> Model::unconstrained_vector() const {
+  std::vector<double> out;
+  for (const auto& p : def_->params)
+    if (p.trainable) {
+      const std::vector<double> v = p.u.to_vector(p.axes.names());
+      out.insert(out.end(), v.begin(), v.end());
+    }
+  return out;
+}
+void Model::set_unconstrained_vector(std::span<const double> values) {
+  size_t need = 0;
+  for (const auto& p : def_->params)
+    if (p.trainable) need += size_t(p.axes.numel());
+  if (values.size() != need)
+    throw ModelError("/parameters: expected " + std::to_string(need) + " unconstrained values (the trainable parameters), got " +
+                     std::to_string(values.size()));
+  for (double x : values)
+    if (!std::isfinite(x)) throw ModelError("/parameters: set_unconstrained_vector got a non-finite value");
+  size_t at = 0;
+  for (auto& p : def_->params)
+    if (p.trainable) {
+      const auto n = size_t(p.axes.numel());
+      std::vector<double> v(values.begin() + long(at), values.begin() + long(at + n));
+      Tensor t = tensor(v, p.axes);
+      p.u = def_->dtype == DType::f64 ? t : astype(t, def_->dtype);
+      at += n;
+    }
+}
+std::vector<double> Model::flatten(const std::vector<Tensor>& grads) {
+  std::vector<double> out;
+  for (const Tensor& g : grads) {
+    // Row-major in the parameter's declared order, which value_and_grad keeps (grads have u's axes).
+    const std::vector<double> v = g.to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+json Model::to_json(const std::filesystem::path& directory) const {
+  json doc = def_->doc;
+  for (const auto& p : def_->params) {
+    json& spec = doc["parameters"][p.name];
+    spec.erase("init");
+    spec["value"] = model_detail::values_to_json(
+        transpose(model_detail::constrain(p.constraint, p.u), p.axes.names()));
+    spec["unconstrained"] = model_detail::values_to_json(transpose(p.u, p.axes.names()));
+  }
+  for (const auto& in : def_->inputs)
+    if (!in.file.empty()) {
+      json& spec = doc["inputs"][in.name];
+      const char* key = spec.contains("csv") ? "csv" : "json";
+      spec[key] = std::filesystem::absolute(in.file).lexically_relative(std::filesystem::absolute(directory)).generic_string();
+    }
+  return doc;
+}
+
+void Model::save(const std::filesystem::path& path) const {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::string text = to_json(dir).dump(2) + "\n";
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ModelError("/: cannot write '" + tmp.string() + "'");
+    out << text;
+    out.flush();
+    if (!out) throw ModelError("/: writing '" + tmp.string() + "' failed");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw ModelError("/: cannot replace '" + path.string() + "'");
+  }
+}
+
+Model load_model_json(const json& doc, const std::filesystem::path& base_dir) {
+  Model m(model_detail::parse(doc, base_dir));
+  // One run checks what parsing cannot: sizes and axes agreeing through every op. Inputs without
+  // data run as zeros; a numeric failure on such placeholders does not make the file invalid.
+  TensorMap placeholders;
+  for (const auto& in : m.def_->inputs)
+    if (!in.data.defined()) placeholders[in.name] = zeros(in.axes, m.def_->dtype);
+  try {
+    (void)m.run(placeholders);
+  } catch (const NumericError&) {
+  }
+  return m;
+}
+
+Model load_model_string(std::string_view text, const std::filesystem::path& base_dir) {
+  json doc = json::parse(text.begin(), text.end(), nullptr, false);
+  if (doc.is_discarded()) {
+    // Parse again with exceptions for the position of the problem.
+    try {
+      json again = json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+      throw ModelError("/: the model is not valid JSON: " + std::string(e.what()));
+    }
+    throw ModelError("/: the model is not valid JSON");
+  }
+  return load_model_json(doc, base_dir);
+}
+
+Model load_model(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ModelError("/: cannot open the model file '" + path.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  return load_model_string(s.str(), dir);
+}
+
+}  // namespace tenax

@@ -1,0 +1,95 @@
+#pragma once
+// Models described in JSON (docs/model_format.md, model/schema.json): load, validate, run,
+// differentiate with respect to the trainable parameters in unconstrained space, and save.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "tenax/core/tensor.h"
+
+namespace tenax {
+
+namespace model_detail {
+struct Definition;
+}
+
+/// Named tensors passed to or returned from a model.
+using TensorMap = std::map<std::string, Tensor>;
+
+/// What value_and_grad returns: the output and one gradient per trainable parameter (same order
+/// as Model::trainable(), each with its parameter's axes, in unconstrained coordinates).
+struct ModelGradient {
+  Tensor value;
+  std::vector<Tensor> grads;
+};
+
+/// A loaded model. Copies share nothing mutable: parameters are per copy.
+class Model {
+ public:
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  Model(const Model&);
+  Model& operator=(const Model&);
+  ~Model();
+
+  /// Evaluates every named output. `inputs` supplies or overrides the model's inputs by name (axes
+  /// as declared, in any order); an input with no data in the file must be given here.
+  [[nodiscard]] TensorMap run(const TensorMap& inputs = {}) const;
+  /// One output (must be a scalar for value_and_grad).
+  [[nodiscard]] Tensor run(const std::string& output, const TensorMap& inputs = {}) const;
+  /// The output `output` (a scalar) and its gradient with respect to every trainable parameter in
+  /// unconstrained coordinates.
+  [[nodiscard]] ModelGradient value_and_grad(const std::string& output, const TensorMap& inputs = {}) const;
+
+  /// Names of all parameters, in file order.
+  [[nodiscard]] std::vector<std::string> parameters() const;
+  /// Names of the trainable parameters, in file order (the order of ModelGradient::grads).
+  [[nodiscard]] std::vector<std::string> trainable() const;
+  /// A parameter's value (constrained: what the graph sees).
+  [[nodiscard]] Tensor parameter(const std::string& name) const;
+  /// Sets a parameter's value; it must have the declared axes and satisfy its constraint.
+  void set_parameter(const std::string& name, const Tensor& value);
+  /// A parameter in unconstrained coordinates.
+  [[nodiscard]] Tensor unconstrained(const std::string& name) const;
+  void set_unconstrained(const std::string& name, const Tensor& value);
+  /// The trainable parameters' unconstrained values, concatenated (row-major, file order): what
+  /// an optimiser works on.
+  [[nodiscard]] std::vector<double> unconstrained_vector() const;
+  void set_unconstrained_vector(std::span<const double> values);
+  /// Gradients from value_and_grad flattened in the order of unconstrained_vector().
+  [[nodiscard]] static std::vector<double> flatten(const std::vector<Tensor>& grads);
+
+  /// The names of the outputs and of the inputs, in file order.
+  [[nodiscard]] std::vector<std::string> outputs() const;
+  [[nodiscard]] std::vector<std::string> inputs() const;
+  /// The axes the model declares, with their sizes.
+  [[nodiscard]] const Axes& axes() const;
+
+  /// The model as JSON, with its current parameters (their values and unconstrained coordinates,
+  /// so that a loaded copy reproduces every output bit for bit) and data file paths relative to
+  /// `directory`.
+  [[nodiscard]] nlohmann::json to_json(const std::filesystem::path& directory) const;
+  /// Writes to_json(path's folder) to `path`; the file is written completely or not at all.
+  void save(const std::filesystem::path& path) const;
+
+ private:
+  explicit Model(std::unique_ptr<model_detail::Definition> def);
+  friend Model load_model_json(const nlohmann::json&, const std::filesystem::path&);
+  std::unique_ptr<model_detail::Definition> def_;
+};
+
+/// Reads and validates a model file; data file paths are relative to the file's folder.
+/// Throws ModelError naming the JSON pointer of the first problem.
+Model load_model(const std::filesystem::path& path);
+/// Parses `text`; data file paths are relative to `base_dir`.
+Model load_model_string(std::string_view text, const std::filesystem::path& base_dir = ".");
+/// Builds a model from a parsed document.
+Model load_model_json(const nlohmann::json& doc, const std::filesystem::path& base_dir = ".");
+
+}  // namespace tenax

@@ -1,0 +1,139 @@
+// The attribute spelling of every registered op that reads attributes (test_model checks that the
+// table covers the registry), and the parser from JSON into Attrs.
+#include "tenax/model/op_attrs.h"
+
+#include <cstring>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "tenax/core/error.h"
+
+namespace tenax::model_detail {
+namespace {
+
+using json = nlohmann::json;
+
+const std::map<std::string, std::vector<AttrField>>& table() {
+  static const std::map<std::string, std::vector<AttrField>> t = [] {
+    std::map<std::string, std::vector<AttrField>> m;
+    const std::vector<AttrField> reduce = {{"axes", AttrKind::names, 0, false}};
+    for (const char* op : {"sum", "mean", "max", "logsumexp"}) m[op] = reduce;
+    m["astype"] = {{"dtype", AttrKind::dtype, 0}};
+    m["dot"] = {{"over", AttrKind::names}};
+    m["rename"] = {{"from", AttrKind::names}, {"to", AttrKind::names2}};
+    m["transpose"] = {{"order", AttrKind::names}};
+    m["slice"] = {{"axis", AttrKind::name},
+                  {"start", AttrKind::integer, 0},
+                  {"stop", AttrKind::integer, 1},
+                  {"step", AttrKind::integer, 2, false, 1}};
+    m["select"] = {{"axis", AttrKind::name}, {"index", AttrKind::integer, 0}};
+    m["broadcast"] = {{"axes", AttrKind::shape}};
+    m["concat"] = {{"axis", AttrKind::name}};
+    m["stack"] = {{"axis", AttrKind::name}};
+    m["cholesky"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
+    m["logdet"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
+    m["triangular_solve"] = {{"row", AttrKind::name},
+                             {"col", AttrKind::name},
+                             {"lower", AttrKind::boolean, 0, false, 1},
+                             {"transpose", AttrKind::boolean, 1, false, 0}};
+    m["solve"] = {{"row", AttrKind::name},
+                  {"col", AttrKind::name},
+                  {"transpose", AttrKind::boolean, 1, false, 0},
+                  {"lower", AttrKind::boolean, 0, false, 1}};
+    m["linear_recurrence"] = {{"over", AttrKind::name}};
+    return m;
+  }();
+  return t;
+}
+
+std::string expected_keys(const std::vector<AttrField>* fields) {
+  if (!fields || fields->empty()) return "none";
+  std::string s;
+  for (const AttrField& f : *fields) s += (s.empty() ? "" : ", ") + std::string(f.key);
+  return s;
+}
+
+Name axis_name(const json& v, const std::string& pointer, const Axes& declared) {
+  if (!v.is_string()) throw ModelError(pointer + ": expected an axis name (a string), got " + v.dump());
+  const std::string& s = v.get_ref<const std::string&>();
+  if (!declared.contains(Name(s)))
+    throw ModelError(pointer + ": unknown axis '" + s + "'; the model declares " + declared.describe() +
+                     " under /axes");
+  return Name(s);
+}
+
+AxisList axis_list(const json& v, const std::string& pointer, const Axes& declared) {
+  if (!v.is_array()) throw ModelError(pointer + ": expected a list of axis names, got " + v.dump());
+  AxisList out;
+  for (std::size_t k = 0; k < v.size(); ++k) out.push_back(axis_name(v[k], pointer + "/" + std::to_string(k), declared));
+  return out;
+}
+
+}  // namespace
+
+const std::vector<AttrField>* attr_fields(const OpDef& op) {
+  auto it = table().find(op.name);
+  return it == table().end() ? nullptr : &it->second;
+}
+
+ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& pointer, const Axes& declared) {
+  const std::vector<AttrField>* fields = attr_fields(op);
+  ParsedAttrs out;
+  if (attrs && !attrs->is_null() && !attrs->is_object())
+    throw ModelError(pointer + ": expected an object of attributes, got " + attrs->dump());
+  if (attrs && attrs->is_object())
+    for (const auto& [key, value] : attrs->items()) {
+      bool known = false;
+      if (fields)
+        for (const AttrField& f : *fields) known = known || key == f.key;
+      if (!known)
+        throw ModelError(pointer + "/" + key + ": unknown attribute '" + key + "' of op '" + op.name +
+                         "' (expected: " + expected_keys(fields) + ")");
+    }
+  if (!fields) return out;
+  for (const AttrField& f : *fields) {
+    const std::string at = pointer + "/" + f.key;
+    const json* v = (attrs && attrs->is_object() && attrs->contains(f.key)) ? &(*attrs)[f.key] : nullptr;
+    if (!v) {
+      if (f.required)
+        throw ModelError(pointer + ": op '" + std::string(op.name) + "' needs the attribute '" + f.key +
+                         "' (attributes: " + expected_keys(fields) + ")");
+      if (f.kind == AttrKind::integer || f.kind == AttrKind::boolean) out.attrs.i[f.slot] = f.fallback;
+      if (f.kind == AttrKind::names && std::strcmp(f.key, "axes") == 0) out.reduce_all = true;
+      continue;
+    }
+    switch (f.kind) {
+      case AttrKind::names: out.attrs.axes = axis_list(*v, at, declared); break;
+      case AttrKind::names2: out.attrs.axes2 = axis_list(*v, at, declared); break;
+      case AttrKind::name: out.attrs.axes.push_back(axis_name(*v, at, declared)); break;
+      case AttrKind::shape: {
+        AxisList names = axis_list(*v, at, declared);
+        for (Name n : names) out.attrs.shape.push_back({n, declared.size_of(n)});
+        break;
+      }
+      case AttrKind::integer:
+        if (!v->is_number_integer()) throw ModelError(at + ": expected an integer, got " + v->dump());
+        out.attrs.i[f.slot] = v->get<int64_t>();
+        break;
+      case AttrKind::boolean:
+        if (!v->is_boolean()) throw ModelError(at + ": expected true or false, got " + v->dump());
+        out.attrs.i[f.slot] = v->get<bool>() ? 1 : 0;
+        break;
+      case AttrKind::dtype: {
+        const std::string s = v->is_string() ? v->get<std::string>() : "";
+        DType d{};
+        if (s == "float64") d = DType::f64;
+        else if (s == "float32") d = DType::f32;
+        else if (s == "int64") d = DType::i64;
+        else if (s == "bool") d = DType::b8;
+        else throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + v->dump());
+        out.attrs.i[f.slot] = static_cast<int64_t>(d);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace tenax::model_detail

@@ -1,0 +1,488 @@
+// JSON models: the shipped example models against hand-written references, gradients against
+// finite differences, save/load round trips, and one test per class of bad input.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tenax/tenax.h"
+#include "tenax/model/op_attrs.h"
+
+namespace {
+
+using namespace tenax;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+const fs::path kExamples = fs::path(TENAX_SOURCE_DIR) / "examples";
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+// ---- a plain float64 Kalman filter (covariance form, explicit inverse of the 2x2 innovation) ----
+using Mat = std::vector<double>;  // row-major n x n
+
+struct SSM {
+  int n = 2, p = 2;
+  Mat F, Q, H, R, m0, P0;  // H: p x n
+};
+
+Mat mul(const Mat& a, const Mat& b, int r, int k, int c) {
+  Mat o(size_t(r * c), 0.0);
+  for (int i = 0; i < r; ++i)
+    for (int j = 0; j < c; ++j)
+      for (int q = 0; q < k; ++q) o[size_t(i * c + j)] += a[size_t(i * k + q)] * b[size_t(q * c + j)];
+  return o;
+}
+Mat tr(const Mat& a, int r, int c) {
+  Mat o(a.size());
+  for (int i = 0; i < r; ++i)
+    for (int j = 0; j < c; ++j) o[size_t(j * r + i)] = a[size_t(i * c + j)];
+  return o;
+}
+
+// y: T x p row-major. Returns the log-likelihood.
+double reference_loglik(const SSM& s, const std::vector<double>& y, int T) {
+  const int n = s.n, p = s.p;
+  Mat m = s.m0, P = s.P0;
+  double ll = 0.0;
+  for (int t = 0; t < T; ++t) {
+    Mat mp = mul(s.F, m, n, n, 1);
+    Mat Pp = mul(mul(s.F, P, n, n, n), tr(s.F, n, n), n, n, n);
+    for (size_t k = 0; k < Pp.size(); ++k) Pp[k] += s.Q[k];
+    Mat Hm = mul(s.H, mp, p, n, 1);
+    Mat v(static_cast<size_t>(p), 0.0);
+    for (int i = 0; i < p; ++i) v[size_t(i)] = y[size_t(t * p + i)] - Hm[size_t(i)];
+    Mat S = mul(mul(s.H, Pp, p, n, n), tr(s.H, p, n), p, n, p);
+    for (size_t k = 0; k < S.size(); ++k) S[k] += s.R[k];
+    // 2x2 inverse and determinant
+    const double det = S[0] * S[3] - S[1] * S[2];
+    Mat Si = {S[3] / det, -S[1] / det, -S[2] / det, S[0] / det};
+    Mat Siv = mul(Si, v, p, p, 1);
+    ll -= 0.5 * (std::log(det) + p * std::log(2 * M_PI) + v[0] * Siv[0] + v[1] * Siv[1]);
+    Mat K = mul(mul(Pp, tr(s.H, p, n), n, n, p), Si, n, p, p);
+    Mat Kv = mul(K, v, n, p, 1);
+    for (int i = 0; i < n; ++i) m[size_t(i)] = mp[size_t(i)] + Kv[size_t(i)];
+    Mat KH = mul(K, s.H, n, p, n);
+    Mat IKH(size_t(n * n));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) IKH[size_t(i * n + j)] = (i == j) - KH[size_t(i * n + j)];
+    P = mul(IKH, Pp, n, n, n);
+  }
+  return ll;
+}
+
+std::vector<double> simulate(const SSM& s, int T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> z;
+  std::vector<double> x = {0.0, 0.0}, y;
+  // Cholesky factors of the 2x2 Q and R for the noise.
+  auto chol = [](const Mat& a) {
+    const double l00 = std::sqrt(a[0]), l10 = a[2] / l00;
+    return Mat{l00, 0.0, l10, std::sqrt(a[3] - l10 * l10)};
+  };
+  const Mat lq = chol(s.Q), lr = chol(s.R);
+  for (int t = 0; t < T; ++t) {
+    Mat e = mul(lq, {z(rng), z(rng)}, 2, 2, 1);
+    Mat fx = mul(s.F, x, 2, 2, 1);
+    x = {fx[0] + e[0], fx[1] + e[1]};
+    Mat hx = mul(s.H, x, 2, 2, 1), ev = mul(lr, {z(rng), z(rng)}, 2, 2, 1);
+    y.push_back(hx[0] + ev[0]);
+    y.push_back(hx[1] + ev[1]);
+  }
+  return y;
+}
+
+SSM from_model(const Model& m) {
+  SSM s;
+  s.F = m.parameter("F").to_vector({"state", "state2"});
+  s.Q = m.parameter("Q").to_vector({"state", "state2"});
+  s.H = m.parameter("H").to_vector({"obs", "state"});
+  const std::vector<double> r = m.parameter("r").to_vector();
+  s.R = {r[0], 0.0, 0.0, r[1]};
+  s.m0 = m.parameter("m0").to_vector();
+  s.P0 = m.parameter("P0").to_vector({"state", "state2"});
+  return s;
+}
+
+Model kalman(int series, int T) {
+  json doc = read_json(kExamples / "kalman" / "model.json");
+  doc["axes"]["series"] = series;
+  doc["axes"]["time"] = T;
+  return load_model_json(doc, kExamples / "kalman");
+}
+
+TEST(Model, KalmanLoglikMatchesReferenceFilter) {
+  const int T = 300;
+  Model m = kalman(1, T);
+  const SSM s = from_model(m);
+  const std::vector<double> y = simulate(s, T, 7);
+  const Tensor yt = tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}});
+  const double got = m.run("loglik", {{"y", yt}}).item();
+  const double want = reference_loglik(s, y, T);
+  EXPECT_NEAR(got, want, 1e-10 * std::abs(want));
+  // The filtered means come out stacked along time for every series.
+  EXPECT_EQ(m.run({{"y", yt}}).at("filtered").axes().same_set(Axes{{"series", 1}, {"time", T}, {"state", 2}}), true);
+}
+
+TEST(Model, KalmanGradientMatchesFiniteDifferences) {
+  const int T = 60;
+  Model m = kalman(1, T);
+  const std::vector<double> y = simulate(from_model(m), T, 3);
+  const TensorMap in = {{"y", tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}})}};
+  const ModelGradient g = m.value_and_grad("loglik", in);
+  const std::vector<double> grad = Model::flatten(g.grads);
+  const std::vector<double> u = m.unconstrained_vector();
+  ASSERT_EQ(grad.size(), u.size());
+  ASSERT_EQ(u.size(), 4u + 4u + 2u);  // F, Q (its full unconstrained square), r
+  for (size_t k = 0; k < u.size(); ++k) {
+    const double h = 1e-5;
+    std::vector<double> up = u, dn = u;
+    up[k] += h;
+    dn[k] -= h;
+    m.set_unconstrained_vector(up);
+    const double fp = m.run("loglik", in).item();
+    m.set_unconstrained_vector(dn);
+    const double fm = m.run("loglik", in).item();
+    m.set_unconstrained_vector(u);
+    const double fd = (fp - fm) / (2 * h);
+    EXPECT_NEAR(grad[k], fd, 1e-6 * (1.0 + std::abs(fd))) << "unconstrained coordinate " << k;
+  }
+}
+
+TEST(Model, KalmanSeriesByNmapEqualPerSeriesRuns) {
+  const int T = 40, S = 3;
+  Model batched = kalman(S, T);
+  Model single = kalman(1, T);
+  const SSM s = from_model(batched);
+  std::vector<double> all;
+  std::vector<double> lls;
+  for (int k = 0; k < S; ++k) {
+    const std::vector<double> y = simulate(s, T, 100 + uint64_t(k));
+    all.insert(all.end(), y.begin(), y.end());
+    lls.push_back(single.run("loglik", {{"y", tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}})}}).item());
+  }
+  const TensorMap in = {{"y", tensor(all, Axes{{"series", S}, {"time", T}, {"obs", 2}})}};
+  const std::vector<double> per = batched.run("loglik_series", in).to_vector();
+  for (int k = 0; k < S; ++k) EXPECT_NEAR(per[size_t(k)], lls[size_t(k)], 1e-12 * std::abs(lls[size_t(k)]));
+  // The batched gradient is the sum of the per-series gradients.
+  std::vector<double> sum_g(single.unconstrained_vector().size(), 0.0);
+  for (int k = 0; k < S; ++k) {
+    std::vector<double> y(all.begin() + k * T * 2, all.begin() + (k + 1) * T * 2);
+    const auto g = Model::flatten(
+        single.value_and_grad("loglik", {{"y", tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}})}}).grads);
+    for (size_t q = 0; q < g.size(); ++q) sum_g[q] += g[q];
+  }
+  const auto gb = Model::flatten(batched.value_and_grad("loglik", in).grads);
+  for (size_t q = 0; q < gb.size(); ++q) EXPECT_NEAR(gb[q], sum_g[q], 1e-9 * (1 + std::abs(sum_g[q])));
+}
+
+TEST(Model, SavedModelReloadsBitForBit) {
+  const int T = 50;
+  Model m = kalman(2, T);
+  std::vector<double> u = m.unconstrained_vector();
+  for (size_t k = 0; k < u.size(); ++k) u[k] += 0.01 * double(k + 1) / 3.0;  // not round numbers
+  m.set_unconstrained_vector(u);
+  const TensorMap in = {{"y", randn(Axes{{"series", 2}, {"time", T}, {"obs", 2}}, 5)}};
+  const fs::path dir = fs::temp_directory_path() / "tenax_test_model_save";
+  fs::create_directories(dir);
+  m.save(dir / "fitted.json");
+  Model again = load_model(dir / "fitted.json");
+  EXPECT_EQ(again.unconstrained_vector(), u);
+  const double a = m.run("loglik", in).item(), b = again.run("loglik", in).item();
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << a << " vs " << b;
+  EXPECT_EQ(m.parameter("Q").to_vector(), again.parameter("Q").to_vector());
+  fs::remove_all(dir);
+}
+
+TEST(Model, ParametersReadAndWriteThroughConstraints) {
+  Model m = kalman(1, 10);
+  const Tensor q = tensor(std::vector<double>{0.5, 0.2, 0.2, 0.4}, Axes{{"state", 2}, {"state2", 2}});
+  m.set_parameter("Q", q);
+  const std::vector<double> back = m.parameter("Q").to_vector({"state", "state2"});
+  for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(back[k], q.to_vector()[k], 1e-14);
+  m.set_parameter("r", tensor({2.0, 1e-3}, "obs"));
+  EXPECT_NEAR(m.parameter("r").to_vector()[1], 1e-3, 1e-17);
+  EXPECT_THROW(m.set_parameter("r", tensor({-1.0, 1.0}, "obs")), ModelError);
+  EXPECT_THROW(m.set_parameter("Q", tensor(std::vector<double>{1.0, 2.0, 2.0, 1.0}, Axes{{"state", 2}, {"state2", 2}})), ModelError);
+  EXPECT_THROW(m.set_parameter("F", tensor({1.0, 2.0}, "obs")), ModelError);
+  EXPECT_THROW((void)m.parameter("nope"), ModelError);
+  EXPECT_EQ(m.trainable(), (std::vector<std::string>{"F", "Q", "r"}));
+}
+
+TEST(Model, RecurrenceModelMatchesLinearRecurrence) {
+  Model m = load_model(kExamples / "recurrence" / "model.json");
+  const TensorMap out = m.run();
+  // The same two layers written with the library directly.
+  const json doc = read_json(kExamples / "recurrence" / "model.json");
+  const int64_t T = doc["axes"]["time"], F = doc["axes"]["feature"];
+  Tensor u = m.run("inputs");
+  Tensor h = u;
+  for (const char* layer : {"1", "2"}) {
+    const Tensor lam = m.parameter(std::string("decay") + layer);
+    const Tensor w = m.parameter(std::string("mix") + layer);
+    Tensor z = dot(w, rename(h, "feature", "feature2"), {"feature2"});
+    h = tanh(linear_recurrence(lam, z, "time"));
+  }
+  const double want = mean(square(h)).item();
+  EXPECT_NEAR(out.at("energy").item(), want, 1e-12 * std::abs(want));
+  EXPECT_EQ(h.size("time"), T);
+  EXPECT_EQ(h.size("feature"), F);
+  // And its gradient against finite differences on one coordinate of each trainable parameter.
+  const ModelGradient g = m.value_and_grad("energy");
+  const std::vector<double> grad = Model::flatten(g.grads), u0 = m.unconstrained_vector();
+  for (size_t k : {size_t(0), u0.size() / 2, u0.size() - 1}) {
+    std::vector<double> p = u0, q = u0;
+    p[k] += 1e-6;
+    q[k] -= 1e-6;
+    m.set_unconstrained_vector(p);
+    const double fp = m.run("energy").item();
+    m.set_unconstrained_vector(q);
+    const double fm = m.run("energy").item();
+    m.set_unconstrained_vector(u0);
+    EXPECT_NEAR(grad[k], (fp - fm) / 2e-6, 1e-6 * (1 + std::abs(grad[k])));
+  }
+}
+
+TEST(Model, MapNodeEqualsNmapNodeAndInitRulesAreSeeded) {
+  const char* text = R"({
+    "format": 1,
+    "axes": {"batch": 10, "feat": 3},
+    "parameters": {
+      "w": {"axes": ["feat"], "init": {"rule": "normal", "seed": 4, "scale": 0.5}},
+      "s": {"axes": [], "value": 0.3, "constraint": {"type": "interval", "lower": 0, "upper": 1}},
+      "k": {"axes": [], "value": 2.0, "constraint": {"type": "positive", "transform": "exp"}}
+    },
+    "inputs": {"x": {"axes": ["batch", "feat"], "value": 0.25}},
+    "graph": [
+      {"op": "map", "over": "batch", "batch_size": 3, "inputs": ["x"], "outputs": ["a"],
+       "body": {"args": ["xi"], "graph": [{"name": "d", "op": "dot", "inputs": ["xi", "w"], "attrs": {"over": ["feat"]}},
+                                          {"name": "e", "op": "mul", "inputs": ["d", "s"]}], "results": ["e"]}},
+      {"op": "nmap", "over": ["batch"], "inputs": ["x"], "outputs": ["b"],
+       "body": {"args": ["xi"], "graph": [{"name": "d", "op": "dot", "inputs": ["xi", "w"], "attrs": {"over": ["feat"]}},
+                                          {"name": "e", "op": "mul", "inputs": ["d", "s"]}], "results": ["e"]}},
+      {"name": "la", "op": "sum", "inputs": ["a"]},
+      {"name": "lb", "op": "sum", "inputs": ["b"]},
+      {"name": "total", "op": "mul", "inputs": ["la", "k"]}
+    ],
+    "outputs": {"a": "a", "b": "b", "total": "total"}
+  })";
+  Model m1 = load_model_string(text), m2 = load_model_string(text);
+  EXPECT_EQ(m1.parameter("w").to_vector(), m2.parameter("w").to_vector());
+  const TensorMap out = m1.run();
+  EXPECT_EQ(out.at("a").to_vector(), out.at("b").to_vector());
+  const std::vector<double> w = m1.parameter("w").to_vector();
+  EXPECT_NEAR(out.at("a").to_vector()[0], 0.25 * (w[0] + w[1] + w[2]) * 0.3, 1e-15);
+  EXPECT_NEAR(m1.parameter("k").item(), 2.0, 1e-15);
+  // Parameters come in name order (k, s, w). d total / d u_k = total (exp constraint);
+  // d total / d u_s = total / s * s (1 - s); d total / d w_j = k s 0.25 * 10 rows, through the
+  // map node only (total = la * k): w reaches the recomputed chunks as a captured argument.
+  EXPECT_EQ(m1.trainable(), (std::vector<std::string>{"k", "s", "w"}));
+  const ModelGradient g = m1.value_and_grad("total");
+  const double total = g.value.item();
+  EXPECT_NEAR(g.grads[0].item(), total, 1e-12);
+  EXPECT_NEAR(g.grads[1].item(), total * (1 - 0.3), 1e-12);
+  for (double gw : g.grads[2].to_vector()) EXPECT_NEAR(gw, 2.0 * 0.3 * 0.25 * 10, 1e-12);
+}
+
+// ---- every registered op is reachable by name ----
+TEST(Model, EveryRegisteredOpHasItsAttributesSpelled) {
+  for (const OpDef* op : registered_ops()) {
+    if (op->attr_free) continue;
+    const auto sample_rng = std::make_unique<SampleRng>(1);
+    const OpSample s = op->sample(*sample_rng, DType::f64);
+    const bool reads_attrs = s.attrs.axes.size() > 0 || s.attrs.axes2.size() > 0 || s.attrs.shape.rank() > 0 ||
+                             s.attrs.i[0] != 0 || s.attrs.i[1] != 0 || s.attrs.i[2] != 0;
+    if (reads_attrs) {
+      EXPECT_NE(model_detail::attr_fields(*op), nullptr) << op->name << " reads attributes";
+    }
+  }
+}
+
+// ---- bad input: one test per class, each asserting the pointer and the expectation ----
+json small_doc() {
+  return json::parse(R"({
+    "format": 1,
+    "axes": {"i": 3, "j": 2},
+    "parameters": {"a": {"axes": ["i"], "value": [1, 2, 3]}},
+    "inputs": {"x": {"axes": ["i", "j"]}},
+    "graph": [
+      {"name": "b", "op": "mul", "inputs": ["a", "x"]},
+      {"name": "c", "op": "sum", "inputs": ["b"], "attrs": {"axes": ["i"]}},
+      {"name": "d", "op": "sum", "inputs": ["c"]}
+    ],
+    "outputs": {"d": "d"}
+  })");
+}
+
+std::string load_error(const json& doc, const fs::path& base = ".") {
+  try {
+    (void)load_model_json(doc, base);
+  } catch (const ModelError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+#define EXPECT_MESSAGE(msg, text) EXPECT_NE((msg).find(text), std::string::npos) << (msg)
+
+TEST(ModelErrors, EachClassNamesThePointer) {
+  EXPECT_EQ(load_error(small_doc()), "(no error)");
+  {
+    json d = small_doc();
+    d["graph"][1]["op"] = "summ";
+    EXPECT_MESSAGE(load_error(d), "/graph/1/op: unknown op 'summ'");
+  }
+  {
+    json d = small_doc();
+    d["graph"][1]["attrs"]["axis"] = "i";
+    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/axis: unknown attribute 'axis' of op 'sum' (expected: axes)");
+  }
+  {
+    json d = small_doc();
+    d["graph"][1]["attrs"]["axes"] = json::array({"k"});
+    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/axes/0: unknown axis 'k'");
+  }
+  {
+    json d = small_doc();
+    d["graph"][0]["inputs"][1] = "nothing";
+    EXPECT_MESSAGE(load_error(d), "/graph/0/inputs/1: unknown name 'nothing'");
+  }
+  {
+    json d = small_doc();
+    d["parameters"]["a"]["value"] = json::array({1, 2});
+    EXPECT_MESSAGE(load_error(d), "/parameters/a/value: expected a list of 3 entries along axis 'i'");
+  }
+  {
+    json d = small_doc();
+    d["parameters"]["a"]["value"][1] = "two";
+    EXPECT_MESSAGE(load_error(d), "/parameters/a/value/1: expected a number");
+  }
+  {
+    json d = small_doc();  // a size mismatch found by the validating run: a has i=3, y has i=2
+    d["axes"]["k"] = 2;
+    d["parameters"]["e"] = {{"axes", {"j"}}, {"value", 1.0}};
+    d["graph"][0]["inputs"] = {"a", "e"};
+    d["graph"].push_back({{"name", "f"}, {"op", "dot"}, {"inputs", {"a", "x"}}, {"attrs", {{"over", {"j"}}}}});
+    d["graph"].push_back({{"name", "g"}, {"op", "add"}, {"inputs", {"f", "b"}}});
+    EXPECT_MESSAGE(load_error(d), "/graph/3 (dot)");
+  }
+  {
+    json d = small_doc();
+    d["graph"][0]["inputs"] = {"a", "d"};
+    EXPECT_MESSAGE(load_error(d), "/graph/0: the graph has a cycle (each name is computed from the next): b -> d -> c -> b");
+  }
+  {
+    json d = small_doc();
+    d["graph"][0]["inputs"] = {"a"};
+    EXPECT_MESSAGE(load_error(d), "/graph/0/inputs: op 'mul' takes 2 inputs, got 1");
+  }
+  {
+    json d = small_doc();
+    d["format"] = 2;
+    EXPECT_MESSAGE(load_error(d), "/format: this loader reads format 1");
+  }
+  {
+    json d = small_doc();
+    d["graph"][1]["name"] = "b";
+    EXPECT_MESSAGE(load_error(d), "/graph/1/name: the name 'b' is already defined at /graph/0");
+  }
+  {
+    json d = small_doc();
+    d["parameters"]["a"]["constraint"] = "positive";
+    d["parameters"]["a"]["value"] = {1, -2, 3};
+    EXPECT_MESSAGE(load_error(d), "/parameters/a/value: the value violates its constraint positive (softplus)");
+  }
+  {
+    json d = small_doc();
+    d["extra"] = 1;
+    EXPECT_MESSAGE(load_error(d), "/extra: unknown key \"extra\"");
+  }
+  {
+    json d = small_doc();
+    d["graph"][0]["inputs"][0] = json::object();
+    EXPECT_MESSAGE(load_error(d), "/graph/0/inputs/0: expected a name (string) or a number");
+  }
+}
+
+TEST(ModelErrors, InvalidJsonAndMissingInputs) {
+  try {
+    (void)load_model_string("{\"format\": 1, \"axes\": {");
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "/: the model is not valid JSON");
+  }
+  Model m = load_model_json(small_doc());
+  try {
+    (void)m.run();
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "/inputs/x: input 'x' has no data in the model file; pass it to run()");
+  }
+  try {
+    (void)m.run({{"x", zeros(Axes{{"i", 3}})}});
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "/inputs/x: input 'x' is declared with axes (i=3, j=2), got (i=3)");
+  }
+  try {
+    (void)m.run({{"x", zeros(Axes{{"i", 3}, {"j", 2}}, DType::f32)}});
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "must be float64 like the model, got float32");
+  }
+  // Inputs in any axis order.
+  const Tensor x = randn(Axes{{"j", 2}, {"i", 3}}, 1);
+  EXPECT_NEAR(m.run("d", {{"x", x}}).item(), sum(x * tensor({1.0, 2.0, 3.0}, "i")).item(), 1e-14);
+}
+
+TEST(ModelErrors, DataFilesMissingShortOrNaN) {
+  const fs::path dir = fs::temp_directory_path() / "tenax_test_model_data";
+  fs::create_directories(dir);
+  json d = small_doc();
+  d["inputs"]["x"]["csv"] = "x.csv";
+  EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/csv: cannot open the data file");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,4\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv holds 4 numbers; the axes (i=3, j=2) need 6");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,nan\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3 column 2: holds a non-finite number");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,x\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3 column 2: 'x' is not a number");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,4\n5,6\n";
+  Model m = load_model_json(d, dir);
+  EXPECT_NEAR(m.run("d").item(), 1 * 3 + 2 * 7 + 3 * 11, 1e-12);
+  // Saved elsewhere, the data path is rewritten relative to the new file.
+  fs::create_directories(dir / "sub");
+  m.save(dir / "sub" / "m.json");
+  EXPECT_EQ(read_json(dir / "sub" / "m.json")["inputs"]["x"]["csv"], "../x.csv");
+  EXPECT_NEAR(load_model(dir / "sub" / "m.json").run("d").item(), 50.0, 1e-12);
+  d["inputs"]["x"].erase("csv");
+  d["inputs"]["x"]["json"] = "x.json";
+  std::ofstream(dir / "x.json") << "[[1, 2], [3, 4]]";
+  EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/json (" );
+  fs::remove_all(dir);
+}
+
+TEST(ModelErrors, RuntimeFailuresNameTheNode) {
+  json d = json::parse(R"({
+    "format": 1,
+    "axes": {"i": 2, "j": 2},
+    "inputs": {"a": {"axes": ["i", "j"]}},
+    "graph": [{"name": "l", "op": "cholesky", "inputs": ["a"], "attrs": {"row": "i", "col": "j"}}],
+    "outputs": {"l": "l"}
+  })");
+  Model m = load_model_json(d);  // zeros as placeholders fail numerically: not a file error
+  try {
+    (void)m.run({{"a", tensor(std::vector<double>{1.0, 2.0, 2.0, 1.0}, Axes{{"i", 2}, {"j", 2}})}});
+    FAIL() << "no error";
+  } catch (const NumericError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "/graph/0 (cholesky): ");
+  }
+}
+
+}  // namespace
