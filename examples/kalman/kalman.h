@@ -1,0 +1,56 @@
+#pragma once
+// The Kalman example's pieces, shared by the command-line program and its tests: the embedded
+// default model, simulation from a model's parameters, and the L-BFGS fit of the log-likelihood.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tenax/tenax.h"
+
+namespace kalman {
+
+/// examples/kalman/model.json, compiled into the program.
+nlohmann::json default_model();
+
+/// Observations (series, time, obs) and true states (series, time, state) drawn from the model's
+/// current parameters (F, Q, H, r, m0, P0) with a seeded generator.
+struct Simulation {
+  tenax::Tensor y;
+  tenax::Tensor x;
+};
+Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, uint64_t seed);
+
+/// One L-BFGS iteration as the progress callback sees it.
+struct Progress {
+  int iteration = 0;
+  double loglik = 0.0;     ///< total log-likelihood at the accepted point
+  double grad_norm = 0.0;  ///< norm of the gradient of loglik / observations (what L-BFGS sees)
+  double seconds = 0.0;    ///< since the fit started
+};
+
+struct FitOptions {
+  int max_iterations = 200;
+  double gradient_tolerance = 1e-6;  ///< on the per-observation gradient norm
+};
+
+struct FitResult {
+  int iterations = 0;
+  int evaluations = 0;
+  double loglik = 0.0;
+  double seconds = 0.0;
+};
+
+/// Maximises model.value_and_grad("loglik") over the trainable parameters (unconstrained) with
+/// LBFGSpp; leaves the model at the optimum. `progress` is called after every iteration.
+FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
+              const std::function<void(const Progress&)>& progress = {});
+
+/// Standard errors of the unconstrained trainable coordinates from the observed information
+/// (central differences of the gradient); 0 where the likelihood does not depend on a coordinate
+/// (the unused upper triangle of an spd parameter).
+std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs);
+
+}  // namespace kalman

@@ -1,0 +1,204 @@
+// The flagship example: fit a linear-Gaussian state-space model's parameters by maximising the
+// Kalman-filter log-likelihood with L-BFGS, gradients by reverse mode through the scan.
+//
+//   tenax_kalman_fit                       simulate from the embedded model, fit, report, save, plot
+//   tenax_kalman_fit --series 16 --steps 2000
+//   tenax_kalman_fit --csv observations.csv   (one series: rows are time steps, columns obs)
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "kalman.h"
+
+namespace {
+
+using namespace tenax;
+using nlohmann::json;
+
+std::string index_label(const Axes& axes, int64_t flat) {
+  if (axes.rank() == 0) return "";
+  std::string s = "[";
+  int64_t stride = axes.numel();
+  for (int i = 0; i < axes.rank(); ++i) {
+    stride /= axes.size(i);
+    if (i) s += ',';
+    s += std::to_string((flat / stride) % axes.size(i));
+  }
+  return s + "]";
+}
+
+bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
+
+// Observations, true states and filtered states of series 0 (first observation and state).
+void plot(const std::filesystem::path& png, const Tensor& y, const Tensor* x_true, const Tensor& filtered) {
+  const std::filesystem::path dat = std::filesystem::path(png).replace_extension(".dat");
+  const std::vector<double> yv = select(select(y, "series", 0), "obs", 0).to_vector();
+  const std::vector<double> fv = select(select(filtered, "series", 0), "state", 0).to_vector();
+  std::vector<double> xv;
+  if (x_true) xv = select(select(*x_true, "series", 0), "state", 0).to_vector();
+  {
+    std::ofstream out(dat);
+    for (size_t t = 0; t < yv.size(); ++t)
+      out << t << ' ' << yv[t] << ' ' << (x_true ? xv[t] : NAN) << ' ' << fv[t] << '\n';
+  }
+  const std::filesystem::path gp = std::filesystem::path(png).replace_extension(".gp");
+  {
+    std::ofstream out(gp);
+    out << "set terminal pngcairo size 1200,500\nset output '" << png.string() << "'\n"
+        << "set title 'Kalman filter, series 0: observation 0 and state 0'\nset xlabel 'time'\nset key outside\n"
+        << "plot '" << dat.string() << "' using 1:2 with points pt 7 ps 0.4 title 'observed y[0]'"
+        << (x_true ? ", '' using 1:3 with lines lw 1 title 'true x[0]'" : "")
+        << ", '' using 1:4 with lines lw 2 title 'filtered x[0]'\n";
+  }
+  const std::string cmd = "gnuplot '" + gp.string() + "'";
+  if (std::system(cmd.c_str()) == 0)
+    std::printf("plot: %s\n", png.string().c_str());
+  else
+    std::printf("plot: gnuplot failed on %s (data kept in %s)\n", gp.string().c_str(), dat.string().c_str());
+}
+
+Tensor read_csv_observations(const std::filesystem::path& path, int64_t p) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot open the observations file '" + path.string() + "'");
+  std::vector<double> v;
+  std::string line;
+  int64_t rows = 0;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::vector<double> row;
+    std::stringstream cells(line);
+    std::string cell;
+    bool numeric = true;
+    while (std::getline(cells, cell, ',')) {
+      char* end = nullptr;
+      const double x = std::strtod(cell.c_str(), &end);
+      while (end && (*end == ' ' || *end == '\r')) ++end;
+      if (end == cell.c_str() || *end != '\0') {
+        numeric = false;
+        break;
+      }
+      if (!std::isfinite(x)) throw Error(path.string() + " line " + std::to_string(rows + 1) + ": a non-finite value");
+      row.push_back(x);
+    }
+    if (!numeric && rows == 0 && v.empty()) continue;  // a header
+    if (!numeric) throw Error(path.string() + ": a line that is not numbers: '" + line + "'");
+    if (int64_t(row.size()) != p)
+      throw Error(path.string() + ": expected " + std::to_string(p) + " columns (one per observation), got " +
+                  std::to_string(row.size()));
+    v.insert(v.end(), row.begin(), row.end());
+    ++rows;
+  }
+  if (rows < 2) throw Error(path.string() + ": needs at least 2 rows of observations");
+  return tensor(v, Axes{{"series", 1}, {"time", rows}, {"obs", p}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tenax Kalman example: maximum-likelihood fit of a linear-Gaussian state-space model"};
+  std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png";
+  int64_t series = 16, steps = 1000;
+  uint64_t seed = 42;
+  int max_iter = 200;
+  bool no_plot = false;
+  app.add_option("--model", model_path, "model JSON (default: the embedded examples/kalman/model.json)");
+  app.add_option("--series", series, "independent series to simulate (nmap over 'series')")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--steps", steps, "time steps per series")->check(CLI::Range(2, 1 << 24));
+  app.add_option("--seed", seed, "seed of the simulation");
+  app.add_option("--csv", csv_path, "fit these observations instead (rows: time, columns: obs)");
+  app.add_option("--max-iter", max_iter, "L-BFGS iteration limit")->check(CLI::Range(1, 100000));
+  app.add_option("--out", out_path, "where to write the fitted model");
+  app.add_option("--plot", plot_path, "PNG of observations, true and filtered states (needs gnuplot)");
+  app.add_flag("--no-plot", no_plot, "do not plot");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    json doc;
+    if (model_path.empty()) {
+      doc = kalman::default_model();
+    } else {
+      std::ifstream in(model_path);
+      if (!in) throw Error("cannot open the model file '" + model_path + "'");
+      doc = json::parse(in, nullptr, false);
+      if (doc.is_discarded()) throw ModelError("/: '" + model_path + "' is not valid JSON");
+    }
+    const int64_t p = doc.at("axes").at("obs").get<int64_t>();
+    Tensor y, x_true;
+    if (!csv_path.empty()) {
+      y = read_csv_observations(csv_path, p);
+      series = 1;
+      steps = y.size("time");
+    }
+    doc["axes"]["series"] = series;
+    doc["axes"]["time"] = steps;
+    const std::filesystem::path base =
+        model_path.empty() ? std::filesystem::current_path() : std::filesystem::path(model_path).parent_path();
+    const Model truth = load_model_json(doc, base);
+    if (csv_path.empty()) {
+      const kalman::Simulation sim = kalman::simulate(truth, series, steps, seed);
+      y = sim.y;
+      x_true = sim.x;
+      std::printf("simulated %lld series x %lld steps from the model's parameters (seed %llu)\n", (long long)series,
+                  (long long)steps, (unsigned long long)seed);
+    } else {
+      std::printf("read %lld observations of dimension %lld from %s\n", (long long)steps, (long long)p, csv_path.c_str());
+    }
+    const TensorMap inputs = {{"y", y}};
+
+    // The fit starts from zero unconstrained coordinates: F = 0, Q = I, r = softplus(0) = 0.69.
+    Model model = truth;
+    model.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
+    const double ll_true = truth.run("loglik", inputs).item();
+    std::printf("trainable: ");
+    for (const std::string& n : model.trainable()) std::printf("%s ", n.c_str());
+    std::printf("(%zu unconstrained coordinates, starting at 0)\n\n", model.unconstrained_vector().size());
+    std::printf("%5s  %16s  %12s  %9s\n", "iter", "log-likelihood", "|grad|/obs", "time (s)");
+    const kalman::FitResult fit = kalman::fit(model, inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
+      std::printf("%5d  %16.6f  %12.3e  %9.3f\n", pr.iteration, pr.loglik, pr.grad_norm, pr.seconds);
+      std::fflush(stdout);
+    });
+    std::printf("\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s\n", fit.iterations,
+                fit.evaluations, fit.seconds);
+    std::printf("log-likelihood: fitted %.6f", fit.loglik);
+    if (csv_path.empty()) std::printf(", at the true parameters %.6f", ll_true);
+    std::printf("\n\n%-10s %12s %12s %12s\n", "parameter", csv_path.empty() ? "true" : "initial", "fitted", "difference");
+    const Model start = [&] {
+      Model s = truth;
+      s.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
+      return s;
+    }();
+    for (const std::string& n : model.trainable()) {
+      const Tensor a = csv_path.empty() ? truth.parameter(n) : start.parameter(n);
+      const Tensor b = model.parameter(n);
+      const std::vector<double> av = a.to_vector(b.axes().names()), bv = b.to_vector();
+      for (size_t k = 0; k < bv.size(); ++k)
+        std::printf("%-10s %12.5f %12.5f %12.5f\n", (n + index_label(b.axes(), int64_t(k))).c_str(), av[k], bv[k],
+                    bv[k] - av[k]);
+    }
+
+    model.save(out_path);
+    const Model reloaded = load_model(out_path);
+    const double ll_again = reloaded.run("loglik", inputs).item();
+    std::printf("\nfitted model written to %s (reloaded: log-likelihood %s)\n", out_path.c_str(),
+                ll_again == fit.loglik || ll_again == model.run("loglik", inputs).item() ? "identical" : "DIFFERS");
+
+    if (!no_plot) {
+      if (have_gnuplot()) {
+        const Tensor filtered = model.run(inputs).at("filtered");
+        plot(plot_path, y, x_true.defined() ? &x_true : nullptr, filtered);
+      } else {
+        std::printf("plot: skipped, gnuplot is not installed (apt-get install gnuplot-nox to get %s)\n", plot_path.c_str());
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
