@@ -105,8 +105,49 @@ bool gemm_in_place(const ContractArgs& a, const std::vector<int64_t>& bx,
   return true;
 }
 
+// Small contractions whose m, n and k groups are single axes (or none) and whose batch has at
+// most two axes: plain strided loops, no offset tables (the common case of replayed scan steps,
+// where building the tables cost more than the arithmetic).
+template <class T>
+bool contract_small(const ContractArgs& a) {
+  if (a.m.rank > 1 || a.n.rank > 1 || a.k.rank > 1 || a.batch.rank > 2) return false;
+  int64_t M, N, K, mx, mz, ny, nz, kx, ky, unused;
+  single(a.m, a.m.x, M, mx);
+  single(a.m, a.m.z, unused, mz);
+  single(a.n, a.n.y, N, ny);
+  single(a.n, a.n.z, unused, nz);
+  single(a.k, a.k.x, K, kx);
+  single(a.k, a.k.y, unused, ky);
+  if (M * N * K >= kBlasWork) return false;
+  const int64_t B0 = a.batch.rank > 0 ? a.batch.sizes[0] : 1, B1 = a.batch.rank > 1 ? a.batch.sizes[1] : 1;
+  const int64_t bx0 = a.batch.rank > 0 ? a.batch.x[0] : 0, by0 = a.batch.rank > 0 ? a.batch.y[0] : 0,
+                bz0 = a.batch.rank > 0 ? a.batch.z[0] : 0;
+  const int64_t bx1 = a.batch.rank > 1 ? a.batch.x[1] : 0, by1 = a.batch.rank > 1 ? a.batch.y[1] : 0,
+                bz1 = a.batch.rank > 1 ? a.batch.z[1] : 0;
+  const T* x = static_cast<const T*>(a.x);
+  const T* y = static_cast<const T*>(a.y);
+  T* z = static_cast<T*>(a.z);
+  for (int64_t b0 = 0; b0 < B0; ++b0)
+    for (int64_t b1 = 0; b1 < B1; ++b1) {
+      const T* xb = x + b0 * bx0 + b1 * bx1;
+      const T* yb = y + b0 * by0 + b1 * by1;
+      T* zb = z + b0 * bz0 + b1 * bz1;
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const T* xm = xb + m * mx;
+          const T* yn = yb + n * ny;
+          T acc = T(0);
+          for (int64_t k = 0; k < K; ++k) acc += xm[k * kx] * yn[k * ky];
+          T& dst = zb[m * mz + n * nz];
+          dst = a.accumulate ? dst + acc : acc;
+        }
+    }
+  return true;
+}
+
 template <class T>
 void contract(const ContractArgs& a) {
+  if (contract_small<T>(a)) return;
   Scratch& s = scratch();
   offsets(a.batch, a.batch.x, s.bx);
   offsets(a.batch, a.batch.y, s.by);
