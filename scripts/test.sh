@@ -13,7 +13,7 @@ ctest --test-dir build/test --output-on-failure -j"$jobs"
 
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
   -DTENAX_WERROR=ON -DTENAX_SANITIZE=address,undefined -DTENAX_CUDA=OFF \
-  -DTENAX_BUILD_BENCH=OFF -DTENAX_BUILD_EXAMPLES=OFF
+  -DTENAX_BUILD_BENCH=OFF -DTENAX_BUILD_EXAMPLES=ON
 cmake --build build/asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j"$jobs"
