@@ -129,7 +129,6 @@ json values_to_json(const Tensor& t) {
     const auto n = static_cast<size_t>(axes.size(d));
     std::vector<json> up;
     for (size_t k = 0; k < level.size(); k += n) up.emplace_back(json(std::vector<json>(level.begin() + long(k), level.begin() + long(k + n))));
-    if (n == 0) up.emplace_back(json::array());
     level = std::move(up);
   }
   return level.at(0);
