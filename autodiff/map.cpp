@@ -61,15 +61,8 @@ void for_chunks(int64_t start, int64_t steps, int64_t batch, int64_t parallel, c
   for (int64_t g = 0; g < n; g += parallel)
     tbb::parallel_for(g, std::min(g + parallel, n), [&](int64_t c) {
       // The worker (or the caller, which runs tasks too) sees exactly the caller's mapped axes.
-      AxisList saved = detail::g_mapped;
-      detail::g_mapped = mapped;
-      try {
-        body(start + c * batch, std::min(start + (c + 1) * batch, steps));
-      } catch (...) {
-        detail::g_mapped = saved;
-        throw;
-      }
-      detail::g_mapped = saved;
+      detail::MappedScope same(mapped, detail::MappedScope::replace);
+      body(start + c * batch, std::min(start + (c + 1) * batch, steps));
     });
 }
 

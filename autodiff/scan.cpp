@@ -169,23 +169,14 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) 
     for (int i = 0; i < out[k].rank(); ++i) {
       const Axis a = out[k].axes()[i];
       if (init[k].has_axis(a.name)) continue;
-      bool mapped = false;
-      for (Name m : detail::g_mapped) mapped = mapped || m == a.name;
-      only_mapped = only_mapped && mapped;
+      only_mapped = only_mapped && detail::g_mapped.contains(a.name);
       extra.push_back(a);
     }
     for (int i = 0; i < init[k].rank(); ++i) only_mapped = only_mapped && out[k].has_axis(init[k].axes().name(i));
     if (extra.rank() == 0 || !only_mapped) continue;
     // The mapped axes are physically there; broadcasting to them is nmap's own business.
-    AxisList mapped = detail::g_mapped;
-    detail::g_mapped = AxisList{};
-    try {
-      init[k] = broadcast(init[k], extra);
-    } catch (...) {
-      detail::g_mapped = mapped;
-      throw;
-    }
-    detail::g_mapped = mapped;
+    detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
+    init[k] = broadcast(init[k], extra);
     widened = true;
   }
   return widened;

@@ -94,19 +94,12 @@ Tensor unconstrain(const Constraint& c, const Tensor& value, const std::string& 
           if (std::abs(x - y) > 1e-12 * (std::abs(x) + std::abs(y)) + 1e-300)
             violated(pointer, c, "it is not symmetric");
         }
-      // Cholesky on the host: u holds the strict lower part of L and log of its diagonal.
-      std::vector<double> l(a.size(), 0.0);
-      for (int64_t j = 0; j < n; ++j) {
-        double d = a[size_t(j * n + j)];
-        for (int64_t q = 0; q < j; ++q) d -= l[size_t(j * n + q)] * l[size_t(j * n + q)];
-        if (!(d > 0.0)) violated(pointer, c, "it is not positive definite");
-        const double ljj = std::sqrt(d);
-        l[size_t(j * n + j)] = ljj;
-        for (int64_t r = j + 1; r < n; ++r) {
-          double s = a[size_t(r * n + j)];
-          for (int64_t q = 0; q < j; ++q) s -= l[size_t(r * n + q)] * l[size_t(j * n + q)];
-          l[size_t(r * n + j)] = s / ljj;
-        }
+      // u holds the strict lower part of the Cholesky factor and the log of its diagonal.
+      std::vector<double> l;
+      try {
+        l = cholesky(value, c.row, c.col).to_vector(AxisList{c.row, c.col});
+      } catch (const NumericError&) {
+        violated(pointer, c, "it is not positive definite");
       }
       for (int64_t j = 0; j < n; ++j) l[size_t(j * n + j)] = std::log(l[size_t(j * n + j)]);
       return like(l, value, Axes{{c.row, n}, {c.col, n}});

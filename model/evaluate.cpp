@@ -21,10 +21,11 @@ std::vector<Tensor> gather(const std::vector<int>& slots, const std::vector<Tens
   return out;
 }
 
-// Runs `body` with its params bound to `args` on a copy of `env`; returns its results.
-std::vector<Tensor> call(const Graph& body, const std::vector<Tensor>& env, const std::vector<Tensor>& args) {
-  std::vector<Tensor> local = env;
-  for (size_t k = 0; k < args.size(); ++k) local[size_t(body.params[k])] = args[k];
+// Runs `body` on the value table `local` with its params, then (when given) its captures, bound to
+// `args`; returns its results.
+std::vector<Tensor> call(const Graph& body, std::vector<Tensor> local, const std::vector<Tensor>& args) {
+  for (size_t k = 0; k < args.size(); ++k)
+    local[size_t(k < body.params.size() ? body.params[k] : body.captures[k - body.params.size()])] = args[k];
   evaluate(body, local);
   return gather(body.results, local);
 }
@@ -73,11 +74,7 @@ void run_node(const Node& n, std::vector<Tensor>& env) {
       const Graph* b = n.body.get();
       const size_t slots = env.size();
       MultiFunction f = [b, slots](const std::vector<Tensor>& args) {
-        std::vector<Tensor> local(slots);
-        for (size_t k = 0; k < args.size(); ++k)
-          local[size_t(k < b->params.size() ? b->params[k] : b->captures[k - b->params.size()])] = args[k];
-        evaluate(*b, local);
-        return gather(b->results, local);
+        return call(*b, std::vector<Tensor>(slots), args);
       };
       std::vector<Tensor> args = gather(n.inputs, env);
       for (int s : b->captures) args.push_back(env[size_t(s)]);

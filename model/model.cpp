@@ -78,6 +78,14 @@ void check_like(const model_detail::Parameter& p, const Tensor& v, DType dtype) 
     throw ModelError(p.pointer + ": parameter '" + p.name + "' is " + dtype_name(dtype) + ", got " + dtype_name(v.dtype()));
 }
 
+// The value table after one run of the graph.
+std::vector<Tensor> evaluated(const Definition& d, const std::vector<Tensor>& u,
+                              const std::vector<std::pair<std::string, Tensor>>& inputs) {
+  std::vector<Tensor> env = model_detail::bind(d, u, inputs);
+  model_detail::evaluate(d.graph, env);
+  return env;
+}
+
 // A copy detached from the caller's buffer and tape, in the declared axis order.
 Tensor owned(const Tensor& v, const Axes& axes) { return contiguous(transpose(v, axes.names())); }
 
@@ -98,8 +106,7 @@ Model& Model::operator=(const Model& o) {
 }
 
 TensorMap Model::run(const TensorMap& inputs) const {
-  std::vector<Tensor> env = model_detail::bind(*def_, all_u(*def_), checked_inputs(*def_, inputs));
-  model_detail::evaluate(def_->graph, env);
+  const std::vector<Tensor> env = evaluated(*def_, all_u(*def_), checked_inputs(*def_, inputs));
   TensorMap out;
   for (const auto& [name, slot] : def_->outputs) out[name] = env[size_t(slot)];
   return out;
@@ -107,9 +114,7 @@ TensorMap Model::run(const TensorMap& inputs) const {
 
 Tensor Model::run(const std::string& output, const TensorMap& inputs) const {
   const int slot = output_slot(*def_, output);
-  std::vector<Tensor> env = model_detail::bind(*def_, all_u(*def_), checked_inputs(*def_, inputs));
-  model_detail::evaluate(def_->graph, env);
-  return env[size_t(slot)];
+  return evaluated(*def_, all_u(*def_), checked_inputs(*def_, inputs))[size_t(slot)];
 }
 
 ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& inputs) const {
@@ -126,9 +131,7 @@ ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& 
   auto f = [&](const std::vector<Tensor>& a) {
     std::vector<Tensor> u = all_u(*def_);
     for (size_t q = 0; q < train.size(); ++q) u[train[q]] = a[q];
-    std::vector<Tensor> env = model_detail::bind(*def_, u, in);
-    model_detail::evaluate(def_->graph, env);
-    const Tensor& v = env[size_t(slot)];
+    const Tensor v = evaluated(*def_, u, in)[size_t(slot)];
     if (v.rank() != 0)
       throw ModelError("/outputs/" + output + ": value_and_grad needs a scalar output, '" + output + "' has axes " +
                        v.axes().describe());

@@ -75,7 +75,7 @@ struct Ref {
 
 class Parser {
  public:
-  Parser(Definition& d) : d_(d) {}
+  explicit Parser(Definition& d) : d_(d) {}
 
   void document(const json& doc) {
     if (!doc.is_object()) fail("", "a model is a JSON object, got " + std::string(doc.type_name()));

@@ -73,7 +73,8 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   return out;
 }
 
-MappedScope::MappedScope(const AxisList& axes) : previous_(g_mapped) {
+MappedScope::MappedScope(const AxisList& axes, Mode mode) : previous_(g_mapped) {
+  if (mode == replace) g_mapped = AxisList{};
   for (Name n : axes)
     if (!g_mapped.contains(n)) g_mapped.push_back(n);
 }

@@ -54,10 +54,12 @@ inline thread_local RecordState g_record_state;
 /// its attributes against them (named/batching.h).
 inline thread_local AxisList g_mapped;
 
-/// Maps `axes` for the guard's lifetime (nested scopes add to the outer ones).
+/// Maps `axes` for the guard's lifetime (nested scopes add to the outer ones; with `replace`, the
+/// mapped axes are exactly `axes`: a worker thread taking the caller's, or none at all).
 class MappedScope {
  public:
-  explicit MappedScope(const AxisList& axes);
+  enum Mode { add, replace };
+  explicit MappedScope(const AxisList& axes, Mode mode = add);
   ~MappedScope();
   MappedScope(const MappedScope&) = delete;
   MappedScope& operator=(const MappedScope&) = delete;

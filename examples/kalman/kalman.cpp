@@ -14,22 +14,6 @@ namespace {
 using tenax::Tensor;
 using Clock = std::chrono::steady_clock;
 
-// Lower Cholesky factor of a row-major SPD matrix.
-std::vector<double> cholesky(const std::vector<double>& a, int64_t n) {
-  std::vector<double> l(a.size(), 0.0);
-  for (int64_t j = 0; j < n; ++j) {
-    double d = a[size_t(j * n + j)];
-    for (int64_t k = 0; k < j; ++k) d -= l[size_t(j * n + k)] * l[size_t(j * n + k)];
-    l[size_t(j * n + j)] = std::sqrt(std::max(d, 0.0));
-    for (int64_t i = j + 1; i < n; ++i) {
-      double s = a[size_t(i * n + j)];
-      for (int64_t k = 0; k < j; ++k) s -= l[size_t(i * n + k)] * l[size_t(j * n + k)];
-      l[size_t(i * n + j)] = l[size_t(j * n + j)] > 0 ? s / l[size_t(j * n + j)] : 0.0;
-    }
-  }
-  return l;
-}
-
 // The progress hook of the line search below (the solver exposes no per-iteration callback).
 thread_local std::function<void(double fx, double gnorm)> g_iteration_done;
 
@@ -52,12 +36,14 @@ Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, ui
   const tenax::Axes& ax = model.axes();
   const int64_t n = ax.size_of("state"), p = ax.size_of("obs");
   const std::vector<double> F = model.parameter("F").to_vector({"state", "state2"});
-  const std::vector<double> Q = model.parameter("Q").to_vector({"state", "state2"});
   const std::vector<double> H = model.parameter("H").to_vector({"obs", "state"});
   const std::vector<double> r = model.parameter("r").to_vector();
   const std::vector<double> m0 = model.parameter("m0").to_vector();
-  const std::vector<double> P0 = model.parameter("P0").to_vector({"state", "state2"});
-  const std::vector<double> lq = cholesky(Q, n), l0 = cholesky(P0, n);
+  // Lower Cholesky factors of Q and P0 (row-major over (state, state2)) for the noise.
+  auto factor = [&](const char* name) {
+    return tenax::cholesky(model.parameter(name), "state", "state2").to_vector({"state", "state2"});
+  };
+  const std::vector<double> lq = factor("Q"), l0 = factor("P0");
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> z;
   std::vector<double> ys, xs;
