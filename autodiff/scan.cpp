@@ -239,7 +239,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     if (yt.size() != ys.size())
       throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " + std::to_string(s) +
                        " but " + std::to_string(ys.size()) + " at step 0");
-    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, s), yt[k]);
+    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, run->index(s)), yt[k]);
   };
 
   // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
@@ -315,7 +315,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
         p.forward(s);
         if (s == 2)
           for (size_t j = 0; j < ys.size(); ++j) y_store.emplace_back(p.y(j), ys[j], over, false, false);
-        for (auto& c : y_store) c.run(s);
+        for (auto& c : y_store) c.run(run->index(s));
         p.next_carry();
       }
       for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);

@@ -17,7 +17,8 @@ using ScanBody = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor
     const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;
 
 struct ScanOptions {
-  /// Walk the axis from its last index to its first (ys are still indexed by position).
+  /// Walk the axis from its last index to its first. ys stay aligned with xs: the output of the
+  /// step that read position t of `over` is stored at position t (as jax.lax.scan's reverse).
   bool reverse = false;
   /// Reverse mode stores the carry every k steps and recomputes the steps in between:
   /// memory O(T/k + k) carries, one extra forward pass at most. 1 stores every carry.

@@ -129,7 +129,7 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
 void StepProgram::backward(int64_t s) {
   if (backward_built_) {
     seed_.run("scan step", s);
-    for (SliceCopy& c : y_seed_) c.run(s);
+    for (SliceCopy& c : y_seed_) c.run(index(s));
     vjp_.run("scan step", s);
   } else {
     const ScanPlan& p = *plan_;
@@ -151,7 +151,7 @@ void StepProgram::backward(int64_t s) {
     for (size_t k = 0; k < xs_adj_.size(); ++k)
       if (xs_adj_[k].defined())
         x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
-    for (SliceCopy& c : y_seed_) c.run(s);
+    for (SliceCopy& c : y_seed_) c.run(index(s));
     capture_into(vjp_, [&] {
       p.backward(values_, adjoints_, needs_, batch_);
       for (size_t k = 0; k < carry_.size(); ++k) {

@@ -46,7 +46,7 @@ TEST(Scan, RunsAlongAnInnerAxisWithoutTransposeAndInReverse) {
       for (int s = 0; s < 6; ++s) {
         const int t = rev ? 5 - s : s;
         x = lam.at({{"j", j}}) * x + u.at({{"j", j}, {"t", t}});
-        EXPECT_NEAR(r.ys[0].at({{"t", s}, {"j", j}}), x * x, 1e-14) << "reverse=" << rev;
+        EXPECT_NEAR(r.ys[0].at({{"t", t}, {"j", j}}), x * x, 1e-14) << "reverse=" << rev;  // aligned with xs
       }
     }
   }
