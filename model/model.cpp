@@ -283,7 +283,7 @@ Model load_model_string(std::string_view text, const std::filesystem::path& base
     // Parse again with exceptions for the position of the problem.
     try {
       json again = json::parse(text.begin(), text.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
       throw ModelError("/: the model is not valid JSON: " + std::string(e.what()));
     }
     throw ModelError("/: the model is not valid JSON");

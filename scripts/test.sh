@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds with warnings as errors, runs every test,
-# then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then
+# fuzzes the JSON model loader for 60 s (scripts/fuzz.sh).
 # GPU tests (label gpu) skip with a reason where no CUDA device is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,3 +18,6 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
 cmake --build build/asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j"$jobs"
+
+# The model loader under libFuzzer (ASan+UBSan, clang), bounded time, seeded by the example models.
+bash scripts/fuzz.sh 60

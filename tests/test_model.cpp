@@ -417,6 +417,12 @@ TEST(ModelErrors, InvalidJsonAndMissingInputs) {
   } catch (const ModelError& e) {
     EXPECT_MESSAGE(std::string(e.what()), "/: the model is not valid JSON");
   }
+  try {  // found by the fuzzer: a number too large for a double is a ModelError, not a json exception
+    (void)load_model_string("{\"format\": 1, \"axes\": {\"i\": 1e3083}}");
+    FAIL() << "no error";
+  } catch (const ModelError& e) {
+    EXPECT_MESSAGE(std::string(e.what()), "number overflow parsing '1e3083'");
+  }
   Model m = load_model_json(small_doc());
   try {
     (void)m.run();
