@@ -116,6 +116,23 @@ struct RecurrenceVjpArgs {
 };
 using RecurrenceVjpFn = void (*)(const RecurrenceVjpArgs& r);
 
+/// Tridiagonal systems A x = rhs along one dimension of n rows, for `systems` independent systems.
+/// Row i of A holds lower[i] (column i-1), diag[i], upper[i] (column i+1); lower[0] and
+/// upper[n-1] lie outside the matrix and are never read. Operand o of system s starts at
+/// off[o][s] and steps by step[o] along the rows (0: the same value on every row).
+struct TridiagonalArgs {
+  enum Operand { lower, diag, upper, rhs, x, count };
+  int64_t n = 0, systems = 0;
+  const void* in[4] = {};  ///< lower, diag, upper, rhs
+  void* out = nullptr;     ///< x (may alias nothing else)
+  const int64_t* off[count] = {};
+  int64_t step[count] = {};
+  bool pivoting = false;   ///< LU with partial pivoting (LAPACK gtsv); otherwise Thomas, no pivoting
+  bool transpose = false;  ///< solve A^T x = rhs (the adjoint's solve)
+};
+/// Returns the first system whose solve failed (a zero or non-finite pivot) or -1.
+using TridiagonalFn = int64_t (*)(const TridiagonalArgs& args);
+
 /// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
 struct KernelTable {
   ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
@@ -139,6 +156,7 @@ struct KernelTable {
   LogdetFn logdet[2] = {};
   RecurrenceFn recurrence[2] = {};
   RecurrenceVjpFn recurrence_vjp[2] = {};
+  TridiagonalFn tridiagonal[2] = {};
 };
 
 /// Fills `t` with the host kernels (backends/cpu).

@@ -88,6 +88,23 @@ Tensor logdet(const Tensor& a, Name row, Name col);
 /// reverse-time recurrence, O(T), with no tree of residuals.
 Tensor linear_recurrence(const Tensor& a, const Tensor& b, Name over);
 
+// ---- tridiagonal systems ----
+/// How tridiagonal_solve factorises: `thomas` (the default) eliminates without pivoting, the
+/// fastest choice and stable for diagonally dominant or symmetric positive definite matrices
+/// (diffusion, splines); `pivoting` is LU with partial pivoting, LAPACK gtsv's semantics, for
+/// general matrices.
+enum class Tridiagonal : int { thomas = 0, pivoting = 1 };
+/// Solves A x = rhs for every tridiagonal system lying along the named axis `over`; every other
+/// axis is a batch axis, aligned by name, so one matrix with many right-hand sides (or the
+/// reverse) needs no copy, and an operand without `over` holds the same value on every row.
+/// Row i of A is lower[i] (column i-1), diag[i], upper[i] (column i+1): LAPACK's and cuSPARSE's
+/// layout stored at full length, lower[0] and upper[n-1] lie outside the matrix and are ignored
+/// (their gradients are zero). x takes rhs's axis order. A zero or non-finite pivot raises
+/// NumericError naming the system's batch index. The gradient solves one system with A^T and
+/// stores nothing but x (implicit function theorem).
+Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, Name over,
+                         Tridiagonal algorithm = Tridiagonal::thomas);
+
 // ---- operators ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

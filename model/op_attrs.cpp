@@ -42,6 +42,7 @@ const std::map<std::string, std::vector<AttrField>>& table() {
                   {"transpose", AttrKind::boolean, 1, false, 0},
                   {"lower", AttrKind::boolean, 0, false, 1}};
     m["linear_recurrence"] = {{"over", AttrKind::name}};
+    m["tridiagonal_solve"] = {{"over", AttrKind::name}, {"pivoting", AttrKind::boolean, 0, false, 0}};
     return m;
   }();
   return t;

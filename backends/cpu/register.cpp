@@ -9,6 +9,7 @@ void register_cpu_kernels(KernelTable& t) {
   cpu::register_contract(t);
   cpu::register_linalg(t);
   cpu::register_recurrence(t);
+  cpu::register_tridiagonal(t);
 }
 
 }  // namespace tenax::detail

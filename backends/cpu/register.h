@@ -10,5 +10,6 @@ void register_memory(detail::KernelTable& t);
 void register_contract(detail::KernelTable& t);
 void register_linalg(detail::KernelTable& t);
 void register_recurrence(detail::KernelTable& t);
+void register_tridiagonal(detail::KernelTable& t);
 
 }  // namespace tenax::cpu

@@ -167,6 +167,20 @@ void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
       "linear_recurrence vjp");
 }
 
+template <int Dev, int Dt>
+int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
+  const TridiagonalFn fn = tables().real[Dev].tridiagonal[Dt];
+  LaneCopy lc;
+  for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o], a.systems);
+  return g_capture->other(
+      [fn, a, lc] {
+        TridiagonalArgs c = a;
+        for (int o = 0; o < TridiagonalArgs::count; ++o) c.off[o] = lc.at(o);
+        return fn(c);
+      },
+      "tridiagonal_solve");
+}
+
 // Replaces each non-null entry of `c` (a copy of the real table) by its capturing trampoline.
 template <int Dev>
 void install(Tables& t) {
@@ -199,6 +213,8 @@ void install(Tables& t) {
   swap_in(c.recurrence[1], &recurrence_trampoline<Dev, 1>);
   swap_in(c.recurrence_vjp[0], &recurrence_vjp_trampoline<Dev, 0>);
   swap_in(c.recurrence_vjp[1], &recurrence_vjp_trampoline<Dev, 1>);
+  swap_in(c.tridiagonal[0], &tridiagonal_trampoline<Dev, 0>);
+  swap_in(c.tridiagonal[1], &tridiagonal_trampoline<Dev, 1>);
 }
 
 const Tables& tables() {

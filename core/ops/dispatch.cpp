@@ -158,4 +158,14 @@ void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out
   }
 }
 
+std::string batch_index(const Axes& batch, int64_t b) {
+  std::string s = "{";
+  for (int d = batch.rank() - 1; d >= 0; --d) {
+    std::string part = batch.name(d).str() + "=" + std::to_string(b % batch.size(d));
+    s = d == batch.rank() - 1 ? "{" + part : "{" + part + ", " + s.substr(1);
+    b /= batch.size(d);
+  }
+  return batch.rank() ? s + "}" : "{}";
+}
+
 }  // namespace tenax::detail

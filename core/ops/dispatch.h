@@ -2,6 +2,7 @@
 // Library-internal: applying an op (device check, forward, recording) and the helpers op
 // definitions share (kernel lookup, loop arguments over named axes, output allocation).
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tenax/backends/kernels.h"
@@ -122,5 +123,7 @@ Tensor copy_of(const Tensor& t);
 void copy_into(const Tensor& dst, const Tensor& src);
 /// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).
 void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out);
+/// "{b=1, c=0}": the coordinates of flat index `b` (row-major) over `batch`, for error messages.
+std::string batch_index(const Axes& batch, int64_t b);
 
 }  // namespace tenax::detail

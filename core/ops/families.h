@@ -14,5 +14,6 @@ void register_layout_ops(std::vector<const OpDef*>& ops);
 void register_join_ops(std::vector<const OpDef*>& ops);
 void register_linalg_ops(std::vector<const OpDef*>& ops);
 void register_recurrence_ops(std::vector<const OpDef*>& ops);
+void register_tridiagonal_ops(std::vector<const OpDef*>& ops);
 
 }  // namespace tenax::detail

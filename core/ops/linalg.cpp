@@ -36,16 +36,6 @@ MatView mat(const Tensor& t, Name row, Name col) {
   return {t.data_ptr(), t.axes().size_of(row), t.stride(row), t.stride(col)};
 }
 
-std::string batch_index(const Axes& batch, int64_t b) {
-  std::string s = "{";
-  for (int d = batch.rank() - 1; d >= 0; --d) {
-    std::string part = batch.name(d).str() + "=" + std::to_string(b % batch.size(d));
-    s = d == batch.rank() - 1 ? "{" + part : "{" + part + ", " + s.substr(1);
-    b /= batch.size(d);
-  }
-  return batch.rank() ? s + "}" : "{}";
-}
-
 // A (row, col) matrix of `inside` on the triangle (lower or upper, with diagonal), 0 elsewhere.
 Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, double diag, DType dt) {
   std::vector<double> v(static_cast<size_t>(n * n), 0.0);

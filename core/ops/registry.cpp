@@ -16,6 +16,7 @@ std::vector<const OpDef*> build() {
   detail::register_join_ops(ops);
   detail::register_linalg_ops(ops);
   detail::register_recurrence_ops(ops);
+  detail::register_tridiagonal_ops(ops);
   return ops;
 }
 

@@ -1,0 +1,155 @@
+// tridiagonal_solve(lower, diag, upper, rhs, over): batched tridiagonal systems along a named axis.
+// Operands align by name (batch axes broadcast, an operand without `over` is constant along the
+// rows); the backend kernel walks every operand through its own strides, so no layout is copied.
+// VJP (implicit function theorem, residual: x only): A^T λ = x̄ through the same kernel, then
+// rhs̄ = λ, diaḡ_i = -λ_i x_i, lower̄_i = -λ_i x_{i-1}, upper̄_i = -λ_i x_{i+1}, each summed over
+// the axes its operand lacks. JVP: A ẋ = ṙhs - Ȧ x.
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/families.h"
+#include "tenax/core/ops/sampling.h"
+#include "tenax/named/align.h"
+
+namespace tenax::detail {
+namespace {
+
+constexpr const char* kOp = "tridiagonal_solve";
+
+Tridiagonal algorithm_of(const Attrs& attrs) {
+  const int64_t a = attrs.i[0];
+  if (a != 0 && a != 1)
+    throw Error("[tridiagonal_solve] unknown algorithm " + std::to_string(a) + " (0 = thomas, 1 = pivoting)");
+  return static_cast<Tridiagonal>(a);
+}
+
+// Solves A x = rhs (or A^T x = rhs) into a new tensor with `axes` (which include every operand's
+// batch axes and `over`).
+Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, const Axes& axes,
+                  Name over, Tridiagonal alg, bool transpose) {
+  Tensor x = empty(axes, rhs.dtype(), rhs.device());
+  Axes lanes = axes;
+  lanes.erase(lanes.index_of(over));
+  const Tensor* ops[5] = {&lower, &diag, &upper, &rhs, &x};
+  std::vector<int64_t> off[5];
+  TridiagonalArgs args;
+  args.n = axes.size_of(over, kOp);
+  args.systems = lanes.numel();
+  for (int o = 0; o < 5; ++o) {
+    batch_offsets(*ops[o], lanes, off[o]);
+    args.off[o] = off[o].data();
+    args.step[o] = ops[o]->has_axis(over) ? ops[o]->stride(over) : 0;
+  }
+  for (int o = 0; o < 4; ++o) args.in[o] = ops[o]->data_ptr();
+  args.out = x.data_ptr();
+  args.pivoting = alg == Tridiagonal::pivoting;
+  args.transpose = transpose;
+  const int64_t bad = need(kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)], kOp, x.device())(args);
+  if (bad >= 0) {
+    const std::string where = "[tridiagonal_solve] the system along '" + over.str() + "' (" +
+                              std::to_string(args.n) + " rows) at batch index " + batch_index(lanes, bad);
+    if (alg == Tridiagonal::pivoting) throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
+    throw NumericError(where + " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
+                               "solves matrices that are not diagonally dominant");
+  }
+  return x;
+}
+
+Tensor tridiagonal_forward(Inputs in, const Attrs& attrs) {
+  check_float_operands(kOp, in);
+  const Name over = attrs.axes[0];
+  const Tridiagonal alg = algorithm_of(attrs);
+  // x follows rhs's axis order; the others' extra batch axes come after.
+  Axes ax = align_axes(in[3].axes(), in[0].axes(), kOp, 3, 0);
+  ax = align_axes(ax, in[1].axes(), kOp, 3, 1);
+  ax = align_axes(ax, in[2].axes(), kOp, 3, 2);
+  if (!ax.contains(over))
+    throw AxisError("[tridiagonal_solve] no operand has the system axis '" + over.str() + "': lower " +
+                    in[0].axes().describe() + ", diag " + in[1].axes().describe() + ", upper " +
+                    in[2].axes().describe() + ", rhs " + in[3].axes().describe());
+  return solve_into(in[0], in[1], in[2], in[3], ax, over, alg, false);
+}
+
+// x shifted by one row along `over`, zero-filled: x_{i-1} (by = -1) or x_{i+1} (by = +1).
+Tensor shifted(const Tensor& x, Name over, int by) {
+  const int64_t n = x.size(over);
+  Axes one = x.axes();
+  one.set_size(one.index_of(over), 1);
+  Tensor z = zeros(one, x.dtype(), x.device());
+  return by < 0 ? concat({z, slice(x, over, 0, n - 1)}, over) : concat({slice(x, over, 1, n), z}, over);
+}
+
+void tridiagonal_vjp(VjpContext& c) {
+  const Tensor &lower = c.input(0), &diag = c.input(1), &upper = c.input(2);
+  const Tensor& x = c.output();
+  const Tensor& g = c.cotangent();
+  const Name over = c.attrs().axes[0];
+  // λ over the cotangent's axes: a batched cotangent (several VJPs at once) adds batch axes.
+  Axes lam_axes = align_axes(g.axes(), x.axes(), kOp);
+  Tensor lam = solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
+  if (c.needs_grad(3)) accumulate(c.adjoint(3), lam);
+  if (c.needs_grad(1)) accumulate(c.adjoint(1), neg(lam * x));
+  if (x.size(over) < 2) return;  // a 1x1 system has no off-diagonal entries
+  if (c.needs_grad(0)) accumulate(c.adjoint(0), neg(lam * shifted(x, over, -1)));
+  if (c.needs_grad(2)) accumulate(c.adjoint(2), neg(lam * shifted(x, over, +1)));
+}
+
+Tensor tridiagonal_jvp(JvpContext& c) {
+  const Tensor& x = c.output();
+  const Name over = c.attrs().axes[0];
+  Tensor rhs = c.tangent(3);
+  auto subtract = [&rhs](const Tensor& term) { rhs = rhs.defined() ? rhs - term : neg(term); };
+  if (c.tangent(1).defined()) subtract(c.tangent(1) * x);
+  if (x.size(over) >= 2) {
+    if (c.tangent(0).defined()) subtract(c.tangent(0) * shifted(x, over, -1));
+    if (c.tangent(2).defined()) subtract(c.tangent(2) * shifted(x, over, +1));
+  }
+  if (!rhs.defined()) return rhs;
+  return tridiagonal_solve(c.input(0), c.input(1), c.input(2), rhs, over,
+                           static_cast<Tridiagonal>(c.attrs().i[0]));
+}
+
+// Diagonally dominant systems (|diag| >= 2 + |lower| + |upper|) along "t", operands on random
+// subsets of the batch axes, sometimes without "t" (a constant row), either algorithm.
+OpSample tridiagonal_sample(SampleRng& rng, DType dt) {
+  Axes base = random_axes(rng, int(rng() % 3));
+  const Axis rows{"t", 1 + int64_t(rng() % 6)};
+  auto axes_of = [&](bool may_drop_rows) {
+    Axes a = random_subset(rng, base);
+    if (!may_drop_rows || rng() % 4 != 0) a.push_back(rows);
+    return a;
+  };
+  Tensor lower = random_values(rng, axes_of(true), dt, -1, 1);
+  Tensor diag = random_values(rng, axes_of(true), dt, 2.5, 4);
+  Tensor upper = random_values(rng, axes_of(true), dt, -1, 1);
+  Axes rhs_axes;  // rows innermost or outermost
+  const bool rows_first = rng() % 2 == 0;
+  if (rows_first) rhs_axes.push_back(rows);
+  for (int d = 0; d < base.rank(); ++d) rhs_axes.push_back(base[d]);
+  if (!rows_first) rhs_axes.push_back(rows);
+  OpSample s{{lower, diag, upper, random_values(rng, rhs_axes, dt, -1, 1)}, {}};
+  s.attrs.axes = AxisList{"t"};
+  s.attrs.i[0] = int64_t(rng() % 2);
+  return s;
+}
+
+const OpDef op_tridiagonal_solve = {kOp, 4, tridiagonal_forward, tridiagonal_vjp, tridiagonal_jvp,
+                                    1u | 2u | 4u | kSaveOutput, 0, false, tridiagonal_sample};
+
+}  // namespace
+
+void register_tridiagonal_ops(std::vector<const OpDef*>& ops) { ops.push_back(&op_tridiagonal_solve); }
+
+}  // namespace tenax::detail
+
+namespace tenax {
+
+Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, Name over,
+                         Tridiagonal algorithm) {
+  Attrs attrs;
+  attrs.axes = AxisList{over};
+  attrs.i[0] = static_cast<int64_t>(algorithm);
+  const Tensor* p[4] = {&lower, &diag, &upper, &rhs};
+  return detail::apply(detail::op_tridiagonal_solve, Inputs{p, 4}, attrs);
+}
+
+}  // namespace tenax
