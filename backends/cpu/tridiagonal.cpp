@@ -36,76 +36,162 @@ const T* in_ptr(const TridiagonalArgs& a, int o) {
 // ---- Thomas, W systems at a time ----
 
 template <class T>
-class ThomasBlock {
+class ThomasPanel {
  public:
   using V = xsimd::batch<T>;
-  static constexpr int W = static_cast<int>(V::size);
+  static constexpr int VS = static_cast<int>(V::size);
+  // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go 256 at a
+  // time: each row of each operand is then 2 KB of one page, streamed, with 256 / VS division
+  // chains in flight. Systems apart in memory go 8 at a time through tiles that stay in L1.
+  static constexpr int kWide = 256;
+  static constexpr int kNarrow = 8;
 
-  ThomasBlock(const TridiagonalArgs& a, std::vector<T>& scratch) : a_(a), n_(a.n) {
+  ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch) : a_(a), n_(a.n), P_(width) {
     // tiles for the five operands, then c' and d' of the forward sweep
-    scratch.resize(static_cast<size_t>(7 * n_ * W) + W);
+    scratch.resize(static_cast<size_t>(7 * n_ * P_) + VS);
     T* p = scratch.data();
     while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
-    for (int o = 0; o < Op::count; ++o) tile_[o] = p + o * n_ * W;
-    cp_ = p + 5 * n_ * W;
-    dp_ = p + 6 * n_ * W;
+    for (int o = 0; o < Op::count; ++o) tile_[o] = p + o * n_ * P_;
+    cp_ = p + 5 * n_ * P_;
+    dp_ = p + 6 * n_ * P_;
   }
 
-  // Solves systems [first, first + count) (count <= W); returns the first failure or -1.
+  // Solves systems [first, first + count) (count <= width); returns the first failure or -1.
   int64_t solve(int64_t first, int count) {
     bind(first, count);
     const int64_t n = n_;
+    const int nv = (count + VS - 1) / VS;
+    const V zero(T(0)), one(T(1));
+    Mask bad = zero != zero;
     // Row 0 (lower[0] is outside the matrix).
-    V d = load(Op::diag, 0);
-    auto bad = is_bad(d);
-    V inv = V(T(1)) / d;
-    V c = n > 1 ? upper_at(0) * inv : V(T(0));
-    V r = load(Op::rhs, 0) * inv;
-    c.store_aligned(cp_);
-    r.store_aligned(dp_);
-    for (int64_t i = 1; i < n; ++i) {
-      const V l = lower_at(i);
-      d = load(Op::diag, i) - l * c;
+    for (int v = 0; v < nv; ++v) {
+      const V d = load(Op::diag, 0, v);
       bad = bad | is_bad(d);
-      inv = V(T(1)) / d;
-      r = (load(Op::rhs, i) - l * r) * inv;
-      c = i + 1 < n ? upper_at(i) * inv : V(T(0));
-      c.store_aligned(cp_ + i * W);
-      r.store_aligned(dp_ + i * W);
+      const V inv = one / d;
+      (n > 1 ? upper_at(0, v) * inv : zero).store_aligned(cp_ + v * VS);
+      (load(Op::rhs, 0, v) * inv).store_aligned(dp_ + v * VS);
     }
-    if (xsimd::any(bad)) return first_bad(first, count, bad);
-    // Back substitution: x_i = d'_i - c'_i x_{i+1}.
-    V x = r;
-    store_x(n - 1, x);
-    for (int64_t i = n - 2; i >= 0; --i) {
-      x = V::load_aligned(dp_ + i * W) - V::load_aligned(cp_ + i * W) * x;
-      store_x(i, x);
+    if (all_unit()) {
+      sweep_unit(nv, bad);
+    } else {
+      sweep_general(nv, bad);
     }
+    if (xsimd::any(bad)) {
+      const int64_t f = first_bad(first, count);
+      if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
+    }
+    back_substitute(nv);
     if (mode_[Op::x] == Mode::tile) scatter_x(first, count);
     return -1;
   }
 
  private:
   enum class Mode { unit, broadcast, tile };
+  using Mask = typename V::batch_bool_type;
+
+  [[nodiscard]] bool all_unit() const {
+    for (int o = 0; o < Op::count; ++o)
+      if (mode_[o] != Mode::unit) return false;
+    return true;
+  }
+
+  // Rows 1 .. n-1 of the forward elimination when every operand is a run of adjacent systems:
+  // plain pointers, no per-load dispatch.
+  void sweep_unit(int nv, Mask& bad) {
+    // A^T's (i, i-1) is A's upper of row i-1, its (i, i+1) A's lower of row i+1.
+    const bool tr = a_.transpose;
+    const T* lo = tr ? base_[Op::upper] : base_[Op::lower];
+    const T* up = tr ? base_[Op::lower] : base_[Op::upper];
+    const int64_t sl = tr ? a_.step[Op::upper] : a_.step[Op::lower];
+    const int64_t su = tr ? a_.step[Op::lower] : a_.step[Op::upper];
+    const int64_t shift = tr ? 1 : 0;
+    const T* dg = base_[Op::diag];
+    const T* rh = base_[Op::rhs];
+    const int64_t sd = a_.step[Op::diag], sr = a_.step[Op::rhs];
+    const V zero(T(0)), one(T(1));
+    for (int64_t i = 1; i < n_; ++i) {
+      const bool last = i + 1 == n_;
+      const T* cprev = cp_ + (i - 1) * P_;
+      const T* dprev = dp_ + (i - 1) * P_;
+      T* c = cp_ + i * P_;
+      T* r = dp_ + i * P_;
+      const T* li = lo + (i - shift) * sl;
+      const T* di = dg + i * sd;
+      const T* ri = rh + i * sr;
+      const T* ui = up + (last ? 0 : (i + shift) * su);  // not read on the last row
+      for (int v = 0; v < nv; ++v) {
+        const V l = V::load_unaligned(li + v * VS);
+        const V d = V::load_unaligned(di + v * VS) - l * V::load_aligned(cprev + v * VS);
+        bad = bad | is_bad(d);
+        const V inv = one / d;
+        ((V::load_unaligned(ri + v * VS) - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
+        (last ? zero : V::load_unaligned(ui + v * VS) * inv).store_aligned(c + v * VS);
+      }
+    }
+  }
+
+  void sweep_general(int nv, Mask& bad) {
+    const int64_t n = n_;
+    const V zero(T(0)), one(T(1));
+    for (int64_t i = 1; i < n; ++i) {
+      const bool last = i + 1 == n;
+      const T* cprev = cp_ + (i - 1) * P_;
+      const T* dprev = dp_ + (i - 1) * P_;
+      T* c = cp_ + i * P_;
+      T* r = dp_ + i * P_;
+      for (int v = 0; v < nv; ++v) {
+        const V l = lower_at(i, v);
+        const V d = load(Op::diag, i, v) - l * V::load_aligned(cprev + v * VS);
+        bad = bad | is_bad(d);
+        const V inv = one / d;
+        ((load(Op::rhs, i, v) - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
+        (last ? zero : upper_at(i, v) * inv).store_aligned(c + v * VS);
+      }
+    }
+  }
+
+  // x_i = d'_i - c'_i x_{i+1}, x_{n-1} = d'_{n-1}.
+  void back_substitute(int nv) {
+    const int64_t n = n_;
+    for (int v = 0; v < nv; ++v) store_x(n - 1, v, V::load_aligned(dp_ + (n - 1) * P_ + v * VS));
+    for (int64_t i = n - 2; i >= 0; --i) {
+      const T* c = cp_ + i * P_;
+      T* r = dp_ + i * P_;
+      const T* xnext = dp_ + (i + 1) * P_;
+      for (int v = 0; v < nv; ++v) {
+        const V x = V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
+        x.store_aligned(r + v * VS);  // d' becomes x in place
+        store_x(i, v, x);
+      }
+    }
+  }
 
   static auto is_bad(const V& d) {
     // zero, infinite or NaN pivot
     return (d == V(T(0))) | !(xsimd::abs(d) < V(std::numeric_limits<T>::infinity()));
   }
 
-  int64_t first_bad(int64_t first, int count, const typename V::batch_bool_type& bad) const {
-    alignas(64) bool flags[W];
-    bad.store_aligned(flags);
-    for (int w = 0; w < count; ++w)
-      if (flags[w]) return first + w;
-    return first;  // only padding lanes failed: cannot happen (padding solves the identity)
+  // The first system of the panel whose elimination meets a bad pivot, found again lane by lane.
+  int64_t first_bad(int64_t first, int count) const {
+    for (int w = 0; w < count; ++w) {
+      auto at = [&](int o, int64_t i) { return in_ptr<T>(a_, o)[a_.off[o][first + w] + i * a_.step[o]]; };
+      auto lower = [&](int64_t i) { return a_.transpose ? at(Op::upper, i - 1) : at(Op::lower, i); };
+      auto upper = [&](int64_t i) { return a_.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
+      T c = T(0);
+      for (int64_t i = 0; i < n_; ++i) {
+        const T d = at(Op::diag, i) - (i > 0 ? lower(i) * c : T(0));
+        if (d == T(0) || !std::isfinite(d)) return first + w;
+        c = i + 1 < n_ ? upper(i) / d : T(0);
+      }
+    }
+    return -1;
   }
 
   void bind(int64_t first, int count) {
     for (int o = 0; o < Op::count; ++o) {
       const int64_t* off = a_.off[o] + first;
       base_[o] = (o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o)) + off[0];
-      bool unit = count == W, same = true;
+      bool unit = count % VS == 0, same = true;
       for (int w = 1; w < count; ++w) {
         unit = unit && off[w] == off[0] + w;
         same = same && off[w] == off[0];
@@ -115,36 +201,40 @@ class ThomasBlock {
     }
   }
 
-  // Row-interleaves operand o of `count` systems into its tile; padding lanes solve x = 0 with
-  // the identity matrix, so they never report a failure.
+  // Row-interleaves operand o of `count` systems into its tile; padding lanes (up to the next
+  // multiple of VS) solve x = 0 with the identity matrix, so they never fail.
   void gather(int o, const int64_t* off, int count) {
     const T* src = in_ptr<T>(a_, o);
     const int64_t step = a_.step[o];
     T* t = tile_[o];
     for (int w = 0; w < count; ++w) {
       const T* p = src + off[w];
-      for (int64_t i = 0; i < n_; ++i) t[i * W + w] = p[i * step];
+      for (int64_t i = 0; i < n_; ++i) t[i * P_ + w] = p[i * step];
     }
     const T pad = o == Op::diag ? T(1) : T(0);
-    for (int w = count; w < W; ++w)
-      for (int64_t i = 0; i < n_; ++i) t[i * W + w] = pad;
+    const int padded = (count + VS - 1) / VS * VS;
+    for (int w = count; w < padded; ++w)
+      for (int64_t i = 0; i < n_; ++i) t[i * P_ + w] = pad;
   }
 
-  V load(int o, int64_t i) const {
+  // Row i of operand o for the systems of vector v.
+  V load(int o, int64_t i, int v) const {
     switch (mode_[o]) {
-      case Mode::unit: return V::load_unaligned(base_[o] + i * a_.step[o]);
+      case Mode::unit: return V::load_unaligned(base_[o] + i * a_.step[o] + v * VS);
       case Mode::broadcast: return V(base_[o][i * a_.step[o]]);
       case Mode::tile: break;
     }
-    return V::load_aligned(tile_[o] + i * W);
+    return V::load_aligned(tile_[o] + i * P_ + v * VS);
   }
   // A's entries (i, i-1) and (i, i+1); A^T's are A's (i-1, i) and (i+1, i).
-  V lower_at(int64_t i) const { return a_.transpose ? load(Op::upper, i - 1) : load(Op::lower, i); }
-  V upper_at(int64_t i) const { return a_.transpose ? load(Op::lower, i + 1) : load(Op::upper, i); }
+  V lower_at(int64_t i, int v) const { return a_.transpose ? load(Op::upper, i - 1, v) : load(Op::lower, i, v); }
+  V upper_at(int64_t i, int v) const { return a_.transpose ? load(Op::lower, i + 1, v) : load(Op::upper, i, v); }
 
-  void store_x(int64_t i, const V& x) {
-    if (mode_[Op::x] == Mode::unit) x.store_unaligned(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x]);
-    else x.store_aligned(tile_[Op::x] + i * W);
+  void store_x(int64_t i, int v, const V& x) {
+    if (mode_[Op::x] == Mode::unit)
+      x.store_unaligned(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x] + v * VS);
+    else
+      x.store_aligned(tile_[Op::x] + i * P_ + v * VS);
   }
   void scatter_x(int64_t first, int count) {
     T* dst = static_cast<T*>(a_.out);
@@ -153,12 +243,13 @@ class ThomasBlock {
     const T* t = tile_[Op::x];
     for (int w = 0; w < count; ++w) {
       T* p = dst + off[w];
-      for (int64_t i = 0; i < n_; ++i) p[i * step] = t[i * W + w];
+      for (int64_t i = 0; i < n_; ++i) p[i * step] = t[i * P_ + w];
     }
   }
 
   const TridiagonalArgs& a_;
   int64_t n_;
+  int P_;
   Mode mode_[Op::count] = {};
   const T* base_[Op::count] = {};
   T* tile_[Op::count] = {};
@@ -204,13 +295,20 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
 
 // ---- dispatch over blocks of systems ----
 
+// Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost).
+template <class T>
+int panel_width(const TridiagonalArgs& a) {
+  const bool adjacent = a.systems > 1 && a.off[Op::rhs][1] == a.off[Op::rhs][0] + 1;
+  return adjacent ? ThomasPanel<T>::kWide : ThomasPanel<T>::kNarrow;
+}
+
 template <class T>
 int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   std::vector<T> scratch;
-  ThomasBlock<T> block(a, scratch);
-  constexpr int W = ThomasBlock<T>::W;
-  for (int64_t s = begin; s < end; s += W) {
-    const int64_t failed = block.solve(s, static_cast<int>(std::min<int64_t>(W, end - s)));
+  const int width = panel_width<T>(a);
+  ThomasPanel<T> panel(a, width, scratch);
+  for (int64_t s = begin; s < end; s += width) {
+    const int64_t failed = panel.solve(s, static_cast<int>(std::min<int64_t>(width, end - s)));
     if (failed >= 0) return failed;
   }
   return -1;
@@ -222,8 +320,8 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   auto range = [&a](int64_t begin, int64_t end) {
     return a.pivoting ? pivoting_range<T>(a, begin, end) : thomas_range<T>(a, begin, end);
   };
-  // Blocks of whole SIMD groups with at least ~32k unknowns each are worth a task.
-  constexpr int64_t W = ThomasBlock<T>::W;
+  // Whole panels with at least ~32k unknowns each are worth a task.
+  const int64_t W = panel_width<T>(a);
   const int64_t per_task = std::max<int64_t>(W, ((int64_t{1} << 15) / a.n + W - 1) / W * W);
   if (a.systems <= per_task) return range(0, a.systems);
   std::atomic<int64_t> first_failure{std::numeric_limits<int64_t>::max()};
