@@ -17,7 +17,11 @@ corpus=build/fuzz/corpus
 findings=build/fuzz/findings
 mkdir -p "$corpus" "$findings"
 cp tests/fuzz/seeds/*.json "$corpus"/
-for f in examples/*/model.json; do cp "$f" "$corpus/$(basename "$(dirname "$f")").json"; done
+# The target resolves data paths against examples/: prefix each model's CSV paths with its folder.
+for f in examples/*/model.json; do
+  name=$(basename "$(dirname "$f")")
+  sed -E "s#\"csv\": \"([^\"]+)\"#\"csv\": \"$name/\\1\"#g" "$f" > "$corpus/$name.json"
+done
 
 echo "fuzz: model loader for ${seconds}s on $(ls "$corpus" | wc -l) corpus files"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \

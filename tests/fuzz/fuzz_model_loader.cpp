@@ -13,7 +13,7 @@
 #endif
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // Relative data paths resolve against the example folder, so the seed models find their CSVs.
+  // Relative data paths resolve against examples/ (scripts/fuzz.sh prefixes the seeds' CSV paths).
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     tenax::Model m = tenax::load_model_string(text, TENAX_FUZZ_BASE_DIR);
