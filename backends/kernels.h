@@ -129,6 +129,18 @@ struct TridiagonalArgs {
   int64_t step[count] = {};
   bool pivoting = false;   ///< LU with partial pivoting (LAPACK gtsv); otherwise Thomas, no pivoting
   bool transpose = false;  ///< solve A^T x = rhs (the adjoint's solve)
+  /// The reverse rule fused into the transposed solve: with `vjp`, the solution λ of
+  /// A^T λ = rhs is not written to `out` (null) but accumulated, with the forward solution x, into
+  /// the adjoints: rhs̄ += λ, diaḡ_i -= λ_i x_i, lower̄_i -= λ_i x_{i-1}, upper̄_i -= λ_i x_{i+1}.
+  /// Every adjoint given has one element per system and row (no two systems share one).
+  struct Adjoints {
+    enum Slot { solution, lower, diag, upper, rhs, count };
+    const void* x = nullptr;     ///< the forward solution
+    void* adj[4] = {};           ///< lower, diag, upper, rhs adjoints; null when not wanted
+    const int64_t* off[count] = {};
+    int64_t step[count] = {};
+  };
+  const Adjoints* vjp = nullptr;
 };
 /// Returns the first system whose solve failed (a zero or non-finite pivot) or -1.
 using TridiagonalFn = int64_t (*)(const TridiagonalArgs& args);

@@ -2,7 +2,8 @@
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
 // In one run: tridiagonal_solve (1 thread and all threads); a plain C++ Thomas loop per system
 // (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas algorithm written with
-// tenax::scan; the gradient w.r.t. all four inputs; and the memory-bandwidth roofline: a STREAM
+// tenax::scan; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
+// adjoint buffers every iteration, as a user's loop gets them); and the roofline: a STREAM
 // triad's bandwidth (1 thread and all threads). Every solve reports bytes_per_second counting the
 // bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown.
 #include <benchmark/benchmark.h>
@@ -78,6 +79,19 @@ void BM_Tenax_Solve(benchmark::State& state) {
   report(state);
 }
 BENCHMARK(BM_Tenax_Solve)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The loss sum(w * x) alone (no tape): the baseline of the gradient's cost.
+void BM_Tenax_Loss(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  const Problem& p = problem(state.range(0) != 0);
+  for (auto _ : state) {
+    Tensor v = sum(p.rhs * tridiagonal_solve(p.lower, p.diag, p.upper, p.rhs, "i"));
+    benchmark::DoNotOptimize(v.data_ptr());
+  }
+  report(state);
+}
+BENCHMARK(BM_Tenax_Loss)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Value and gradient of sum(w * x) w.r.t. lower, diag, upper and rhs.

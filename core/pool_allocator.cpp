@@ -19,8 +19,9 @@ constexpr int kMaxShift = 24;   // 16 MiB: larger blocks are not cached
 constexpr std::size_t kCacheBytesPerClass = std::size_t(32) << 20;
 
 // Blocks above the largest class are rounded to 2 MiB and kept in one process-wide cache bounded
-// by TENAX_HOST_CACHE_MB (default 256): reusing them avoids re-faulting every page of a large
-// temporary (a fresh 64 MiB output costs more in page faults than the op that fills it).
+// by TENAX_HOST_CACHE_MB (default 1024): reusing them avoids re-faulting every page of a large
+// temporary (a fresh 64 MiB output costs more in page faults than the op that fills it; a
+// gradient of 10^7-element operands frees and re-takes half a GiB of adjoints per call).
 constexpr std::size_t kLargeRound = std::size_t(2) << 20;
 
 struct LargeCache {
@@ -30,7 +31,7 @@ struct LargeCache {
   std::size_t limit = 0;
   LargeCache() {
     const char* env = std::getenv("TENAX_HOST_CACHE_MB");
-    limit = (env ? std::strtoull(env, nullptr, 10) : 256) << 20;
+    limit = (env ? std::strtoull(env, nullptr, 10) : 1024) << 20;
   }
 };
 LargeCache& large_cache() {

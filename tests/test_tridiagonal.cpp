@@ -191,18 +191,22 @@ Tensor thomas_by_scan(const Tensor& lower, const Tensor& diag, const Tensor& upp
   return back.ys[0];
 }
 
-class TridiagonalGradient : public testing::TestWithParam<bool> {};
+class TridiagonalGradient : public testing::TestWithParam<int> {};
 
-// Mixed layouts (rows-inner rhs, a shared upper diagonal) and, with GetParam(), every operand
-// batch-inner with enough systems for the kernel's wide-panel path in both solves.
+// 0: mixed layouts (rows-inner rhs, a shared upper diagonal: the reduced reverse rule);
+// 1: every operand batch-inner, enough systems for the kernel's wide panels (the fused rule);
+// 2: every operand rows-inner (the fused rule, one system at a time).
 TEST_P(TridiagonalGradient, MatchesFiniteDifferencesAndAThomasWrittenWithScan) {
-  const bool wide = GetParam();
+  const int config = GetParam();
+  const bool wide = config == 1;
   const int64_t n = 9, m = wide ? 300 : 6;
-  Tensor lower = uniform(Axes{{"i", n}, {"b", m}}, 21, -1, 1);
-  Tensor diag = uniform(Axes{{"i", n}, {"b", m}}, 22, 2.5, 3.5);
+  const Axes batch_inner{{"i", n}, {"b", m}}, rows_inner{{"b", m}, {"i", n}};
+  const Axes& full = config == 2 ? rows_inner : batch_inner;
+  Tensor lower = uniform(full, 21, -1, 1);
+  Tensor diag = uniform(full, 22, 2.5, 3.5);
   // shared by every system (summed adjoint), or one per system
-  Tensor upper = wide ? uniform(Axes{{"i", n}, {"b", m}}, 23, -1, 1) : uniform(Axes{{"i", n}}, 23, -1, 1);
-  Tensor rhs = wide ? uniform(Axes{{"i", n}, {"b", m}}, 24, -1, 1) : uniform(Axes{{"b", m}, {"i", n}}, 24, -1, 1);
+  Tensor upper = config == 0 ? uniform(Axes{{"i", n}}, 23, -1, 1) : uniform(full, 23, -1, 1);
+  Tensor rhs = uniform(config == 0 ? rows_inner : full, 24, -1, 1);
   Tensor w = uniform(Axes{{"b", m}, {"i", n}}, 25, -1, 1);
   // The row-0 lower and row-(n-1) upper entries are outside the matrix: their gradients are 0.
   auto loss_op = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); };
@@ -236,7 +240,7 @@ TEST_P(TridiagonalGradient, MatchesFiniteDifferencesAndAThomasWrittenWithScan) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalGradient, testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalGradient, testing::Values(0, 1, 2));
 
 TEST(Tridiagonal, ImplicitTimeSteppingInsideAScanEqualsTheLoopAndDifferentiates) {
   // Backward-Euler diffusion u_{t+1} = (I - k L)^{-1} u_t in 5 columns of 12 cells, 20 steps,

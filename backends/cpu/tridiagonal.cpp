@@ -42,9 +42,9 @@ class ThomasPanel {
   static constexpr int VS = static_cast<int>(V::size);
   // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go 256 at a
   // time: each row of each operand is then 2 KB of one page, streamed, with 256 / VS division
-  // chains in flight. Systems apart in memory go 8 at a time through tiles that stay in L1.
+  // chains in flight. Systems apart in memory go 32 at a time through row-interleaved tiles (L1/L2).
   static constexpr int kWide = 256;
-  static constexpr int kNarrow = 8;
+  static constexpr int kNarrow = 32;
 
   ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch) : a_(a), n_(a.n), P_(width) {
     // tiles for the five operands, then c' and d' of the forward sweep
@@ -81,7 +81,8 @@ class ThomasPanel {
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
     }
     back_substitute(nv);
-    if (mode_[Op::x] == Mode::tile) scatter_x(first, count);
+    if (a_.vjp) accumulate_adjoints(first, count);
+    else if (mode_[Op::x] == Mode::tile) scatter_x(first, count);
     return -1;
   }
 
@@ -166,6 +167,68 @@ class ThomasPanel {
     }
   }
 
+  // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows.
+  void accumulate_adjoints(int64_t first, int count) {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    const int64_t n = n_;
+    T* base[S::count] = {};
+    bool unit = true;
+    for (int k = 0; k < S::count; ++k) {
+      const void* p = k == S::solution ? j.x : j.adj[k - 1];
+      if (!p) continue;
+      const int64_t* off = j.off[k] + first;
+      base[k] = const_cast<T*>(static_cast<const T*>(p)) + off[0];
+      for (int w = 1; w < count && unit; ++w) unit = off[w] == off[0] + w;
+    }
+    const T* x = base[S::solution];
+    const int64_t sx = j.step[S::solution];
+    // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1}
+    if (unit) {  // adjacent systems: rows outer, the panel's systems inner (vectorised loops)
+      for (int64_t i = 0; i < n; ++i) {
+        const T* lam = dp_ + i * P_;
+        const T* xi = x + i * sx;
+        if (T* r = base[S::rhs]) {
+          r += i * j.step[S::rhs];
+          for (int w = 0; w < count; ++w) r[w] += lam[w];
+        }
+        if (T* d = base[S::diag]) {
+          d += i * j.step[S::diag];
+          for (int w = 0; w < count; ++w) d[w] -= lam[w] * xi[w];
+        }
+        if (T* l = base[S::lower]; l && i > 0) {
+          l += i * j.step[S::lower];
+          for (int w = 0; w < count; ++w) l[w] -= lam[w] * xi[w - sx];
+        }
+        if (T* u = base[S::upper]; u && i + 1 < n) {
+          u += i * j.step[S::upper];
+          for (int w = 0; w < count; ++w) u[w] -= lam[w] * xi[w + sx];
+        }
+      }
+      return;
+    }
+    for (int w = 0; w < count; ++w) {  // systems apart: one system at a time, rows inner
+      auto at = [&](int k) { return static_cast<T*>(k == S::solution ? const_cast<void*>(j.x) : j.adj[k - 1]) + j.off[k][first + w]; };
+      const T* xw = at(S::solution);
+      if (j.adj[S::rhs - 1]) {
+        T* r = at(S::rhs);
+        for (int64_t i = 0; i < n; ++i) r[i * j.step[S::rhs]] += dp_[i * P_ + w];
+      }
+      if (j.adj[S::diag - 1]) {
+        T* d = at(S::diag);
+        for (int64_t i = 0; i < n; ++i) d[i * j.step[S::diag]] -= dp_[i * P_ + w] * xw[i * sx];
+      }
+      if (j.adj[S::lower - 1]) {
+        T* l = at(S::lower);
+        for (int64_t i = 1; i < n; ++i) l[i * j.step[S::lower]] -= dp_[i * P_ + w] * xw[(i - 1) * sx];
+      }
+      if (j.adj[S::upper - 1]) {
+        T* u = at(S::upper);
+        for (int64_t i = 0; i + 1 < n; ++i) u[i * j.step[S::upper]] -= dp_[i * P_ + w] * xw[(i + 1) * sx];
+      }
+    }
+  }
+
   static auto is_bad(const V& d) {
     // zero, infinite or NaN pivot
     return (d == V(T(0))) | !(xsimd::abs(d) < V(std::numeric_limits<T>::infinity()));
@@ -189,6 +252,10 @@ class ThomasPanel {
 
   void bind(int64_t first, int count) {
     for (int o = 0; o < Op::count; ++o) {
+      if (o == Op::x && !a_.out) {  // the fused reverse rule keeps λ in the panel
+        mode_[o] = Mode::tile;
+        continue;
+      }
       const int64_t* off = a_.off[o] + first;
       base_[o] = (o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o)) + off[0];
       bool unit = count % VS == 0, same = true;

@@ -170,12 +170,23 @@ void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
 template <int Dev, int Dt>
 int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
   const TridiagonalFn fn = tables().real[Dev].tridiagonal[Dt];
+  using S = TridiagonalArgs::Adjoints;
   LaneCopy lc;
   for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o], a.systems);
+  // The fused reverse rule's offsets, owned by the recorded call too.
+  auto vjp = a.vjp ? std::make_shared<S>(*a.vjp) : nullptr;
+  auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::count);
+  if (vjp)
+    for (int k = 0; k < S::count; ++k)
+      if (vjp->off[k]) {
+        vjp_off[k].assign(vjp->off[k], vjp->off[k] + a.systems);
+        vjp->off[k] = vjp_off[k].data();
+      }
   return g_capture->other(
-      [fn, a, lc] {
+      [fn, a, lc, vjp, vjp_off] {
         TridiagonalArgs c = a;
         for (int o = 0; o < TridiagonalArgs::count; ++o) c.off[o] = lc.at(o);
+        c.vjp = vjp.get();
         return fn(c);
       },
       "tridiagonal_solve");

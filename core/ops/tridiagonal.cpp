@@ -78,6 +78,51 @@ Tensor shifted(const Tensor& x, Name over, int by) {
   return by < 0 ? concat({z, slice(x, over, 0, n - 1)}, over) : concat({slice(x, over, 1, n), z}, over);
 }
 
+// The reverse rule in one kernel call: the transposed solve accumulates every adjoint from λ
+// and x as it goes (no λ tensor, no shifted copies of x). Needs each wanted adjoint to have one
+// element per system and row (nothing to reduce) and the Thomas algorithm.
+bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
+  if (algorithm_of(c.attrs()) != Tridiagonal::thomas) return false;
+  for (int i = 0; i < 4; ++i)
+    if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes)) return false;
+  const Tensor* ops[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};
+  const Tensor& x = c.output();
+  Axes lanes = lam_axes;
+  lanes.erase(lanes.index_of(over));
+  using S = TridiagonalArgs::Adjoints;
+  std::vector<int64_t> off[4], adj_off[S::count];
+  TridiagonalArgs args;
+  S adj;
+  args.n = lam_axes.size_of(over, kOp);
+  args.systems = lanes.numel();
+  for (int o = 0; o < 4; ++o) {
+    batch_offsets(*ops[o], lanes, off[o]);
+    args.off[o] = off[o].data();
+    args.step[o] = ops[o]->has_axis(over) ? ops[o]->stride(over) : 0;
+    args.in[o] = ops[o]->data_ptr();
+  }
+  auto bind = [&](int slot, const Tensor& t) {
+    batch_offsets(t, lanes, adj_off[slot]);
+    adj.off[slot] = adj_off[slot].data();
+    adj.step[slot] = t.stride(over);
+  };
+  bind(S::solution, x);
+  adj.x = x.data_ptr();
+  for (int i = 0; i < 4; ++i)
+    if (c.needs_grad(i)) {
+      const Tensor& a = c.adjoint(i);
+      bind(S::lower + i, a);
+      adj.adj[i] = a.data_ptr();
+    }
+  args.transpose = true;
+  args.vjp = &adj;
+  const int64_t bad = kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)](args);
+  if (bad >= 0)
+    throw NumericError("[tridiagonal_solve] the transposed system along '" + over.str() + "' at batch index " +
+                       batch_index(lanes, bad) + " has a zero or non-finite pivot in the reverse pass");
+  return true;
+}
+
 void tridiagonal_vjp(VjpContext& c) {
   const Tensor &lower = c.input(0), &diag = c.input(1), &upper = c.input(2);
   const Tensor& x = c.output();
@@ -85,6 +130,7 @@ void tridiagonal_vjp(VjpContext& c) {
   const Name over = c.attrs().axes[0];
   // λ over the cotangent's axes: a batched cotangent (several VJPs at once) adds batch axes.
   Axes lam_axes = align_axes(g.axes(), x.axes(), kOp);
+  if (fused_vjp(c, lam_axes, over)) return;
   Tensor lam = solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
   if (c.needs_grad(3)) accumulate(c.adjoint(3), lam);
   if (c.needs_grad(1)) accumulate(c.adjoint(1), neg(lam * x));
