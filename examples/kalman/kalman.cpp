@@ -1,36 +1,14 @@
 // Simulation and L-BFGS fitting for the Kalman example.
 #include "kalman.h"
 
-#include <chrono>
 #include <cmath>
 #include <random>
 
 #include <Eigen/Dense>
-#include <LBFGS.h>
+
+#include "model_fit.h"
 
 namespace kalman {
-namespace {
-
-using tenax::Tensor;
-using Clock = std::chrono::steady_clock;
-
-// The progress hook of the line search below (the solver exposes no per-iteration callback).
-thread_local std::function<void(double fx, double gnorm)> g_iteration_done;
-
-// LBFGSpp's backtracking line search, reporting each accepted point: one call per iteration.
-template <typename Scalar>
-class ReportingLineSearch {
- public:
-  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
-  template <typename Foo>
-  static void LineSearch(Foo& f, Scalar& fx, Vector& x, Vector& grad, Scalar& step, const Vector& drt,
-                         const Vector& xp, const LBFGSpp::LBFGSParam<Scalar>& param) {
-    LBFGSpp::LineSearchBacktracking<Scalar>::LineSearch(f, fx, x, grad, step, drt, xp, param);
-    if (g_iteration_done) g_iteration_done(fx, grad.norm());
-  }
-};
-
-}  // namespace
 
 Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, uint64_t seed) {
   const tenax::Axes& ax = model.axes();
@@ -80,46 +58,14 @@ Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, ui
 
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
               const std::function<void(const Progress&)>& progress) {
-  const double count = double(inputs.at("y").numel());
-  const auto start = Clock::now();
-  auto since = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  FitResult result;
   // L-BFGS minimises -loglik / observations: a scale independent of the data's length.
-  auto objective = [&](const Eigen::VectorXd& u, Eigen::VectorXd& grad) {
-    ++result.evaluations;
-    model.set_unconstrained_vector(std::span<const double>(u.data(), size_t(u.size())));
-    const tenax::ModelGradient g = model.value_and_grad("loglik", inputs);
-    const std::vector<double> flat = tenax::Model::flatten(g.grads);
-    for (Eigen::Index k = 0; k < grad.size(); ++k) grad[k] = -flat[size_t(k)] / count;
-    return -g.value.item() / count;
-  };
-  int iteration = 0;
-  g_iteration_done = [&](double fx, double gnorm) {
-    ++iteration;
-    if (progress) progress({iteration, -fx * count, gnorm, since()});
-  };
-  LBFGSpp::LBFGSParam<double> param;
-  param.epsilon = options.gradient_tolerance;
-  param.epsilon_rel = 0.0;
-  param.max_iterations = options.max_iterations;
-  param.past = 3;
-  param.delta = 1e-12;
-  param.max_linesearch = 40;
-  LBFGSpp::LBFGSSolver<double, ReportingLineSearch> solver(param);
-  const std::vector<double> u0 = model.unconstrained_vector();
-  Eigen::VectorXd u = Eigen::Map<const Eigen::VectorXd>(u0.data(), Eigen::Index(u0.size()));
-  double fx = 0.0;
-  try {
-    result.iterations = solver.minimize(objective, u, fx);
-  } catch (...) {
-    g_iteration_done = nullptr;
-    throw;
-  }
-  g_iteration_done = nullptr;
-  model.set_unconstrained_vector(std::span<const double>(u.data(), size_t(u.size())));
-  result.loglik = -fx * count;
-  result.seconds = since();
-  return result;
+  const double count = double(inputs.at("y").numel());
+  const example::FitResult r = example::minimize(
+      model, "loglik", inputs, -1.0 / count, {options.max_iterations, options.gradient_tolerance},
+      [&](const example::Progress& p) {
+        if (progress) progress({p.iteration, -p.objective * count, p.grad_norm, p.seconds});
+      });
+  return {r.iterations, r.evaluations, -r.objective * count, r.seconds};
 }
 
 std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs) {

@@ -1,0 +1,35 @@
+#pragma once
+// Shared by the examples: fit a JSON model's trainable parameters by minimising one of its scalar
+// outputs with L-BFGS (LBFGSpp), gradients by reverse mode, one progress report per iteration.
+#include <functional>
+#include <string>
+
+#include "tenax/tenax.h"
+
+namespace example {
+
+/// One L-BFGS iteration as the progress callback sees it (the objective is scale * output).
+struct Progress {
+  int iteration = 0;
+  double objective = 0.0;  ///< at the accepted point
+  double grad_norm = 0.0;  ///< norm of the objective's gradient (unconstrained coordinates)
+  double seconds = 0.0;    ///< since the fit started
+};
+struct FitOptions {
+  int max_iterations = 200;
+  double gradient_tolerance = 1e-6;  ///< on the objective's gradient norm
+};
+struct FitResult {
+  int iterations = 0;
+  int evaluations = 0;
+  double objective = 0.0;
+  double seconds = 0.0;
+};
+
+/// Minimises scale * model.value_and_grad(output, inputs) over the trainable parameters in their
+/// unconstrained coordinates (scale = -1/n maximises a log-likelihood per observation); leaves
+/// the model at the optimum. `progress` is called after every iteration.
+FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs, double scale,
+                   const FitOptions& options, const std::function<void(const Progress&)>& progress = {});
+
+}  // namespace example
