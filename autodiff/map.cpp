@@ -207,7 +207,7 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
     auto run = std::make_shared<MapRun>();
     run->f = f;
     run->over = over;
-    run->args = args;
+    run->args = plain;  // untracked: the backward chunks watch them on their own tapes (any thread)
     run->steps = steps;
     run->batch = batch;
     run->parallel = o.parallel_chunks;

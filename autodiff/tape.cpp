@@ -375,7 +375,17 @@ std::unique_ptr<TapeImpl> new_tape() { return std::make_unique<TapeImpl>(new_ser
 
 namespace tenax {
 
-Tape::Tape() : impl_(detail::new_tape()) {
+namespace {
+void check_owner(uint32_t owner, const char* what) {
+  if (owner != detail::thread_token())
+    throw AutodiffError(std::string("[tape] ") + what +
+                        " called from a thread that does not own the tape; a tape records and "
+                        "differentiates on the thread that created it: create one in each task");
+}
+}  // namespace
+
+Tape::Tape() : impl_(detail::new_tape()), owner_(detail::thread_token()) {
+  detail::register_live_tape(impl_->serial());
   const detail::RecordState& s = detail::g_record_state;
   previous_ = s.recorder;
   previous_serial_ = s.serial;
@@ -385,22 +395,31 @@ Tape::Tape() : impl_(detail::new_tape()) {
 }
 
 Tape::~Tape() {
+  detail::unregister_live_tape(impl_->serial());
   detail::g_record_state = {static_cast<detail::Recorder*>(previous_), previous_serial_, previous_outer_,
                             previous_trace_};
 }
 
-Tensor Tape::watch(const Tensor& t) { return impl_->watch(t); }
+Tensor Tape::watch(const Tensor& t) {
+  check_owner(owner_, "watch");
+  return impl_->watch(t);
+}
 
 std::vector<Tensor> Tape::gradient(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent) {
+  check_owner(owner_, "gradient");
   return impl_->gradient(output, wrt, cotangent);
 }
 
 Tensor Tape::forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
                              const std::vector<Tensor>& tangents) {
+  check_owner(owner_, "forward_tangent");
   return impl_->forward_tangent(output, inputs, tangents);
 }
 
-void Tape::keep_all_residuals() { impl_->keep_all(); }
+void Tape::keep_all_residuals() {
+  check_owner(owner_, "keep_all_residuals");
+  impl_->keep_all();
+}
 TapeStats Tape::stats() const { return impl_->stats(); }
 int64_t Tape::bytes() const { return impl_->bytes(); }
 

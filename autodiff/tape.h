@@ -22,8 +22,10 @@ struct TapeStats {
 };
 
 /// Records every op whose input is watched (directly or through other ops) while it is the
-/// innermost live Tape of this thread. Tapes are per thread and not shared. A tensor tracked by an
-/// enclosing or finished tape is a constant here (no higher-order derivatives through nesting yet).
+/// innermost live Tape of this thread. Tapes are per thread and not shared: calling watch /
+/// gradient / forward_tangent from another thread, or using a tensor a live tape of another thread
+/// tracks in an op, raises AutodiffError. A tensor tracked by an enclosing or finished tape is a
+/// constant here (no higher-order derivatives through nesting yet).
 class Tape {
  public:
   /// Starts recording on this thread.
@@ -55,6 +57,7 @@ class Tape {
  private:
   friend class detail::TapeImpl;
   std::unique_ptr<detail::TapeImpl> impl_;
+  uint32_t owner_;  ///< token of the thread that created it (detail::thread_token)
   void* previous_;
   uint32_t previous_serial_;
   uint32_t previous_outer_;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds with warnings as errors, runs every test,
-# then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then
-# fuzzes the JSON model loader for 60 s (scripts/fuzz.sh).
+# then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer, runs the
+# concurrency tests under ThreadSanitizer, and fuzzes the JSON model loader for 60 s (scripts/fuzz.sh).
 # GPU tests (label gpu) skip with a reason where no CUDA device is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,15 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
 cmake --build build/asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j"$jobs"
+
+# The concurrency tests under ThreadSanitizer. Their tasks run on std::threads there and OpenBLAS
+# runs single-threaded: neither Debian's oneTBB nor its OpenBLAS is built for TSan, whose reports
+# about their internal synchronisation would be false.
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+  -DTENAX_WERROR=ON -DTENAX_SANITIZE=thread -DTENAX_CUDA=OFF \
+  -DTENAX_BUILD_BENCH=OFF -DTENAX_BUILD_EXAMPLES=OFF
+cmake --build build/tsan -j"$jobs" --target test_concurrency
+OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan -L concurrency --output-on-failure
 
 # The model loader under libFuzzer (ASan+UBSan, clang), bounded time, seeded by the example models.
 bash scripts/fuzz.sh 60

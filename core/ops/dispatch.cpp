@@ -1,6 +1,9 @@
 // Applying ops: device checks, the forward call, recording onto this thread's tape; shared helpers.
 #include "tenax/core/ops/dispatch.h"
 
+#include <array>
+#include <atomic>
+
 #include "tenax/core/ops/capture.h"
 #include "tenax/named/batching.h"
 
@@ -42,6 +45,38 @@ Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& at
   return apply(op, Inputs{p.data(), static_cast<int>(p.size())}, attrs);
 }
 
+namespace {
+constexpr size_t kLiveSlots = 4096;
+// (serial << 32) | thread token, 0 when free.
+std::array<std::atomic<uint64_t>, kLiveSlots> g_live_tapes{};
+std::atomic<uint32_t> g_next_token{0};
+}  // namespace
+
+uint32_t thread_token() {
+  thread_local const uint32_t token = g_next_token.fetch_add(1, std::memory_order_relaxed) + 1;
+  return token;
+}
+
+void register_live_tape(uint32_t serial) {
+  g_live_tapes[serial % kLiveSlots].store((uint64_t{serial} << 32) | thread_token(), std::memory_order_release);
+}
+
+void unregister_live_tape(uint32_t serial) {
+  uint64_t mine = (uint64_t{serial} << 32) | thread_token();
+  g_live_tapes[serial % kLiveSlots].compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
+}
+
+void check_tape_thread(const Tensor& t, const char* op, int input) {
+  const uint32_t s = t.tape_serial();
+  if (s == 0 || t.var() < 0 || is_tracked(t)) return;
+  const uint64_t e = g_live_tapes[s % kLiveSlots].load(std::memory_order_acquire);
+  if (static_cast<uint32_t>(e >> 32) != s || static_cast<uint32_t>(e) == thread_token()) return;
+  throw AutodiffError(std::string("[") + op + "] input " + std::to_string(input) +
+                      " is tracked by a tape that is recording on another thread; tapes and the tensors "
+                      "they track belong to one thread: record a tape in each task, and pass tasks plain "
+                      "values (results of a finished tape, or copies)");
+}
+
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   const int n = inputs.n;
   if (op.arity >= 0 && n != op.arity)
@@ -54,6 +89,7 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
       throw DeviceError(std::string("[") + op.name + "] input 0 is on " + inputs[0].device().str() +
                         " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
                         "; move one with to(device)");
+    check_tape_thread(inputs[i], op.name, i);
   }
   if (!g_mapped.empty()) {
     check_unmapped(attrs.axes, g_mapped, op.name);

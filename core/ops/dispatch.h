@@ -76,6 +76,17 @@ inline bool is_tracked(const Tensor& t) {
   return s == g_record_state.serial || (s == g_record_state.outer && s != 0);
 }
 
+/// Live tapes by serial: the thread each one records on, so that a tensor tracked by another
+/// thread's live tape is an error rather than a silent constant (or a race on that tape). A
+/// fixed table indexed by serial: with more live tapes than slots, an older tape's entry may be
+/// overwritten and its tensors go unchecked; a check never fires wrongly (serials are compared).
+/// This thread's token (nonzero, unique per thread for the process's life).
+uint32_t thread_token();
+void register_live_tape(uint32_t serial);
+void unregister_live_tape(uint32_t serial);
+/// Throws AutodiffError when `t` is tracked by a live tape of another thread.
+void check_tape_thread(const Tensor& t, const char* op, int input);
+
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs);
 /// Attributes of an op call that sets none.

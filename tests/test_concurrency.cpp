@@ -1,0 +1,135 @@
+// Concurrency: many tasks, each recording and differentiating its own tape (a recurrence, a scan,
+// a Cholesky factor and a log-determinant), give bitwise the serial results; a tape or a tracked
+// tensor used from a thread that does not own the tape is an AutodiffError, not a race.
+// scripts/test.sh also runs this file under ThreadSanitizer. Debian's oneTBB is not built for
+// TSan (its internal synchronisation is invisible to it and reported as races), so under TSan the
+// tasks run on plain std::threads; everywhere else on oneTBB.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tbb/parallel_for.h>
+
+#include <tenax/tenax.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define TENAX_TEST_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TENAX_TEST_UNDER_TSAN 1
+#endif
+#endif
+
+namespace tenax {
+namespace {
+
+#define EXPECT_MESSAGE(what, fragment) \
+  EXPECT_NE(std::string(what).find(fragment), std::string::npos) << "message: " << (what)
+
+// Runs fn(0 .. n-1) concurrently; the first exception is rethrown here.
+template <class Fn>
+void run_tasks(int n, const Fn& fn) {
+#ifdef TENAX_TEST_UNDER_TSAN
+  std::atomic<int> next{0};
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> pool;
+  for (int w = 0; w < 4; ++w)
+    pool.emplace_back([&] {
+      for (int k = next++; k < n; k = next++) {
+        try {
+          fn(k);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
+    });
+  for (std::thread& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+#else
+  tbb::parallel_for(0, n, fn);
+#endif
+}
+
+// One task's work: value and gradient of a loss through a linear recurrence, a scan, a Cholesky
+// factor and a log-determinant, w.r.t. the decay and the matrix.
+std::vector<double> work(int k) {
+  const Tensor lam = tensor({0.5 + 0.0003 * k, 0.9 - 0.0002 * k}, "i");
+  const Tensor a = tensor({{1.0 + 0.001 * k, 0.2}, {0.2, 1.5}}, "r", "c");
+  const Tensor u = uniform(Axes{{"t", 24}, {"i", 2}}, static_cast<uint64_t>(k) + 1, -1, 1);
+  auto f = [&u](const std::vector<Tensor>& p) {
+    const Tensor x = linear_recurrence(p[0], u, "t");
+    ScanResult r = scan(
+        [&p](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
+          Tensor h = tanh(p[0] * c[0] + xt[0]);
+          return std::make_pair(std::vector<Tensor>{h}, std::vector<Tensor>{sum(h * h)});
+        },
+        {zeros(Axes{{"i", 2}})}, {u}, "t");
+    return sum(x * x) + sum(r.ys[0]) + logdet(p[1], "r", "c") + sum(cholesky(p[1], "r", "c"));
+  };
+  auto [v, g] = value_and_grad(f, {lam, a});
+  std::vector<double> out{v.item()};
+  for (const Tensor& t : g)
+    for (double d : t.to_vector()) out.push_back(d);
+  return out;
+}
+
+TEST(Concurrency, ThousandTasksWithOwnTapesMatchTheSerialRunBitwise) {
+  const int tasks = 1000;
+  std::vector<std::vector<double>> serial(tasks), parallel(tasks);
+  for (int k = 0; k < tasks; ++k) serial[size_t(k)] = work(k);
+  run_tasks(tasks, [&](int k) { parallel[size_t(k)] = work(k); });
+  for (int k = 0; k < tasks; ++k) {
+    ASSERT_EQ(serial[size_t(k)].size(), 7u);
+    EXPECT_EQ(serial[size_t(k)], parallel[size_t(k)]) << "task " << k;  // bitwise
+  }
+}
+
+// Runs fn on a new thread and returns what it threw (empty when nothing).
+template <class Fn>
+std::string error_on_other_thread(const Fn& fn) {
+  std::string what;
+  std::thread t([&] {
+    try {
+      fn();
+    } catch (const AutodiffError& e) {
+      what = e.what();
+    } catch (const std::exception& e) {
+      what = std::string("unexpected exception: ") + e.what();
+    }
+  });
+  t.join();
+  return what;
+}
+
+TEST(Concurrency, ATapeOrATrackedTensorUsedFromAnotherThreadIsAnError) {
+  Tape tape;
+  const Tensor x = tape.watch(tensor({1.0, 2.0}, "i"));
+  const Tensor y = sum(x * x);
+  EXPECT_MESSAGE(error_on_other_thread([&] { (void)tape.gradient(y, {x}); }),
+                 "[tape] gradient called from a thread that does not own the tape");
+  EXPECT_MESSAGE(error_on_other_thread([&] { (void)tape.watch(tensor({1.0}, "j")); }),
+                 "[tape] watch called from a thread that does not own the tape");
+  EXPECT_MESSAGE(error_on_other_thread([&] { (void)(x * 2.0); }),
+                 "[mul] input 0 is tracked by a tape that is recording on another thread");
+  // The owner is unaffected.
+  EXPECT_EQ(tape.gradient(y, {x})[0].to_vector(), (std::vector<double>{2.0, 4.0}));
+}
+
+TEST(Concurrency, TensorsOfAFinishedTapeArePlainValuesOnAnyThread) {
+  Tensor x;
+  {
+    Tape tape;
+    x = tape.watch(tensor({1.0, 2.0}, "i")) * 3.0;
+  }
+  std::vector<double> seen;
+  EXPECT_EQ(error_on_other_thread([&] { seen = (x + 1.0).to_vector(); }), "");
+  EXPECT_EQ(seen, (std::vector<double>{4.0, 7.0}));
+}
+
+}  // namespace
+}  // namespace tenax
