@@ -2,6 +2,7 @@
 // reverse and forward sweeps. The reverse sweep is one short loop over flat records.
 #include "tenax/autodiff/tape_impl.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "tenax/autodiff/recording.h"
@@ -157,7 +158,16 @@ Tensor TapeImpl::watch(const Tensor& t) {
   return w;
 }
 
+// Before the record arrays grow (they double), the growth must fit the host memory budget.
+void TapeImpl::check_growth() const {
+  if (a_.records.size() < a_.records.capacity() || memory_budget(Device::cpu()) <= 0) return;
+  const auto cap = static_cast<int64_t>(std::max<std::size_t>(a_.records.capacity(), 64));
+  const int64_t per_record = sizeof(Record) + sizeof(VarInfo) + 3 * sizeof(int32_t) + sizeof(Tensor);
+  check_memory_budget(Device::cpu(), cap * per_record, "the tape's record arrays");
+}
+
 void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+  check_growth();
   const int n = in.n;
   const int32_t rid = static_cast<int32_t>(a_.records.size());
   int32_t attrs_index = -1;
@@ -190,6 +200,7 @@ void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
 
 void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
                              std::vector<Tensor>& outputs) {
+  check_growth();
   const int32_t rid = static_cast<int32_t>(a_.records.size());
   Record r{&kCustomOp, static_cast<int32_t>(a_.customs.size()), -1, static_cast<int32_t>(a_.inputs.size()),
            static_cast<int32_t>(inputs.size()), static_cast<int32_t>(a_.saved.size())};

@@ -81,6 +81,7 @@ class TapeImpl final : public Recorder {
   [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
 
  private:
+  void check_growth() const;
   int32_t new_var(const Tensor& t, int32_t record);
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;

@@ -5,7 +5,8 @@
 // tenax::scan; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
 // adjoint buffers every iteration, as a user's loop gets them); and the roofline: a STREAM
 // triad's bandwidth (1 thread and all threads). Every solve reports bytes_per_second counting the
-// bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown.
+// bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
+// the gradient also report the allocator's peak beyond the inputs (peak_MiB).
 #include <benchmark/benchmark.h>
 
 #include <tbb/global_control.h>
@@ -44,6 +45,12 @@ const Problem& problem(bool batch_inner) {
   return q;
 }
 
+// Peak bytes the host allocator handed out while the benchmark ran (beyond the problem's inputs).
+void reset_peak() { allocator_for(Device::cpu()).reset_stats(); }
+void report_peak(benchmark::State& state, int64_t base) {
+  state.counters["peak_MiB"] = double(allocator_stats().peak_bytes - base) / double(1 << 20);
+}
+
 void report(benchmark::State& state, double bytes_per_unknown = kBytesPerUnknown) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kUnknowns * bytes_per_unknown));
   state.counters["ns_per_unknown"] = benchmark::Counter(
@@ -72,11 +79,14 @@ BENCHMARK(BM_Triad)->Args({0, 1})->Args({0, 2})->Unit(benchmark::kMillisecond)->
 void BM_Tenax_Solve(benchmark::State& state) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
   const Problem& p = problem(state.range(0) != 0);
+  reset_peak();
+  const int64_t base = allocator_stats().bytes_in_use;
   for (auto _ : state) {
     Tensor x = tridiagonal_solve(p.lower, p.diag, p.upper, p.rhs, "i");
     benchmark::DoNotOptimize(x.data_ptr());
   }
   report(state);
+  report_peak(state, base);
 }
 BENCHMARK(BM_Tenax_Solve)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -100,11 +110,14 @@ void BM_Tenax_Gradient(benchmark::State& state) {
   const Problem& p = problem(state.range(0) != 0);
   const Tensor w = p.rhs;
   auto loss = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); };
+  reset_peak();
+  const int64_t base = allocator_stats().bytes_in_use;
   for (auto _ : state) {
     auto [v, g] = value_and_grad(loss, {p.lower, p.diag, p.upper, p.rhs});
     benchmark::DoNotOptimize(g[0].data_ptr());
   }
   report(state);
+  report_peak(state, base);
 }
 BENCHMARK(BM_Tenax_Gradient)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)->UseRealTime();

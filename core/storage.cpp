@@ -2,7 +2,9 @@
 #include "tenax/core/storage.h"
 
 #include <array>
+#include <cstdio>
 #include <new>
+#include <string>
 
 #include "tenax/core/error.h"
 #include "tenax/core/ops/capture.h"
@@ -46,7 +48,43 @@ void set_allocator(Device d, Allocator* a) {
 
 AllocatorStats allocator_stats(Device d) { return allocator_for(d).stats(); }
 
+namespace {
+// Budgets: slot 0 the host, 1 + i CUDA device i.
+std::array<std::atomic<int64_t>, 17> g_budget{};
+std::atomic<int64_t>& budget_slot(Device d) {
+  if (d.kind == Device::Kind::cpu) return g_budget[0];
+  if (d.index < 0 || d.index >= 16) throw DeviceError("[memory_budget] device index out of range: " + d.str());
+  return g_budget[static_cast<size_t>(d.index) + 1];
+}
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+  return buf;
+}
+}  // namespace
+
+void set_memory_budget(Device d, int64_t bytes) {
+  if (bytes < 0) throw Error("[memory_budget] the budget must be >= 0 bytes (0: none), got " + std::to_string(bytes));
+  budget_slot(d).store(bytes, std::memory_order_relaxed);
+}
+
+int64_t memory_budget(Device d) { return budget_slot(d).load(std::memory_order_relaxed); }
+
+namespace detail {
+void check_memory_budget(Device d, int64_t request, const char* what) {
+  const int64_t budget = budget_slot(d).load(std::memory_order_relaxed);
+  if (budget <= 0) return;
+  const AllocatorStats st = allocator_stats(d);
+  if (st.bytes_in_use + request <= budget) return;
+  throw MemoryError("[alloc] " + std::string(what) + " of " + std::to_string(request) + " bytes (" + mib(request) +
+                    ") on " + d.str() + " would exceed the memory budget of " + mib(budget) + ": " +
+                    mib(st.bytes_in_use) + " in use (peak " + mib(st.peak_bytes) +
+                    "); free tensors, use map or scan checkpointing, or raise it with set_memory_budget");
+}
+}  // namespace detail
+
 Storage* Storage::allocate(std::size_t bytes, Device d) {
+  detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
   if (d.kind == Device::Kind::cpu) {
     Allocator& a = allocator_for(d);
     void* block = a.allocate(kHeader + bytes);

@@ -39,6 +39,21 @@ void set_allocator(Device d, Allocator* a);
 /// Counters of the allocator for `d`.
 AllocatorStats allocator_stats(Device d = Device::cpu());
 
+/// Caps the bytes in use on `d` (tensor buffers, and on the host also tape record arrays): an
+/// allocation that would take the total past `bytes` raises MemoryError before allocating, naming
+/// the request, what is in use and the budget. 0 (the default) removes the cap. The total compared
+/// is allocator_stats(d).bytes_in_use: exact for the calling thread, while other threads'
+/// latest allocations may lag in it by up to 1 MiB each.
+void set_memory_budget(Device d, int64_t bytes);
+/// The cap set by set_memory_budget (0: none).
+int64_t memory_budget(Device d);
+
+namespace detail {
+/// Throws MemoryError when `request` more bytes on `d` would exceed its budget; `what` names the
+/// allocation ("a tensor buffer", "the tape's record arrays").
+void check_memory_budget(Device d, int64_t request, const char* what);
+}  // namespace detail
+
 /// A block of device memory with an intrusive reference count. Create with Storage::allocate or
 /// Storage::wrap; hold through StoragePtr.
 class Storage {

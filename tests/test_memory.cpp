@@ -1,0 +1,74 @@
+// Memory accounting: the per-device budget (tensor buffers and tape arrays refused before they are
+// allocated, with a message naming the request, the use and the budget), allocator peak figures
+// and tape.bytes().
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <tenax/tenax.h>
+
+namespace tenax {
+namespace {
+
+#define EXPECT_MESSAGE(what, fragment) \
+  EXPECT_NE(std::string(what).find(fragment), std::string::npos) << "message: " << (what)
+
+// Restores "no budget" however a test ends.
+struct BudgetGuard {
+  ~BudgetGuard() { set_memory_budget(Device::cpu(), 0); }
+};
+
+TEST(MemoryBudget, ATensorOverTheBudgetIsRefusedBeforeAllocating) {
+  BudgetGuard guard;
+  const int64_t before = allocator_stats().bytes_in_use;
+  set_memory_budget(Device::cpu(), before + (int64_t{1} << 20));
+  EXPECT_EQ(memory_budget(Device::cpu()), before + (int64_t{1} << 20));
+  Tensor small = zeros(Axes{{"i", 1000}});  // 8 kB: fits
+  const int64_t in_use = allocator_stats().bytes_in_use;
+  try {
+    (void)zeros(Axes{{"i", 1 << 18}});  // 2 MiB: does not
+    FAIL() << "no error";
+  } catch (const MemoryError& e) {
+    EXPECT_MESSAGE(e.what(), "[alloc] a tensor buffer of 2097152 bytes (2.0 MiB) on cpu would exceed the memory "
+                             "budget of");
+    EXPECT_MESSAGE(e.what(), "in use (peak");
+    EXPECT_MESSAGE(e.what(), "raise it with set_memory_budget");
+  }
+  EXPECT_EQ(allocator_stats().bytes_in_use, in_use) << "the refused buffer left nothing allocated";
+  set_memory_budget(Device::cpu(), 0);
+  EXPECT_EQ(zeros(Axes{{"i", 1 << 18}}).numel(), 1 << 18);  // no cap again
+  EXPECT_THROW(set_memory_budget(Device::cpu(), -1), Error);
+}
+
+TEST(MemoryBudget, TapeArraysOverTheBudgetAreRefused) {
+  BudgetGuard guard;
+  Tape tape;
+  Tensor x = tape.watch(tensor({1.0, 2.0}, "i"));
+  set_memory_budget(Device::cpu(), allocator_stats().bytes_in_use + 4096);
+  // rename makes views: no tensor buffer is allocated, only tape records.
+  try {
+    for (int k = 0; k < 1 << 20; ++k) x = rename(x, k % 2 ? "j" : "i", k % 2 ? "i" : "j");
+    FAIL() << "no error";
+  } catch (const MemoryError& e) {
+    EXPECT_MESSAGE(e.what(), "[alloc] the tape's record arrays of");
+  }
+}
+
+TEST(MemoryFigures, PeakBytesAndTapeBytesAreQueryable) {
+  const AllocatorStats start = allocator_stats();
+  {
+    Tensor big = zeros(Axes{{"i", 1 << 16}});  // 512 KiB
+    EXPECT_GE(allocator_stats().bytes_in_use - start.bytes_in_use, int64_t{1} << 19);
+  }
+  EXPECT_GE(allocator_stats().peak_bytes, start.bytes_in_use + (int64_t{1} << 19));
+  Tape tape;
+  Tensor x = tape.watch(ones(Axes{{"i", 100}}));
+  const int64_t empty_bytes = tape.bytes();
+  Tensor y = sum(exp(x));  // exp saves its 800-byte output
+  EXPECT_GE(tape.bytes() - empty_bytes, 800);
+  EXPECT_EQ(tape.stats().residual_bytes, 800);
+  (void)y;
+}
+
+}  // namespace
+}  // namespace tenax
