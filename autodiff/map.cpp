@@ -140,6 +140,7 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   std::vector<Tensor> plain = args;
   for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
   auto run_chunk = [&](int64_t s, int64_t e) {
+    detail::LoopPositionScope where("the map chunk starting at slice", s);
     if (keep_chunks) return nmap(f, {over}, chunk_args(args, over, s, e));
     if (!outer) return nmap(f, {over}, chunk_args(plain, over, s, e));
     GuardScope scope(&guard, outer_serial);

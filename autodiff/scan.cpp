@@ -243,11 +243,15 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
   };
 
   // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
-  run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+  {
+    detail::LoopPositionScope where("scan step", 0);
+    run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+  }
   // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
   // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
   if (widen_to_mapped(run->init, next)) {
     carry = run->init;
+    detail::LoopPositionScope where("scan step", 0);
     run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
   }
   const std::vector<Tensor>& init_w = run->init;
@@ -291,7 +295,11 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     carry = next;
     if (steps > 1) {
       checkpoint(carry, 1);
-      auto again = ScanPlan::trace(body, carry, x_at(1), outer_serial, next, y);
+      std::shared_ptr<const ScanPlan> again;
+      {
+        detail::LoopPositionScope where("scan step", 1);
+        again = ScanPlan::trace(body, carry, x_at(1), outer_serial, next, y);
+      }
       std::string diff = run->plan->difference(*again);
       if (!diff.empty())
         throw Error("[scan] the body ran different ops at step 1 than at step 0 (" + diff +

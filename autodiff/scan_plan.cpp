@@ -146,6 +146,7 @@ void ScanPlan::forward(std::vector<Tensor>& values) const {
     }
     for (int i = 0; i < p.n_inputs; ++i) a[i] = &value(values, inputs_[static_cast<size_t>(p.first_input + i)]);
     values[static_cast<size_t>(p.out)] = p.op->forward(Inputs{a, p.n_inputs}, attrs_[static_cast<size_t>(p.attrs)]);
+    if (check_finite_enabled()) check_finite_value(values[static_cast<size_t>(p.out)], p.op->name, "in the forward pass");
   }
 }
 
@@ -236,6 +237,13 @@ void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& 
     PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)], attrs_[static_cast<size_t>(p.attrs)],
                        values, adjoints, needs, batch);
     p.op->vjp(ctx);
+    if (check_finite_enabled())
+      for (int i = 0; i < p.n_inputs; ++i) {
+        const PlanRef& in = inputs_[static_cast<size_t>(p.first_input + i)];
+        if (in.var >= 0 && adjoints[static_cast<size_t>(in.var)].defined())
+          check_finite_value(adjoints[static_cast<size_t>(in.var)], p.op->name,
+                             "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");
+      }
   }
 }
 

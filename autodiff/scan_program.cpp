@@ -68,7 +68,10 @@ void StepProgram::forward(int64_t s) {
     forward_.run("scan step", s);
     return;
   }
-  capture_into(forward_, [&] { plan_->forward(values_); });
+  {
+    LoopPositionScope where("scan step", s);
+    capture_into(forward_, [&] { plan_->forward(values_); });
+  }
   forward_built_ = true;
 }
 
@@ -127,6 +130,7 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
 }
 
 void StepProgram::backward(int64_t s) {
+  LoopPositionScope where("scan step", s);
   if (backward_built_) {
     seed_.run("scan step", s);
     for (SliceCopy& c : y_seed_) c.run(index(s));

@@ -158,6 +158,16 @@ Tensor TapeImpl::watch(const Tensor& t) {
   return w;
 }
 
+// The finite checks of the backward pass: the adjoints this record's rule accumulated into.
+void TapeImpl::check_adjoints(const Record& r) const {
+  for (int i = 0; i < r.n_inputs; ++i) {
+    const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
+    if (v < 0 || !a_.adjoints[static_cast<size_t>(v)].defined()) continue;
+    check_finite_value(a_.adjoints[static_cast<size_t>(v)], r.op->name,
+                       "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");
+  }
+}
+
 // Before the record arrays grow (they double), the growth must fit the host memory budget.
 void TapeImpl::check_growth() const {
   if (a_.records.size() < a_.records.capacity() || memory_budget(Device::cpu()) <= 0) return;
@@ -302,6 +312,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
                             batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
       SweepContext ctx(*this, r, keep_all_, nullptr);
       r.op->vjp(ctx);
+      if (check_finite_enabled()) check_adjoints(r);
     }
   }
   std::vector<Tensor> out;

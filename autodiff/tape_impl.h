@@ -82,6 +82,7 @@ class TapeImpl final : public Recorder {
 
  private:
   void check_growth() const;
+  void check_adjoints(const Record& r) const;
   int32_t new_var(const Tensor& t, int32_t record);
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;

@@ -258,6 +258,9 @@ void KernelProgram::run(const char* what, int64_t position) const {
       continue;
     }
     const int64_t bad = c.other();
+    if (bad >= 0 && c.describe)
+      throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
+                         " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
     if (bad >= 0)
       throw NumericError(std::string("[") + c.kernel + "] at " + what + " " + std::to_string(position) +
                          ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(c.kernel));
@@ -305,6 +308,14 @@ int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel) 
   c.kernel = kernel;
   program_.calls_.push_back(std::move(c));
   return r;
+}
+
+void KernelCapture::check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe) {
+  KernelProgram::Call c;
+  c.other = std::move(find);
+  c.describe = std::move(describe);
+  c.kernel = "check_finite";
+  program_.calls_.push_back(std::move(c));
 }
 
 void keep_for_capture(Storage* s) {

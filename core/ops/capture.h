@@ -38,6 +38,8 @@ class KernelProgram {
     /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
     std::function<int64_t()> other;
     const char* kernel = "";  ///< for errors
+    /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
+    std::function<std::string(int64_t)> describe;
   };
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
@@ -61,6 +63,8 @@ class KernelCapture {
   // Called by the capturing kernels.
   void elementwise(int device_kind, int slot, const LoopDims& dims, const LoopArg* args);
   int64_t other(std::function<int64_t()> call, const char* kernel);
+  /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
+  void check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe);
 
  private:
   friend void keep_for_capture(Storage* s);

@@ -97,6 +97,7 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
   Tensor out = op.forward(inputs, attrs);
+  if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
   if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
     const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
     for (int i = 0; i < n; ++i) {

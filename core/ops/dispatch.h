@@ -87,6 +87,32 @@ void unregister_live_tape(uint32_t serial);
 /// Throws AutodiffError when `t` is tracked by a live tape of another thread.
 void check_tape_thread(const Tensor& t, const char* op, int input);
 
+/// Where this thread is inside a scan or map, for error messages ("scan step", 12); what = null
+/// outside one. Replayed scan steps pass their position to KernelProgram::run instead.
+struct LoopPosition {
+  const char* what = nullptr;
+  int64_t index = 0;
+};
+inline thread_local LoopPosition g_loop_position;
+/// Sets g_loop_position for its lifetime.
+class LoopPositionScope {
+ public:
+  LoopPositionScope(const char* what, int64_t index) : previous_(g_loop_position) { g_loop_position = {what, index}; }
+  ~LoopPositionScope() { g_loop_position = previous_; }
+  LoopPositionScope(const LoopPositionScope&) = delete;
+  LoopPositionScope& operator=(const LoopPositionScope&) = delete;
+
+ private:
+  LoopPosition previous_;
+};
+
+/// The finite checks (core/check_finite.h): whether they are on; the flat index of t's first NaN
+/// or Inf (logical order) or -1; and the check that throws NumericError naming the op, the element,
+/// `where` ("in the forward pass") and the loop position, and that a kernel capture repeats.
+bool check_finite_enabled();
+int64_t first_non_finite(const Tensor& t);
+void check_finite_value(const Tensor& t, const char* op, const std::string& where);
+
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs);
 /// Attributes of an op call that sets none.

@@ -7,6 +7,7 @@
 #include "tenax/autodiff/nmap.h"
 #include "tenax/autodiff/scan.h"
 #include "tenax/autodiff/tape.h"
+#include "tenax/core/check_finite.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/device.h"
 #include "tenax/core/dtype.h"

@@ -1,0 +1,89 @@
+// The NaN/Inf debug checks: the switch, the scan/map position, and the check itself.
+#include "tenax/core/check_finite.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "tenax/core/error.h"
+#include "tenax/core/ops.h"
+#include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax {
+namespace {
+
+std::atomic<bool>& flag() {
+  static std::atomic<bool> on = [] {
+    const char* env = std::getenv("TENAX_CHECK_FINITE");
+    return env && *env && std::string(env) != "0";
+  }();
+  return on;
+}
+
+// Element k (logical row-major order) of t, through its strides: no copy, so nothing is recorded
+// or captured while checking.
+template <class T>
+T element(const Tensor& t, int64_t k) {
+  int64_t off = 0;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    const int64_t n = t.axes().size(d);
+    off += (k % n) * t.strides()[d];
+    k /= n;
+  }
+  return t.data<T>()[off];
+}
+
+template <class T>
+int64_t first_bad(const Tensor& t) {
+  const int64_t n = t.numel();
+  if (t.is_contiguous()) {
+    const T* p = t.data<T>();
+    for (int64_t k = 0; k < n; ++k)
+      if (!std::isfinite(p[k])) return k;
+    return -1;
+  }
+  for (int64_t k = 0; k < n; ++k)
+    if (!std::isfinite(element<T>(t, k))) return k;
+  return -1;
+}
+
+}  // namespace
+
+void set_check_finite(bool on) { flag().store(on, std::memory_order_relaxed); }
+bool check_finite() { return flag().load(std::memory_order_relaxed); }
+
+namespace detail {
+
+bool check_finite_enabled() { return flag().load(std::memory_order_relaxed); }
+
+int64_t first_non_finite(const Tensor& t) {
+  if (t.dtype() != DType::f64 && t.dtype() != DType::f32) return -1;
+  if (t.device().kind != Device::Kind::cpu) return -1;  // device checks land with the CUDA backend
+  return t.dtype() == DType::f64 ? first_bad<double>(t) : first_bad<float>(t);
+}
+
+std::string non_finite_message(const Tensor& t, int64_t index, const char* op, const std::string& where) {
+  const double v = t.dtype() == DType::f64 ? element<double>(t, index) : double(element<float>(t, index));
+  const char* what = std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+  return std::string("[") + op + "] produced " + what + " at " + batch_index(t.axes(), index) + " of its " +
+         t.axes().describe() + " " + where;
+}
+
+void check_finite_value(const Tensor& t, const char* op, const std::string& where) {
+  const int64_t bad = first_non_finite(t);
+  if (bad >= 0) {
+    std::string msg = non_finite_message(t, bad, op, where);
+    if (g_loop_position.what) msg += " at " + std::string(g_loop_position.what) + " " + std::to_string(g_loop_position.index);
+    throw NumericError(msg + " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
+  }
+  // Inside a kernel capture (a scan step being compiled), replays repeat the check.
+  if (g_capture) {
+    g_capture->check([t] { return first_non_finite(t); },
+                     [t, op = std::string(op), where](int64_t i) { return non_finite_message(t, i, op.c_str(), where); });
+  }
+}
+
+}  // namespace detail
+}  // namespace tenax
