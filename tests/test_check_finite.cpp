@@ -9,11 +9,10 @@
 
 #include <tenax/tenax.h>
 
+#include "expect_message.h"
+
 namespace tenax {
 namespace {
-
-#define EXPECT_MESSAGE(what, fragment) \
-  EXPECT_NE(std::string(what).find(fragment), std::string::npos) << "message: " << (what)
 
 struct ChecksOn {
   ChecksOn() { set_check_finite(true); }
@@ -22,12 +21,7 @@ struct ChecksOn {
 
 template <class Fn>
 std::string numeric_error(const Fn& fn) {
-  try {
-    fn();
-  } catch (const NumericError& e) {
-    return e.what();
-  }
-  return "no NumericError";
+  return testing::error_message<NumericError>(fn);
 }
 
 TEST(CheckFinite, OffByDefaultOnBySwitch) {

@@ -16,6 +16,8 @@
 
 #include <tenax/tenax.h>
 
+#include "expect_message.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define TENAX_TEST_UNDER_TSAN 1
 #elif defined(__has_feature)
@@ -26,9 +28,6 @@
 
 namespace tenax {
 namespace {
-
-#define EXPECT_MESSAGE(what, fragment) \
-  EXPECT_NE(std::string(what).find(fragment), std::string::npos) << "message: " << (what)
 
 // Runs fn(0 .. n-1) concurrently; the first exception is rethrown here.
 template <class Fn>

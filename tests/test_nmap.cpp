@@ -1,6 +1,7 @@
 // nmap: vectorised, equal to the per-slice loop, nestable, differentiable, and constants stay single.
 #include <cmath>
 
+#include "expect_message.h"
 #include "op_check.h"
 
 namespace tenax {
@@ -84,15 +85,21 @@ TEST(Nmap, MappedAxesAreInvisibleInside) {
   Tensor x = randn(Axes{{"batch", 3}, {"i", 4}}, 1);
   Tensor s = nmap([](const std::vector<Tensor>& p) { return sum(p[0]); }, {"batch"}, {x});
   EXPECT_LE(mismatch(s, sum(x, {"i"}), 1e-14, 1e-14), 1.0);  // "all axes" is i only
-  EXPECT_THROW(nmap([](const std::vector<Tensor>& p) { return sum(p[0], {"batch"}); }, {"batch"}, {x}), AxisError);
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] {
+                   nmap([](const std::vector<Tensor>& p) { return sum(p[0], {"batch"}); }, {"batch"}, {x});
+                 }),
+                 "[sum] axis 'batch' is mapped by an enclosing nmap/map and invisible inside it");
 }
 
 TEST(Nmap, BadCallsAreErrors) {
   Tensor x = randn(Axes{{"batch", 3}}, 1), y = randn(Axes{{"batch", 4}}, 2);
   auto id = [](const std::vector<Tensor>& p) { return p[0]; };
-  EXPECT_THROW(nmap(id, {"nope"}, {x}), AxisError);
-  EXPECT_THROW(nmap(id, {"batch"}, {x, y}), ShapeError);
-  EXPECT_THROW(nmap([&](const std::vector<Tensor>& p) { return nmap(id, {"batch"}, p); }, {"batch"}, {x}), AxisError);
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { nmap(id, {"nope"}, {x}); }), "[nmap] no argument has the mapped axis 'nope'");
+  EXPECT_MESSAGE(testing::error_message<ShapeError>([&] { nmap(id, {"batch"}, {x, y}); }), "[nmap] mapped axis 'batch' has size 3 in argument 0 (batch=3) but size 4 in argument 1 (batch=4)");
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] {
+                   nmap([&](const std::vector<Tensor>& p) { return nmap(id, {"batch"}, p); }, {"batch"}, {x});
+                 }),
+                 "[nmap] axis 'batch' is already mapped by an enclosing nmap/map");
 }
 
 }  // namespace
