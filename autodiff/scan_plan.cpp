@@ -146,7 +146,8 @@ void ScanPlan::forward(std::vector<Tensor>& values) const {
     }
     for (int i = 0; i < p.n_inputs; ++i) a[i] = &value(values, inputs_[static_cast<size_t>(p.first_input + i)]);
     values[static_cast<size_t>(p.out)] = p.op->forward(Inputs{a, p.n_inputs}, attrs_[static_cast<size_t>(p.attrs)]);
-    if (check_finite_enabled()) check_finite_value(values[static_cast<size_t>(p.out)], p.op->name, "in the forward pass");
+    if (check_finite_enabled())
+      check_finite_value(values[static_cast<size_t>(p.out)], p.op->name, "in the forward pass");
   }
 }
 

@@ -135,8 +135,8 @@ struct TridiagonalArgs {
   /// Every adjoint given has one element per system and row (no two systems share one).
   struct Adjoints {
     enum Slot { solution, lower, diag, upper, rhs, count };
-    const void* x = nullptr;     ///< the forward solution
-    void* adj[4] = {};           ///< lower, diag, upper, rhs adjoints; null when not wanted
+    const void* x = nullptr;  ///< the forward solution
+    void* adj[4] = {};        ///< lower, diag, upper, rhs adjoints; null when not wanted
     const int64_t* off[count] = {};
     int64_t step[count] = {};
   };

@@ -18,7 +18,8 @@
 #include <tenax/tenax.h>
 
 extern "C" {
-void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb, int* info);
+void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
+            int* info);
 }
 
 namespace {
@@ -39,7 +40,8 @@ const Problem& problem(bool batch_inner) {
   static Problem p[2];
   Problem& q = p[batch_inner ? 1 : 0];
   if (!q.rhs.defined()) {
-    const Axes ax = batch_inner ? Axes{{"i", kRows}, {"sys", kSystems}} : Axes{{"sys", kSystems}, {"i", kRows}};
+    const Axes ax =
+        batch_inner ? Axes{{"i", kRows}, {"sys", kSystems}} : Axes{{"sys", kSystems}, {"i", kRows}};
     q = {uniform(ax, 1, -1, 1), uniform(ax, 2, 2.5, 3.5), uniform(ax, 3, -1, 1), uniform(ax, 4, -1, 1)};
   }
   return q;
@@ -52,7 +54,8 @@ void report_peak(benchmark::State& state, int64_t base) {
 }
 
 void report(benchmark::State& state, double bytes_per_unknown = kBytesPerUnknown) {
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kUnknowns * bytes_per_unknown));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kUnknowns * bytes_per_unknown));
   state.counters["ns_per_unknown"] = benchmark::Counter(
       double(kUnknowns), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
@@ -88,8 +91,11 @@ void BM_Tenax_Solve(benchmark::State& state) {
   report(state);
   report_peak(state, base);
 }
-BENCHMARK(BM_Tenax_Solve)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tenax_Solve)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The loss sum(w * x) alone (no tape): the baseline of the gradient's cost.
 void BM_Tenax_Loss(benchmark::State& state) {
@@ -101,15 +107,20 @@ void BM_Tenax_Loss(benchmark::State& state) {
   }
   report(state);
 }
-BENCHMARK(BM_Tenax_Loss)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tenax_Loss)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Value and gradient of sum(w * x) w.r.t. lower, diag, upper and rhs.
 void BM_Tenax_Gradient(benchmark::State& state) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
   const Problem& p = problem(state.range(0) != 0);
   const Tensor w = p.rhs;
-  auto loss = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); };
+  auto loss = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+  };
   reset_peak();
   const int64_t base = allocator_stats().bytes_in_use;
   for (auto _ : state) {
@@ -119,8 +130,11 @@ void BM_Tenax_Gradient(benchmark::State& state) {
   report(state);
   report_peak(state, base);
 }
-BENCHMARK(BM_Tenax_Gradient)->ArgsProduct({{0, 1}, {1, 2}})->ArgNames({"batch_inner", "threads"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tenax_Gradient)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The Thomas algorithm as two tenax::scan loops over the rows, vectorised over the systems.
 void BM_Tenax_ScanThomas(benchmark::State& state) {
@@ -147,7 +161,12 @@ void BM_Tenax_ScanThomas(benchmark::State& state) {
   }
   report(state);
 }
-BENCHMARK(BM_Tenax_ScanThomas)->Arg(0)->Arg(1)->ArgName("batch_inner")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tenax_ScanThomas)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // ---- baselines on raw arrays ----
 
@@ -157,7 +176,8 @@ void BM_Loop_Thomas(benchmark::State& state) {
   const Problem& p = problem(batch_inner);
   const double *a = p.lower.data<double>(), *b = p.diag.data<double>(), *c = p.upper.data<double>(),
                *r = p.rhs.data<double>();
-  std::vector<double> x(static_cast<size_t>(kUnknowns)), cp(static_cast<size_t>(kRows)), dp(static_cast<size_t>(kRows));
+  std::vector<double> x(static_cast<size_t>(kUnknowns)), cp(static_cast<size_t>(kRows)),
+      dp(static_cast<size_t>(kRows));
   const int64_t row = batch_inner ? kSystems : 1, sys = batch_inner ? 1 : kRows;
   for (auto _ : state) {
     for (int64_t s = 0; s < kSystems; ++s) {
@@ -181,7 +201,12 @@ void BM_Loop_Thomas(benchmark::State& state) {
   }
   report(state);
 }
-BENCHMARK(BM_Loop_Thomas)->Arg(0)->Arg(1)->ArgName("batch_inner")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Loop_Thomas)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // LAPACK dgtsv per system on contiguous copies (it overwrites its inputs).
 void BM_Lapack_Dgtsv(benchmark::State& state) {
@@ -189,7 +214,8 @@ void BM_Lapack_Dgtsv(benchmark::State& state) {
   const Problem& p = problem(batch_inner);
   const double *a = p.lower.data<double>(), *b = p.diag.data<double>(), *c = p.upper.data<double>(),
                *r = p.rhs.data<double>();
-  std::vector<double> x(static_cast<size_t>(kUnknowns)), dl(static_cast<size_t>(kRows)), d(static_cast<size_t>(kRows)), du(static_cast<size_t>(kRows)), rb(static_cast<size_t>(kRows));
+  std::vector<double> x(static_cast<size_t>(kUnknowns)), dl(static_cast<size_t>(kRows)),
+      d(static_cast<size_t>(kRows)), du(static_cast<size_t>(kRows)), rb(static_cast<size_t>(kRows));
   const int64_t row = batch_inner ? kSystems : 1, sys = batch_inner ? 1 : kRows;
   const int n = static_cast<int>(kRows), one = 1;
   for (auto _ : state) {
@@ -212,7 +238,12 @@ void BM_Lapack_Dgtsv(benchmark::State& state) {
   }
   report(state);
 }
-BENCHMARK(BM_Lapack_Dgtsv)->Arg(0)->Arg(1)->ArgName("batch_inner")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Lapack_Dgtsv)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

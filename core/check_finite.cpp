@@ -75,13 +75,15 @@ void check_finite_value(const Tensor& t, const char* op, const std::string& wher
   const int64_t bad = first_non_finite(t);
   if (bad >= 0) {
     std::string msg = non_finite_message(t, bad, op, where);
-    if (g_loop_position.what) msg += " at " + std::string(g_loop_position.what) + " " + std::to_string(g_loop_position.index);
+    if (g_loop_position.what)
+      msg += " at " + std::string(g_loop_position.what) + " " + std::to_string(g_loop_position.index);
     throw NumericError(msg + " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
   }
   // Inside a kernel capture (a scan step being compiled), replays repeat the check.
   if (g_capture) {
-    g_capture->check([t] { return first_non_finite(t); },
-                     [t, op = std::string(op), where](int64_t i) { return non_finite_message(t, i, op.c_str(), where); });
+    g_capture->check(
+        [t] { return first_non_finite(t); },
+        [t, op = std::string(op), where](int64_t i) { return non_finite_message(t, i, op.c_str(), where); });
   }
 }
 

@@ -102,8 +102,8 @@ enum class Tridiagonal : int { thomas = 0, pivoting = 1 };
 /// (their gradients are zero). x takes rhs's axis order. A zero or non-finite pivot raises
 /// NumericError naming the system's batch index. The gradient solves one system with A^T and
 /// stores nothing but x (implicit function theorem).
-Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, Name over,
-                         Tridiagonal algorithm = Tridiagonal::thomas);
+Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
+                         Name over, Tridiagonal algorithm = Tridiagonal::thomas);
 
 // ---- operators ----
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }

@@ -53,7 +53,8 @@ namespace {
 std::array<std::atomic<int64_t>, 17> g_budget{};
 std::atomic<int64_t>& budget_slot(Device d) {
   if (d.kind == Device::Kind::cpu) return g_budget[0];
-  if (d.index < 0 || d.index >= 16) throw DeviceError("[memory_budget] device index out of range: " + d.str());
+  if (d.index < 0 || d.index >= 16)
+    throw DeviceError("[memory_budget] device index out of range: " + d.str());
   return g_budget[static_cast<size_t>(d.index) + 1];
 }
 std::string mib(int64_t bytes) {
@@ -64,7 +65,8 @@ std::string mib(int64_t bytes) {
 }  // namespace
 
 void set_memory_budget(Device d, int64_t bytes) {
-  if (bytes < 0) throw Error("[memory_budget] the budget must be >= 0 bytes (0: none), got " + std::to_string(bytes));
+  if (bytes < 0)
+    throw Error("[memory_budget] the budget must be >= 0 bytes (0: none), got " + std::to_string(bytes));
   budget_slot(d).store(bytes, std::memory_order_relaxed);
 }
 
@@ -76,9 +78,9 @@ void check_memory_budget(Device d, int64_t request, const char* what) {
   if (budget <= 0) return;
   const AllocatorStats st = allocator_stats(d);
   if (st.bytes_in_use + request <= budget) return;
-  throw MemoryError("[alloc] " + std::string(what) + " of " + std::to_string(request) + " bytes (" + mib(request) +
-                    ") on " + d.str() + " would exceed the memory budget of " + mib(budget) + ": " +
-                    mib(st.bytes_in_use) + " in use (peak " + mib(st.peak_bytes) +
+  throw MemoryError("[alloc] " + std::string(what) + " of " + std::to_string(request) + " bytes (" +
+                    mib(request) + ") on " + d.str() + " would exceed the memory budget of " + mib(budget) +
+                    ": " + mib(st.bytes_in_use) + " in use (peak " + mib(st.peak_bytes) +
                     "); free tensors, use map or scan checkpointing, or raise it with set_memory_budget");
 }
 }  // namespace detail

@@ -79,7 +79,9 @@ TEST(Grad, UnwatchedTensorIsAnError) {
   Tape tape;
   Tensor x = tensor({1.0}, "i");
   Tensor y = sum(exp(x));
-  EXPECT_MESSAGE(testing::error_message<AutodiffError>([&] { (void)tape.gradient(y, {x}); }), "[grad] a tensor to differentiate with respect to (i=1) is not tracked by this tape; watch it");
+  EXPECT_MESSAGE(
+      testing::error_message<AutodiffError>([&] { (void)tape.gradient(y, {x}); }),
+      "[grad] a tensor to differentiate with respect to (i=1) is not tracked by this tape; watch it");
 }
 
 TEST(Vjp, CotangentInAnyAxisOrder) {

@@ -38,8 +38,9 @@ TEST(CheckFinite, TheBackwardPassNamesTheRuleAndTheInput) {
   ChecksOn on;
   const Tensor x = tensor({0.0, 1.0}, "i");
   // sqrt(0) = 0 is finite; its derivative 1 / (2 sqrt 0) is not.
-  EXPECT_MESSAGE(numeric_error([&] { (void)grad([](const std::vector<Tensor>& a) { return sum(sqrt(a[0])); }, {x}); }),
-                 "[sqrt] produced +Inf at {i=0} of its (i=2) in the backward pass (the adjoint of its input 0)");
+  EXPECT_MESSAGE(
+      numeric_error([&] { (void)grad([](const std::vector<Tensor>& a) { return sum(sqrt(a[0])); }, {x}); }),
+      "[sqrt] produced +Inf at {i=0} of its (i=2) in the backward pass (the adjoint of its input 0)");
 }
 
 TEST(CheckFinite, InsideAScanTheStepIsNamedTracedOrReplayed) {
@@ -62,11 +63,13 @@ TEST(CheckFinite, InsideAScanTheStepIsNamedTracedOrReplayed) {
     return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{sqrt(square(next))});
   };
   o.length = 6;
-  EXPECT_MESSAGE(numeric_error([&] {
-                   (void)grad([&](const std::vector<Tensor>& a) { return sum(scan(body2, {a[0]}, {}, "t", o).ys[0]); },
-                              {scalar(4.0)});
-                 }),
-                 "[sqrt] produced +Inf at {} of its () in the backward pass (the adjoint of its input 0) at scan step 3");
+  EXPECT_MESSAGE(
+      numeric_error([&] {
+        (void)grad([&](const std::vector<Tensor>& a) { return sum(scan(body2, {a[0]}, {}, "t", o).ys[0]); },
+                   {scalar(4.0)});
+      }),
+      "[sqrt] produced +Inf at {} of its () in the backward pass (the adjoint of its input 0) at scan step "
+      "3");
 }
 
 TEST(CheckFinite, InsideAMapTheChunkIsNamed) {
@@ -74,10 +77,11 @@ TEST(CheckFinite, InsideAMapTheChunkIsNamed) {
   const Tensor x = tensor({1.0, 2.0, 3.0, -4.0, 5.0, 6.0}, "b");
   MapOptions mo;
   mo.batch_size = 2;
-  EXPECT_MESSAGE(numeric_error([&] {
-                   (void)map([](const std::vector<Tensor>& a) { return std::vector<Tensor>{log(a[0])}; }, "b", {x}, mo);
-                 }),
-                 "[log] produced NaN at {b=1} of its (b=2) in the forward pass at the map chunk starting at slice 2");
+  EXPECT_MESSAGE(
+      numeric_error([&] {
+        (void)map([](const std::vector<Tensor>& a) { return std::vector<Tensor>{log(a[0])}; }, "b", {x}, mo);
+      }),
+      "[log] produced NaN at {b=1} of its (b=2) in the forward pass at the map chunk starting at slice 2");
 }
 
 TEST(CheckFinite, AModelNodeIsNamedByItsJsonPointer) {

@@ -70,13 +70,16 @@ TEST(Map, ClosingOverATrackedTensorIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pass it through map's args"), std::string::npos) << e.what();
   }
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { (void)map(f, "q", {x}); }), "[map] no argument has the mapped axis 'q'");
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { (void)map(f, "q", {x}); }),
+                 "[map] no argument has the mapped axis 'q'");
   MapOptions bad;
   bad.batch_size = -1;
   MapOptions bad_parallel;
   bad_parallel.parallel_chunks = 0;
-  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)map(f, "b", {x}, bad_parallel); }), "[map] parallel_chunks must be >= 1, got 0");
-  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)map(f, "b", {x}, bad); }), "[map] batch_size must be >= 0, got -1");
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)map(f, "b", {x}, bad_parallel); }),
+                 "[map] parallel_chunks must be >= 1, got 0");
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)map(f, "b", {x}, bad); }),
+                 "[map] batch_size must be >= 0, got -1");
 }
 
 }  // namespace

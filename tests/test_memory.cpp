@@ -28,15 +28,17 @@ TEST(MemoryBudget, ATensorOverTheBudgetIsRefusedBeforeAllocating) {
     (void)zeros(Axes{{"i", 1 << 18}});  // 2 MiB: does not
     FAIL() << "no error";
   } catch (const MemoryError& e) {
-    EXPECT_MESSAGE(e.what(), "[alloc] a tensor buffer of 2097152 bytes (2.0 MiB) on cpu would exceed the memory "
-                             "budget of");
+    EXPECT_MESSAGE(e.what(),
+                   "[alloc] a tensor buffer of 2097152 bytes (2.0 MiB) on cpu would exceed the memory "
+                   "budget of");
     EXPECT_MESSAGE(e.what(), "in use (peak");
     EXPECT_MESSAGE(e.what(), "raise it with set_memory_budget");
   }
   EXPECT_EQ(allocator_stats().bytes_in_use, in_use) << "the refused buffer left nothing allocated";
   set_memory_budget(Device::cpu(), 0);
   EXPECT_EQ(zeros(Axes{{"i", 1 << 18}}).numel(), 1 << 18);  // no cap again
-  EXPECT_MESSAGE(testing::error_message<Error>([&] { set_memory_budget(Device::cpu(), -1); }), "[memory_budget] the budget must be >= 0 bytes (0: none), got -1");
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { set_memory_budget(Device::cpu(), -1); }),
+                 "[memory_budget] the budget must be >= 0 bytes (0: none), got -1");
 }
 
 TEST(MemoryBudget, TapeArraysOverTheBudgetAreRefused) {

@@ -210,10 +210,23 @@ TEST(Model, ParametersReadAndWriteThroughConstraints) {
   for (size_t k = 0; k < 4; ++k) EXPECT_NEAR(back[k], q.to_vector()[k], 1e-14);
   m.set_parameter("r", tensor({2.0, 1e-3}, "obs"));
   EXPECT_NEAR(m.parameter("r").to_vector()[1], 1e-3, 1e-17);
-  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { m.set_parameter("r", tensor({-1.0, 1.0}, "obs")); }), "/parameters/r: the value violates its constraint positive (softplus): it holds -1.000000, not > 0");
-  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { m.set_parameter("Q", tensor(std::vector<double>{1.0, 2.0, 2.0, 1.0}, Axes{{"state", 2}, {"state2", 2}})); }), "/parameters/Q: the value violates its constraint spd over (state, state2): it is not positive definite");
-  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { m.set_parameter("F", tensor({1.0, 2.0}, "obs")); }), "/parameters/F: parameter 'F' has axes (state=2, state2=2), got (obs=2)");
-  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.parameter("nope"); }), "/parameters: no parameter named 'nope' (parameters: F, H, P0, Q, eye_obs, m0, r)");
+  EXPECT_MESSAGE(
+      tenax::testing::error_message<ModelError>([&] {
+        m.set_parameter("r", tensor({-1.0, 1.0}, "obs"));
+      }),
+      "/parameters/r: the value violates its constraint positive (softplus): it holds -1.000000, not > 0");
+  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] {
+                   m.set_parameter("Q", tensor(std::vector<double>{1.0, 2.0, 2.0, 1.0},
+                                               Axes{{"state", 2}, {"state2", 2}}));
+                 }),
+                 "/parameters/Q: the value violates its constraint spd over (state, state2): it is not "
+                 "positive definite");
+  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] {
+                   m.set_parameter("F", tensor({1.0, 2.0}, "obs"));
+                 }),
+                 "/parameters/F: parameter 'F' has axes (state=2, state2=2), got (obs=2)");
+  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.parameter("nope"); }),
+                 "/parameters: no parameter named 'nope' (parameters: F, H, P0, Q, eye_obs, m0, r)");
   EXPECT_EQ(m.trainable(), (std::vector<std::string>{"F", "Q", "r"}));
 }
 
@@ -283,7 +296,8 @@ TEST(Model, DiffusionModelMatchesAThomasLoopConservesHeatAndDifferentiates) {
       for (int64_t z = Z - 2; z >= 0; --z) u[size_t(z)] = dp[size_t(z)] - cp[size_t(z)] * u[size_t(z + 1)];
       double heat = 0;
       for (int64_t z = 0; z < Z; ++z) {
-        EXPECT_NEAR(got[size_t((t * C + c) * Z + z)], u[size_t(z)], 1e-13) << "t " << t << " column " << c << " z " << z;
+        EXPECT_NEAR(got[size_t((t * C + c) * Z + z)], u[size_t(z)], 1e-13)
+            << "t " << t << " column " << c << " z " << z;
         heat += got[size_t((t * C + c) * Z + z)];
       }
       EXPECT_NEAR(heat, heat0, 1e-11) << "heat content of column " << c << " at step " << t;

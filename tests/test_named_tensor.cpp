@@ -38,7 +38,9 @@ TEST(Contraction, ClassifiesEveryAxis) {
   EXPECT_EQ(s.batch.describe(), "(b=2)");
   EXPECT_EQ(s.free_x.describe(), "(m=3)");
   EXPECT_EQ(s.free_y.describe(), "(n=5)");
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { make_contraction(x, y, AxisList{"m"}, "dot"); }), "[dot] contraction axis 'm' must be in both operands; operand 0 has (b=2, m=3, k=4), operand 1 has (k=4, n=5, b=2)");
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { make_contraction(x, y, AxisList{"m"}, "dot"); }),
+                 "[dot] contraction axis 'm' must be in both operands; operand 0 has (b=2, m=3, k=4), "
+                 "operand 1 has (k=4, n=5, b=2)");
 }
 
 TEST(TensorLayout, StridesContiguityAndAccess) {
@@ -87,7 +89,10 @@ TEST(Xtensor, MovedArrayIsAdoptedWithoutACopy) {
   xt::xarray<double> b = {1.0, 2.0, 3.0};
   Tensor e = from_xtensor(b * 2.0 + 1.0, AxisList{"k"});  // a lazy expression: evaluated once
   EXPECT_EQ(e.to_vector(), std::vector<double>({3, 5, 7}));
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { from_xtensor(xt::xarray<double>({1.0, 2.0}), AxisList{"r", "c"}); }), "[from_xtensor] the array has 1 dimensions but (r, c) names 2");
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] {
+                   from_xtensor(xt::xarray<double>({1.0, 2.0}), AxisList{"r", "c"});
+                 }),
+                 "[from_xtensor] the array has 1 dimensions but (r, c) names 2");
 }
 
 }  // namespace

@@ -94,8 +94,13 @@ TEST(Nmap, MappedAxesAreInvisibleInside) {
 TEST(Nmap, BadCallsAreErrors) {
   Tensor x = randn(Axes{{"batch", 3}}, 1), y = randn(Axes{{"batch", 4}}, 2);
   auto id = [](const std::vector<Tensor>& p) { return p[0]; };
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { nmap(id, {"nope"}, {x}); }), "[nmap] no argument has the mapped axis 'nope'");
-  EXPECT_MESSAGE(testing::error_message<ShapeError>([&] { nmap(id, {"batch"}, {x, y}); }), "[nmap] mapped axis 'batch' has size 3 in argument 0 (batch=3) but size 4 in argument 1 (batch=4)");
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { nmap(id, {"nope"}, {x}); }),
+                 "[nmap] no argument has the mapped axis 'nope'");
+  EXPECT_MESSAGE(
+      testing::error_message<ShapeError>([&] {
+        nmap(id, {"batch"}, {x, y});
+      }),
+      "[nmap] mapped axis 'batch' has size 3 in argument 0 (batch=3) but size 4 in argument 1 (batch=4)");
   EXPECT_MESSAGE(testing::error_message<AxisError>([&] {
                    nmap([&](const std::vector<Tensor>& p) { return nmap(id, {"batch"}, p); }, {"batch"}, {x});
                  }),

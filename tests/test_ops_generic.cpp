@@ -223,8 +223,11 @@ TEST(Batching, MappedAxesAreInvisibleToAxisNamingOps) {
   } catch (const AxisError& e) {
     EXPECT_NE(std::string(e.what()).find("[sum] axis 'm' is mapped"), std::string::npos) << e.what();
   }
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { (void)slice(x, "m", 0, 1); }), "[slice] axis 'm' is mapped by an enclosing nmap/map and invisible inside it");
-  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { (void)transpose(x, AxisList{}); }), "[transpose] order () must name every axis of (m=3, i=4)");  // 'i' is not mapped: must be named
+  EXPECT_MESSAGE(testing::error_message<AxisError>([&] { (void)slice(x, "m", 0, 1); }),
+                 "[slice] axis 'm' is mapped by an enclosing nmap/map and invisible inside it");
+  EXPECT_MESSAGE(
+      testing::error_message<AxisError>([&] { (void)transpose(x, AxisList{}); }),
+      "[transpose] order () must name every axis of (m=3, i=4)");  // 'i' is not mapped: must be named
 }
 
 INSTANTIATE_TEST_SUITE_P(Registry, EveryOp, ::testing::ValuesIn(registered_ops()),

@@ -13,7 +13,8 @@
 #include "expect_message.h"
 
 extern "C" {
-void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb, int* info);
+void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
+            int* info);
 }
 
 namespace tenax {
@@ -62,7 +63,8 @@ std::vector<double> lapack_solve(const Systems& s) {
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double m = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k) m = std::max(m, std::abs(a[k] - b[k]) / (1 + std::abs(b[k])));
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k)
+    m = std::max(m, std::abs(a[k] - b[k]) / (1 + std::abs(b[k])));
   return m;
 }
 
@@ -96,8 +98,12 @@ TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
   const int64_t n = 11, cols = 37;
   Tensor rhs = uniform(Axes{{"i", n}, {"col", cols}}, 3, -1, 1);
   Tensor x = tridiagonal_solve(scalar(-1), scalar(2.5), scalar(-1), rhs, "i");
-  Systems s{cols, n, std::vector<double>(cols * n, -1.0), std::vector<double>(cols * n, 2.5),
-            std::vector<double>(cols * n, -1.0), contiguous(transpose(rhs, {"col", "i"})).to_vector()};
+  Systems s{cols,
+            n,
+            std::vector<double>(cols * n, -1.0),
+            std::vector<double>(cols * n, 2.5),
+            std::vector<double>(cols * n, -1.0),
+            contiguous(transpose(rhs, {"col", "i"})).to_vector()};
   EXPECT_LT(max_rel_diff(contiguous(transpose(x, {"col", "i"})).to_vector(), lapack_solve(s)), 1e-14);
   // A per-row diagonal shared by every column (axes (i) only).
   Tensor diag = uniform(Axes{{"i", n}}, 4, 2.5, 3.5);
@@ -124,8 +130,9 @@ TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
     (void)tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i");
     FAIL() << "no error";
   } catch (const NumericError& e) {
-    EXPECT_MESSAGE(e.what(), "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=1} has a zero "
-                             "or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting");
+    EXPECT_MESSAGE(e.what(),
+                   "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=1} has a zero "
+                   "or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting");
   }
   Tensor x = tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i", Tridiagonal::pivoting);
   // Residual A x - rhs of every system, written out.
@@ -150,7 +157,10 @@ TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
   std::vector<double> dn = s.diag;
   dn[2] = NAN;
   dn[5] = 3.0;
-  EXPECT_MESSAGE(testing::error_message<NumericError>([&] { (void)tridiagonal_solve(t(s.lower), t(dn), t(s.upper), t(s.rhs), "i"); }), "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=0} has a zero or non-finite pivot");
+  EXPECT_MESSAGE(testing::error_message<NumericError>(
+                     [&] { (void)tridiagonal_solve(t(s.lower), t(dn), t(s.upper), t(s.rhs), "i"); }),
+                 "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=0} has a zero or "
+                 "non-finite pivot");
 }
 
 TEST(Tridiagonal, MisuseErrors) {
@@ -161,14 +171,24 @@ TEST(Tridiagonal, MisuseErrors) {
   } catch (const AxisError& e) {
     EXPECT_MESSAGE(e.what(), "[tridiagonal_solve] no operand has the system axis 'j'");
   }
-  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)tridiagonal_solve(a, a, a, b, "i"); }), "[tridiagonal_solve] axis 'i' has size 5 in operand 3 (i=5) but size 4 in operand 0 (i=4)");  // sizes disagree on 'i'
-  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)tridiagonal_solve(a, a, a, full(Axes{{"i", 4}}, 1.0, DType::i64), "i"); }), "[tridiagonal_solve] needs float64 or float32, got int64");
-  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)tridiagonal_solve(a, a, a, astype(a, DType::f32), "i"); }), "[tridiagonal_solve] input 0 is float64 but input 3 is float32; convert one with astype");
+  EXPECT_MESSAGE(
+      testing::error_message<Error>([&] { (void)tridiagonal_solve(a, a, a, b, "i"); }),
+      "[tridiagonal_solve] axis 'i' has size 5 in operand 3 (i=5) but size 4 in operand 0 (i=4)");  // sizes
+                                                                                                    // disagree
+                                                                                                    // on 'i'
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] {
+                   (void)tridiagonal_solve(a, a, a, full(Axes{{"i", 4}}, 1.0, DType::i64), "i");
+                 }),
+                 "[tridiagonal_solve] needs float64 or float32, got int64");
+  EXPECT_MESSAGE(testing::error_message<DTypeError>(
+                     [&] { (void)tridiagonal_solve(a, a, a, astype(a, DType::f32), "i"); }),
+                 "[tridiagonal_solve] input 0 is float64 but input 3 is float32; convert one with astype");
 }
 
 // Thomas with tenax::scan: a forward sweep over rows carrying (c', d'), then a reverse sweep
 // carrying x_{i+1}. Rows are the outermost axis of the scan outputs.
-Tensor thomas_by_scan(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, Name over) {
+Tensor thomas_by_scan(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
+                      Name over) {
   Axes batch = rhs.axes();
   batch.erase(batch.index_of(over));
   ScanResult fwd = scan(
@@ -208,8 +228,12 @@ TEST_P(TridiagonalGradient, MatchesFiniteDifferencesAndAThomasWrittenWithScan) {
   Tensor rhs = uniform(config == 0 ? rows_inner : full, 24, -1, 1);
   Tensor w = uniform(Axes{{"b", m}, {"i", n}}, 25, -1, 1);
   // The row-0 lower and row-(n-1) upper entries are outside the matrix: their gradients are 0.
-  auto loss_op = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); };
-  auto loss_scan = [&](const std::vector<Tensor>& a) { return sum(w * thomas_by_scan(a[0], a[1], a[2], a[3], "i")); };
+  auto loss_op = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+  };
+  auto loss_scan = [&](const std::vector<Tensor>& a) {
+    return sum(w * thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+  };
   const std::vector<Tensor> args{lower, diag, upper, rhs};
   auto [v_op, g_op] = value_and_grad(loss_op, args);
   auto [v_scan, g_scan] = value_and_grad(loss_scan, args);
@@ -274,7 +298,8 @@ TEST(Tridiagonal, ImplicitTimeSteppingInsideAScanEqualsTheLoopAndDifferentiates)
     std::vector<double> p = kv, q = kv;
     p[z] += 1e-6;
     q[z] -= 1e-6;
-    const double fd = (loss({u0, tensor(p, kappa.axes())}).item() - loss({u0, tensor(q, kappa.axes())}).item()) / 2e-6;
+    const double fd =
+        (loss({u0, tensor(p, kappa.axes())}).item() - loss({u0, tensor(q, kappa.axes())}).item()) / 2e-6;
     EXPECT_NEAR(gk[z], fd, 1e-7 * (1 + std::abs(fd))) << "cell " << z;
   }
 }

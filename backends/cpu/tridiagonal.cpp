@@ -18,8 +18,10 @@
 #include "tenax/backends/cpu/register.h"
 
 extern "C" {
-void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb, int* info);
-void sgtsv_(const int* n, const int* nrhs, float* dl, float* d, float* du, float* b, const int* ldb, int* info);
+void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
+            int* info);
+void sgtsv_(const int* n, const int* nrhs, float* dl, float* d, float* du, float* b, const int* ldb,
+            int* info);
 }
 
 namespace tenax::cpu {
@@ -81,8 +83,10 @@ class ThomasPanel {
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
     }
     back_substitute(nv);
-    if (a_.vjp) accumulate_adjoints(first, count);
-    else if (mode_[Op::x] == Mode::tile) scatter_x(first, count);
+    if (a_.vjp)
+      accumulate_adjoints(first, count);
+    else if (mode_[Op::x] == Mode::tile)
+      scatter_x(first, count);
     return -1;
   }
 
@@ -125,7 +129,8 @@ class ThomasPanel {
         const V d = V::load_unaligned(di + v * VS) - l * V::load_aligned(cprev + v * VS);
         bad = bad | is_bad(d);
         const V inv = one / d;
-        ((V::load_unaligned(ri + v * VS) - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
+        ((V::load_unaligned(ri + v * VS) - l * V::load_aligned(dprev + v * VS)) * inv)
+            .store_aligned(r + v * VS);
         (last ? zero : V::load_unaligned(ui + v * VS) * inv).store_aligned(c + v * VS);
       }
     }
@@ -160,7 +165,8 @@ class ThomasPanel {
       T* r = dp_ + i * P_;
       const T* xnext = dp_ + (i + 1) * P_;
       for (int v = 0; v < nv; ++v) {
-        const V x = V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
+        const V x =
+            V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
         x.store_aligned(r + v * VS);  // d' becomes x in place
         store_x(i, v, x);
       }
@@ -208,7 +214,10 @@ class ThomasPanel {
       return;
     }
     for (int w = 0; w < count; ++w) {  // systems apart: one system at a time, rows inner
-      auto at = [&](int k) { return static_cast<T*>(k == S::solution ? const_cast<void*>(j.x) : j.adj[k - 1]) + j.off[k][first + w]; };
+      auto at = [&](int k) {
+        return static_cast<T*>(k == S::solution ? const_cast<void*>(j.x) : j.adj[k - 1]) +
+               j.off[k][first + w];
+      };
       const T* xw = at(S::solution);
       if (j.adj[S::rhs - 1]) {
         T* r = at(S::rhs);
@@ -287,15 +296,22 @@ class ThomasPanel {
   // Row i of operand o for the systems of vector v.
   V load(int o, int64_t i, int v) const {
     switch (mode_[o]) {
-      case Mode::unit: return V::load_unaligned(base_[o] + i * a_.step[o] + v * VS);
-      case Mode::broadcast: return V(base_[o][i * a_.step[o]]);
-      case Mode::tile: break;
+      case Mode::unit:
+        return V::load_unaligned(base_[o] + i * a_.step[o] + v * VS);
+      case Mode::broadcast:
+        return V(base_[o][i * a_.step[o]]);
+      case Mode::tile:
+        break;
     }
     return V::load_aligned(tile_[o] + i * P_ + v * VS);
   }
   // A's entries (i, i-1) and (i, i+1); A^T's are A's (i-1, i) and (i+1, i).
-  V lower_at(int64_t i, int v) const { return a_.transpose ? load(Op::upper, i - 1, v) : load(Op::lower, i, v); }
-  V upper_at(int64_t i, int v) const { return a_.transpose ? load(Op::lower, i + 1, v) : load(Op::upper, i, v); }
+  V lower_at(int64_t i, int v) const {
+    return a_.transpose ? load(Op::upper, i - 1, v) : load(Op::lower, i, v);
+  }
+  V upper_at(int64_t i, int v) const {
+    return a_.transpose ? load(Op::lower, i + 1, v) : load(Op::upper, i, v);
+  }
 
   void store_x(int64_t i, int v, const V& x) {
     if (mode_[Op::x] == Mode::unit)
@@ -329,8 +345,10 @@ class ThomasPanel {
 template <class T>
 void gtsv(int n, T* dl, T* d, T* du, T* b, int* info) {
   const int nrhs = 1;
-  if constexpr (sizeof(T) == 8) dgtsv_(&n, &nrhs, dl, d, du, b, &n, info);
-  else sgtsv_(&n, &nrhs, dl, d, du, b, &n, info);
+  if constexpr (sizeof(T) == 8)
+    dgtsv_(&n, &nrhs, dl, d, du, b, &n, info);
+  else
+    sgtsv_(&n, &nrhs, dl, d, du, b, &n, info);
 }
 
 template <class T>

@@ -58,7 +58,8 @@ uint32_t thread_token() {
 }
 
 void register_live_tape(uint32_t serial) {
-  g_live_tapes[serial % kLiveSlots].store((uint64_t{serial} << 32) | thread_token(), std::memory_order_release);
+  g_live_tapes[serial % kLiveSlots].store((uint64_t{serial} << 32) | thread_token(),
+                                          std::memory_order_release);
 }
 
 void unregister_live_tape(uint32_t serial) {

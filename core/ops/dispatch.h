@@ -97,7 +97,9 @@ inline thread_local LoopPosition g_loop_position;
 /// Sets g_loop_position for its lifetime.
 class LoopPositionScope {
  public:
-  LoopPositionScope(const char* what, int64_t index) : previous_(g_loop_position) { g_loop_position = {what, index}; }
+  LoopPositionScope(const char* what, int64_t index) : previous_(g_loop_position) {
+    g_loop_position = {what, index};
+  }
   ~LoopPositionScope() { g_loop_position = previous_; }
   LoopPositionScope(const LoopPositionScope&) = delete;
   LoopPositionScope& operator=(const LoopPositionScope&) = delete;

@@ -24,8 +24,8 @@ Tridiagonal algorithm_of(const Attrs& attrs) {
 
 // Solves A x = rhs (or A^T x = rhs) into a new tensor with `axes` (which include every operand's
 // batch axes and `over`).
-Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, const Axes& axes,
-                  Name over, Tridiagonal alg, bool transpose) {
+Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
+                  const Axes& axes, Name over, Tridiagonal alg, bool transpose) {
   Tensor x = empty(axes, rhs.dtype(), rhs.device());
   Axes lanes = axes;
   lanes.erase(lanes.index_of(over));
@@ -43,13 +43,16 @@ Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, 
   args.out = x.data_ptr();
   args.pivoting = alg == Tridiagonal::pivoting;
   args.transpose = transpose;
-  const int64_t bad = need(kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)], kOp, x.device())(args);
+  const int64_t bad =
+      need(kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)], kOp, x.device())(args);
   if (bad >= 0) {
     const std::string where = "[tridiagonal_solve] the system along '" + over.str() + "' (" +
                               std::to_string(args.n) + " rows) at batch index " + batch_index(lanes, bad);
-    if (alg == Tridiagonal::pivoting) throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
-    throw NumericError(where + " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
-                               "solves matrices that are not diagonally dominant");
+    if (alg == Tridiagonal::pivoting)
+      throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
+    throw NumericError(where +
+                       " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
+                       "solves matrices that are not diagonally dominant");
   }
   return x;
 }
@@ -118,8 +121,9 @@ bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
   args.vjp = &adj;
   const int64_t bad = kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)](args);
   if (bad >= 0)
-    throw NumericError("[tridiagonal_solve] the transposed system along '" + over.str() + "' at batch index " +
-                       batch_index(lanes, bad) + " has a zero or non-finite pivot in the reverse pass");
+    throw NumericError("[tridiagonal_solve] the transposed system along '" + over.str() +
+                       "' at batch index " + batch_index(lanes, bad) +
+                       " has a zero or non-finite pivot in the reverse pass");
   return true;
 }
 
@@ -178,8 +182,9 @@ OpSample tridiagonal_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
-const OpDef op_tridiagonal_solve = {kOp, 4, tridiagonal_forward, tridiagonal_vjp, tridiagonal_jvp,
-                                    1u | 2u | 4u | kSaveOutput, 0, false, tridiagonal_sample};
+const OpDef op_tridiagonal_solve = {
+    kOp, 4,     tridiagonal_forward, tridiagonal_vjp, tridiagonal_jvp, 1u | 2u | 4u | kSaveOutput,
+    0,   false, tridiagonal_sample};
 
 }  // namespace
 
@@ -189,8 +194,8 @@ void register_tridiagonal_ops(std::vector<const OpDef*>& ops) { ops.push_back(&o
 
 namespace tenax {
 
-Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs, Name over,
-                         Tridiagonal algorithm) {
+Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
+                         Name over, Tridiagonal algorithm) {
   Attrs attrs;
   attrs.axes = AxisList{over};
   attrs.i[0] = static_cast<int64_t>(algorithm);

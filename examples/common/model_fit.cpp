@@ -6,8 +6,8 @@
 #include <span>
 #include <vector>
 
-#include <Eigen/Core>
 #include <LBFGS.h>
+#include <Eigen/Core>
 
 namespace example {
 namespace {
@@ -31,8 +31,9 @@ class ReportingLineSearch {
 
 }  // namespace
 
-FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs, double scale,
-                   const FitOptions& options, const std::function<void(const Progress&)>& progress) {
+FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs,
+                   double scale, const FitOptions& options,
+                   const std::function<void(const Progress&)>& progress) {
   const auto start = Clock::now();
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   FitResult result;

@@ -29,7 +29,8 @@ struct FitResult {
 /// Minimises scale * model.value_and_grad(output, inputs) over the trainable parameters in their
 /// unconstrained coordinates (scale = -1/n maximises a log-likelihood per observation); leaves
 /// the model at the optimum. `progress` is called after every iteration.
-FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs, double scale,
-                   const FitOptions& options, const std::function<void(const Progress&)>& progress = {});
+FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs,
+                   double scale, const FitOptions& options,
+                   const std::function<void(const Progress&)>& progress = {});
 
 }  // namespace example

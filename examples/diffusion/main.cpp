@@ -25,7 +25,8 @@ using namespace tenax;
 // quieter interior.
 std::vector<double> true_kappa(int64_t depth) {
   std::vector<double> k(static_cast<size_t>(depth));
-  for (int64_t z = 0; z < depth; ++z) k[size_t(z)] = 0.2 + 1.5 * std::exp(-std::pow((double(z) - 8.0) / 5.0, 2));
+  for (int64_t z = 0; z < depth; ++z)
+    k[size_t(z)] = 0.2 + 1.5 * std::exp(-std::pow((double(z) - 8.0) / 5.0, 2));
   return k;
 }
 
@@ -38,7 +39,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int max_iter = 200;
   app.add_option("--model", model_path, "model JSON (default: examples/diffusion/model.json)");
-  app.add_option("--noise", noise, "standard deviation of the observation noise")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--noise", noise, "standard deviation of the observation noise")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", seed, "seed of the observation noise");
   app.add_option("--max-iter", max_iter, "L-BFGS iteration limit")->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
@@ -47,31 +49,36 @@ int main(int argc, char** argv) {
     Model model = load_model(model_path);
     const Axes& ax = model.axes();
     const int64_t T = ax.size_of("time"), C = ax.size_of("column"), Z = ax.size_of("depth");
-    std::printf("model %s: %lld columns x %lld cells, %lld implicit steps (one tridiagonal solve per column and step)\n",
-                model_path.c_str(), (long long)C, (long long)Z, (long long)T);
+    std::printf(
+        "model %s: %lld columns x %lld cells, %lld implicit steps (one tridiagonal solve per column and "
+        "step)\n",
+        model_path.c_str(), (long long)C, (long long)Z, (long long)T);
 
     // Observations: the model run from the true diffusivity, plus Gaussian noise.
     const Axes obs_axes{{"time", T}, {"column", C}, {"depth", Z}};
     const std::vector<double> kappa = true_kappa(Z);
     model.set_parameter("kappa", tensor(kappa, Axes{{"depth", Z}}));
-    std::vector<double> obs = model.run("profiles", {{"obs", zeros(obs_axes)}}).to_vector({"time", "column", "depth"});
+    std::vector<double> obs =
+        model.run("profiles", {{"obs", zeros(obs_axes)}}).to_vector({"time", "column", "depth"});
     std::mt19937_64 rng(seed);
     std::normal_distribution<double> z;
     for (double& v : obs) v += noise * z(rng);
     const TensorMap inputs{{"obs", tensor(obs, obs_axes)}};
-    std::printf("simulated %zu observations, noise %.3g (seed %llu)\n", obs.size(), noise, (unsigned long long)seed);
+    std::printf("simulated %zu observations, noise %.3g (seed %llu)\n", obs.size(), noise,
+                (unsigned long long)seed);
 
     // Fit from a flat start; the objective is the misfit per observation.
     model.set_parameter("kappa", full(Axes{{"depth", Z}}, 0.5));
     std::printf("\n%5s  %14s  %12s  %9s\n", "iter", "misfit/obs", "|grad|", "time (s)");
     const double scale = 1.0 / double(obs.size());
-    const example::FitResult fit = example::minimize(
-        model, "misfit", inputs, scale, {max_iter, 1e-10}, [](const example::Progress& p) {
+    const example::FitResult fit =
+        example::minimize(model, "misfit", inputs, scale, {max_iter, 1e-10}, [](const example::Progress& p) {
           std::printf("%5d  %14.6e  %12.3e  %9.3f\n", p.iteration, p.objective, p.grad_norm, p.seconds);
         });
-    std::printf("\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s; misfit/obs %.3e "
-                "(noise variance %.3e)\n\n",
-                fit.iterations, fit.evaluations, fit.seconds, fit.objective, noise * noise);
+    std::printf(
+        "\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s; misfit/obs %.3e "
+        "(noise variance %.3e)\n\n",
+        fit.iterations, fit.evaluations, fit.seconds, fit.objective, noise * noise);
 
     // The recovered profile. The bottom face is closed (no flux): its diffusivity never enters.
     const std::vector<double> got = model.parameter("kappa").to_vector();
