@@ -134,11 +134,11 @@ struct TridiagonalArgs {
   /// the adjoints: rhs̄ += λ, diaḡ_i -= λ_i x_i, lower̄_i -= λ_i x_{i-1}, upper̄_i -= λ_i x_{i+1}.
   /// Every adjoint given has one element per system and row (no two systems share one).
   struct Adjoints {
-    enum Slot { solution, lower, diag, upper, rhs, count };
+    enum Slot { solution, adj_lower, adj_diag, adj_upper, adj_rhs, slots };
     const void* x = nullptr;  ///< the forward solution
     void* adj[4] = {};        ///< lower, diag, upper, rhs adjoints; null when not wanted
-    const int64_t* off[count] = {};
-    int64_t step[count] = {};
+    const int64_t* off[slots] = {};
+    int64_t step[slots] = {};
   };
   const Adjoints* vjp = nullptr;
 };

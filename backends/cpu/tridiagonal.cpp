@@ -178,9 +178,9 @@ class ThomasPanel {
     using S = TridiagonalArgs::Adjoints;
     const S& j = *a_.vjp;
     const int64_t n = n_;
-    T* base[S::count] = {};
+    T* base[S::slots] = {};
     bool unit = true;
-    for (int k = 0; k < S::count; ++k) {
+    for (int k = 0; k < S::slots; ++k) {
       const void* p = k == S::solution ? j.x : j.adj[k - 1];
       if (!p) continue;
       const int64_t* off = j.off[k] + first;
@@ -194,20 +194,20 @@ class ThomasPanel {
       for (int64_t i = 0; i < n; ++i) {
         const T* lam = dp_ + i * P_;
         const T* xi = x + i * sx;
-        if (T* r = base[S::rhs]) {
-          r += i * j.step[S::rhs];
+        if (T* r = base[S::adj_rhs]) {
+          r += i * j.step[S::adj_rhs];
           for (int w = 0; w < count; ++w) r[w] += lam[w];
         }
-        if (T* d = base[S::diag]) {
-          d += i * j.step[S::diag];
+        if (T* d = base[S::adj_diag]) {
+          d += i * j.step[S::adj_diag];
           for (int w = 0; w < count; ++w) d[w] -= lam[w] * xi[w];
         }
-        if (T* l = base[S::lower]; l && i > 0) {
-          l += i * j.step[S::lower];
+        if (T* l = base[S::adj_lower]; l && i > 0) {
+          l += i * j.step[S::adj_lower];
           for (int w = 0; w < count; ++w) l[w] -= lam[w] * xi[w - sx];
         }
-        if (T* u = base[S::upper]; u && i + 1 < n) {
-          u += i * j.step[S::upper];
+        if (T* u = base[S::adj_upper]; u && i + 1 < n) {
+          u += i * j.step[S::adj_upper];
           for (int w = 0; w < count; ++w) u[w] -= lam[w] * xi[w + sx];
         }
       }
@@ -219,21 +219,21 @@ class ThomasPanel {
                j.off[k][first + w];
       };
       const T* xw = at(S::solution);
-      if (j.adj[S::rhs - 1]) {
-        T* r = at(S::rhs);
-        for (int64_t i = 0; i < n; ++i) r[i * j.step[S::rhs]] += dp_[i * P_ + w];
+      if (j.adj[S::adj_rhs - 1]) {
+        T* r = at(S::adj_rhs);
+        for (int64_t i = 0; i < n; ++i) r[i * j.step[S::adj_rhs]] += dp_[i * P_ + w];
       }
-      if (j.adj[S::diag - 1]) {
-        T* d = at(S::diag);
-        for (int64_t i = 0; i < n; ++i) d[i * j.step[S::diag]] -= dp_[i * P_ + w] * xw[i * sx];
+      if (j.adj[S::adj_diag - 1]) {
+        T* d = at(S::adj_diag);
+        for (int64_t i = 0; i < n; ++i) d[i * j.step[S::adj_diag]] -= dp_[i * P_ + w] * xw[i * sx];
       }
-      if (j.adj[S::lower - 1]) {
-        T* l = at(S::lower);
-        for (int64_t i = 1; i < n; ++i) l[i * j.step[S::lower]] -= dp_[i * P_ + w] * xw[(i - 1) * sx];
+      if (j.adj[S::adj_lower - 1]) {
+        T* l = at(S::adj_lower);
+        for (int64_t i = 1; i < n; ++i) l[i * j.step[S::adj_lower]] -= dp_[i * P_ + w] * xw[(i - 1) * sx];
       }
-      if (j.adj[S::upper - 1]) {
-        T* u = at(S::upper);
-        for (int64_t i = 0; i + 1 < n; ++i) u[i * j.step[S::upper]] -= dp_[i * P_ + w] * xw[(i + 1) * sx];
+      if (j.adj[S::adj_upper - 1]) {
+        T* u = at(S::adj_upper);
+        for (int64_t i = 0; i + 1 < n; ++i) u[i * j.step[S::adj_upper]] -= dp_[i * P_ + w] * xw[(i + 1) * sx];
       }
     }
   }

@@ -175,9 +175,9 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
   for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o], a.systems);
   // The fused reverse rule's offsets, owned by the recorded call too.
   auto vjp = a.vjp ? std::make_shared<S>(*a.vjp) : nullptr;
-  auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::count);
+  auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::slots);
   if (vjp)
-    for (int k = 0; k < S::count; ++k)
+    for (int k = 0; k < S::slots; ++k)
       if (vjp->off[k]) {
         vjp_off[k].assign(vjp->off[k], vjp->off[k] + a.systems);
         vjp->off[k] = vjp_off[k].data();

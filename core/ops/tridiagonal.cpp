@@ -93,7 +93,7 @@ bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
   Axes lanes = lam_axes;
   lanes.erase(lanes.index_of(over));
   using S = TridiagonalArgs::Adjoints;
-  std::vector<int64_t> off[4], adj_off[S::count];
+  std::vector<int64_t> off[4], adj_off[S::slots];
   TridiagonalArgs args;
   S adj;
   args.n = lam_axes.size_of(over, kOp);
@@ -114,7 +114,7 @@ bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
   for (int i = 0; i < 4; ++i)
     if (c.needs_grad(i)) {
       const Tensor& a = c.adjoint(i);
-      bind(S::lower + i, a);
+      bind(S::adj_lower + i, a);
       adj.adj[i] = a.data_ptr();
     }
   args.transpose = true;
