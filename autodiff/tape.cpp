@@ -109,6 +109,7 @@ void TapeArrays::clear() {
   axes.clear();
   attrs.clear();
   adjoints.clear();
+  sources.clear();
 }
 
 TapeImpl::TapeImpl(uint32_t serial) : serial_(serial) {
@@ -168,6 +169,19 @@ void TapeImpl::check_adjoints(const Record& r) const {
   }
 }
 
+// Rethrows the NumericError being handled with the source of `record` in front (a model node's
+// JSON pointer), unless it names one already or the record has none.
+void TapeImpl::rethrow_with_source(int32_t record) const {
+  auto it = std::lower_bound(a_.sources.begin(), a_.sources.end(), record,
+                             [](const auto& e, int32_t rid) { return e.first < rid; });
+  try {
+    throw;
+  } catch (const NumericError& e) {
+    if (it == a_.sources.end() || it->first != record || e.what()[0] == '/') throw;
+    throw NumericError(*it->second + ": " + e.what());
+  }
+}
+
 // Before the record arrays grow (they double), the growth must fit the host memory budget.
 void TapeImpl::check_growth() const {
   if (a_.records.size() < a_.records.capacity() || memory_budget(Device::cpu()) <= 0) return;
@@ -196,6 +210,7 @@ void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
   }
   r.out = new_var(out, rid);
   TensorAccess::set_var(out, r.out, serial_);
+  if (g_source) a_.sources.emplace_back(rid, g_source);
   for (int i = 0; i < n; ++i)
     if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
       a_.saved.push_back(in[i]);
@@ -212,6 +227,7 @@ void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector
                              std::vector<Tensor>& outputs) {
   check_growth();
   const int32_t rid = static_cast<int32_t>(a_.records.size());
+  if (g_source) a_.sources.emplace_back(rid, g_source);
   Record r{&kCustomOp, static_cast<int32_t>(a_.customs.size()), -1, static_cast<int32_t>(a_.inputs.size()),
            static_cast<int32_t>(inputs.size()), static_cast<int32_t>(a_.saved.size())};
   for (const Tensor& t : inputs) a_.inputs.push_back(is_tracked(t) ? t.var() : -1);
@@ -302,17 +318,22 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     else accumulate(seed, full(output.axes(), 1.0, seed.dtype(), seed.device()));
     for (size_t k = a_.records.size(); k-- > 0;) {
       const Record& r = a_.records[k];
-      if (r.op == &kCustomOp) {
-        run_custom(r);
-        continue;
+      try {
+        if (r.op == &kCustomOp) {
+          run_custom(r);
+          continue;
+        }
+        if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
+        if (batch_.rank() > 0 && !r.op->batched_vjp)
+          throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
+                              batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
+        SweepContext ctx(*this, r, keep_all_, nullptr);
+        r.op->vjp(ctx);
+        if (check_finite_enabled()) check_adjoints(r);
+      } catch (const NumericError&) {
+        if (a_.sources.empty()) throw;
+        rethrow_with_source(static_cast<int32_t>(k));
       }
-      if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
-      if (batch_.rank() > 0 && !r.op->batched_vjp)
-        throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
-                            batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
-      SweepContext ctx(*this, r, keep_all_, nullptr);
-      r.op->vjp(ctx);
-      if (check_finite_enabled()) check_adjoints(r);
     }
   }
   std::vector<Tensor> out;

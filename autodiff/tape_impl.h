@@ -1,6 +1,8 @@
 #pragma once
 // Library-internal: the flat tape (one record per op call, integer variable ids, residuals kept
 // per the op's declaration) and its reverse and forward sweeps.
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tenax/autodiff/tape.h"
@@ -48,6 +50,8 @@ struct TapeArrays {
   std::vector<Attrs> attrs;
   std::vector<Tensor> adjoints;
   std::vector<CustomEntry> customs;
+  /// (record, source) for records made under a detail::SourceScope, in record order.
+  std::vector<std::pair<int32_t, const std::string*>> sources;
   void clear();
 };
 
@@ -83,6 +87,7 @@ class TapeImpl final : public Recorder {
  private:
   void check_growth() const;
   void check_adjoints(const Record& r) const;
+  [[noreturn]] void rethrow_with_source(int32_t record) const;
   int32_t new_var(const Tensor& t, int32_t record);
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;

@@ -92,6 +92,7 @@ bool tagged(const char* what) { return what[0] == '/'; }
 void evaluate(const Graph& graph, std::vector<Tensor>& env) {
   for (const Node& n : graph.nodes) {
     try {
+      detail::SourceScope source(&n.pointer);  // the backward pass names this node too
       run_node(n, env);
     } catch (const ModelError&) {
       throw;

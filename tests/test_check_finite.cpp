@@ -106,6 +106,28 @@ TEST(CheckFinite, AModelNodeIsNamedByItsJsonPointer) {
   EXPECT_MESSAGE(what, "[log] produced -Inf at {i=0} of its (i=3) in the forward pass");
 }
 
+TEST(CheckFinite, AModelNodeIsNamedInTheBackwardPassToo) {
+  ChecksOn on;
+  // |w - x| as sqrt(square(.)): finite forward; its derivative at w = x (element 1) is not.
+  const char* text = R"({
+    "format": 1,
+    "axes": {"i": 3},
+    "parameters": {"w": {"axes": ["i"], "value": [2.0, 1.0, 3.0]}},
+    "inputs": {"x": {"axes": ["i"], "value": [1.0, 1.0, 1.0]}},
+    "graph": [
+      {"name": "d", "op": "sub", "inputs": ["w", "x"]},
+      {"name": "d2", "op": "square", "inputs": ["d"]},
+      {"name": "a", "op": "sqrt", "inputs": ["d2"]},
+      {"name": "s", "op": "sum", "inputs": ["a"]}
+    ],
+    "outputs": {"s": "s"}
+  })";
+  Model m = load_model_string(text);
+  EXPECT_EQ(m.run("s").item(), 3.0);
+  const std::string what = numeric_error([&] { (void)m.value_and_grad("s"); });
+  EXPECT_MESSAGE(what, "/graph/2: [sqrt] produced +Inf at {i=1} of its (i=3) in the backward pass");
+}
+
 TEST(CheckFinite, TheEnvironmentVariableTurnsThemOn) {
   const char* env = std::getenv("TENAX_CHECK_FINITE");
   EXPECT_EQ(check_finite(), env != nullptr && std::string(env) != "0");

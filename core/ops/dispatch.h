@@ -108,6 +108,21 @@ class LoopPositionScope {
   LoopPosition previous_;
 };
 
+/// Where the ops now running come from, for errors raised later (in the backward pass): a model
+/// node's JSON pointer while the model evaluator runs that node; null otherwise. The tape keeps it
+/// per record; the string must outlive the tape (the model's parsed graph does).
+inline thread_local const std::string* g_source = nullptr;
+class SourceScope {
+ public:
+  explicit SourceScope(const std::string* source) : previous_(g_source) { g_source = source; }
+  ~SourceScope() { g_source = previous_; }
+  SourceScope(const SourceScope&) = delete;
+  SourceScope& operator=(const SourceScope&) = delete;
+
+ private:
+  const std::string* previous_;
+};
+
 /// The finite checks (core/check_finite.h): whether they are on; the flat index of t's first NaN
 /// or Inf (logical order) or -1; and the check that throws NumericError naming the op, the element,
 /// `where` ("in the forward pass") and the loop position, and that a kernel capture repeats.
