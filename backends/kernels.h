@@ -1,7 +1,14 @@
 #pragma once
 // The interface between core and the backends: a table of kernels on raw pointers and element
 // strides. No names, no tape. Each backend fills one table in its register_*_kernels().
+#include <cstddef>
 #include <cstdint>
+
+#include "tenax/core/device.h"
+
+namespace tenax {
+class Allocator;
+}
 
 namespace tenax::detail {
 
@@ -145,6 +152,10 @@ struct TridiagonalArgs {
 /// Returns the first system whose solve failed (a zero or non-finite pivot) or -1.
 using TridiagonalFn = int64_t (*)(const TridiagonalArgs& args);
 
+/// Copies `bytes` between host and device memory (or two devices) of this backend and waits for
+/// the copy; both pointers are contiguous buffers.
+using TransferFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
+
 /// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
 struct KernelTable {
   ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
@@ -169,6 +180,7 @@ struct KernelTable {
   RecurrenceFn recurrence[2] = {};
   RecurrenceVjpFn recurrence_vjp[2] = {};
   TridiagonalFn tridiagonal[2] = {};
+  TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
 };
 
 /// Fills `t` with the host kernels (backends/cpu).
@@ -177,5 +189,8 @@ void register_cpu_kernels(KernelTable& t);
 void register_cuda_kernels(KernelTable& t);
 /// Number of usable CUDA devices (0 without a driver, a device or the CUDA backend).
 int cuda_device_count();
+/// The default allocator of CUDA device `index` (stream-ordered pool), or null without the CUDA
+/// backend or that device. storage.cpp installs it on first use of the device.
+Allocator* default_cuda_allocator(int index);
 
 }  // namespace tenax::detail

@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "tenax/backends/kernels.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/pool_allocator.h"
@@ -31,9 +32,17 @@ Allocator& allocator_for(Device d) {
   }
   if (d.index >= 0 && d.index < static_cast<int>(g_cuda.size())) {
     if (Allocator* a = g_cuda[d.index].load(std::memory_order_acquire)) return *a;
+    // First use of the device: the CUDA backend's stream-ordered pool (null without one).
+    if (Allocator* a = detail::default_cuda_allocator(d.index)) {
+      Allocator* expected = nullptr;
+      g_cuda[d.index].compare_exchange_strong(expected, a, std::memory_order_acq_rel);
+      return *g_cuda[d.index].load(std::memory_order_acquire);
+    }
   }
-  throw DeviceError("[alloc] no allocator for device " + d.str() +
-                    ": this build has no CUDA backend or the device is not available");
+  throw DeviceError("[alloc] no allocator for device " + d.str() + ": " +
+                    (detail::cuda_device_count() == 0 ? std::string("this build has no CUDA backend or no CUDA device is visible")
+                                                      : "there are " + std::to_string(detail::cuda_device_count()) +
+                                                            " CUDA devices"));
 }
 
 void set_allocator(Device d, Allocator* a) {

@@ -5,6 +5,8 @@
 
 #include <tenax/tenax.h>
 
+#include "tenax/backends/kernels.h"
+
 namespace tenax {
 namespace {
 
@@ -88,8 +90,29 @@ TEST(Errors, NumericFailuresNameTheBatchIndex) {
                           {"[solve]", "needs axis 'r'"});
 }
 
+// A tensor that claims to live on cuda:0 without any memory there: enough to reach the device
+// checks on a machine without a GPU (no kernel ever touches it).
+Tensor fake_cuda_tensor() {
+  static double host[3] = {0, 0, 0};
+  Storage* s = Storage::wrap(host, sizeof host, Device::cuda(0), [](void*) {}, nullptr);
+  const int64_t strides[1] = {1};
+  return Tensor(StoragePtr(s), 0, Axes{{"i", 3}}, strides, DType::f64);
+}
+
 TEST(Errors, DevicesAreExplicit) {
-  expect_error<DeviceError>([&] { (void)zeros(Axes{{"i", 2}}, DType::f64, Device::cuda(0)); }, {"cuda:0"});
+  if (detail::cuda_device_count() == 0) {
+    expect_error<DeviceError>([&] { (void)zeros(Axes{{"i", 2}}, DType::f64, Device::cuda(0)); },
+                              {"[alloc] no allocator for device cuda:0", "no CUDA device is visible"});
+    expect_error<DeviceError>([&] { (void)to(a3, Device::cuda(0)); },
+                              {"[to] cuda:0 is not available (0 CUDA devices visible"});
+  }
+  // Operands on two devices: the error names both, whichever devices exist.
+  const Tensor g = fake_cuda_tensor();
+  expect_error<DeviceError>([&] { (void)(a3 + g); },
+                            {"[add] input 0 is on cpu but input 1 is on cuda:0; move one with to(device)"});
+  expect_error<DeviceError>([&] { (void)g.to_vector(); }, {"the tensor is on cuda:0", "to(Device::cpu())"});
+  // to() onto the device a tensor is on already is the tensor itself (no copy).
+  EXPECT_EQ(to(a3, Device::cpu()).data_ptr(), a3.data_ptr());
 }
 
 TEST(Errors, AutodiffMisuse) {

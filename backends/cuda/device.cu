@@ -1,11 +1,86 @@
-// CUDA backend entry points: device discovery and kernel registration. Kernels land with the CUDA
-// issue; until then the CUDA kernel table is empty and every op on a CUDA tensor raises an error
-// naming the op and the device (never a silent trip to the host).
+// CUDA backend entry points: device discovery, device memory (a stream-ordered allocator per
+// device) and host <-> device transfers. Op kernels land with the CUDA issue; until then the
+// table has no op kernels and every op on a CUDA tensor raises an error naming the op and the
+// device (never a silent trip to the host).
 #include <cuda_runtime.h>
 
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "tenax/backends/kernels.h"
+#include "tenax/core/error.h"
+#include "tenax/core/storage.h"
 
 namespace tenax::detail {
+namespace {
+
+void check(cudaError_t e, const char* what, Device d) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(std::string("[") + what + "] " + d.str() + ": " + cudaGetErrorString(e));
+}
+
+// Device memory from the device's default memory pool, ordered on the per-thread default stream
+// (cudaMallocAsync): freed blocks are reused without a cudaMalloc per step of a scan or map.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int index) : device_(Device::cuda(index)) {}
+
+  void* allocate(std::size_t bytes) override {
+    check(cudaSetDevice(device_.index), "alloc", device_);
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw MemoryError("[alloc] " + device_.str() + " could not provide " + std::to_string(bytes) + " bytes (" +
+                        std::to_string(in_use_.load()) + " in use by Tenax)");
+    }
+    check(e, "alloc", device_);
+    const int64_t now = in_use_.fetch_add(int64_t(bytes)) + int64_t(bytes);
+    int64_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    allocations_.fetch_add(1);
+    system_.fetch_add(1);
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes) noexcept override {
+    if (cudaSetDevice(device_.index) == cudaSuccess) (void)cudaFreeAsync(ptr, cudaStreamPerThread);
+    (void)cudaGetLastError();
+    in_use_.fetch_sub(int64_t(bytes));
+  }
+  [[nodiscard]] Device device() const override { return device_; }
+  [[nodiscard]] AllocatorStats stats() const override {
+    return {in_use_.load(), peak_.load(), allocations_.load(), system_.load()};
+  }
+  void reset_stats() override {
+    peak_.store(in_use_.load());
+    allocations_.store(0);
+    system_.store(0);
+  }
+
+ private:
+  Device device_;
+  std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0};
+};
+
+// Host <-> device and device <-> device copies on the per-thread default stream, waited for.
+void transfer(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  const Device gpu = dst_device.kind == Device::Kind::cuda ? dst_device : src_device;
+  check(cudaSetDevice(gpu.index), "to", gpu);
+  if (dst_device.kind == Device::Kind::cuda && src_device.kind == Device::Kind::cuda &&
+      dst_device.index != src_device.index) {
+    check(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, cudaStreamPerThread), "to", gpu);
+  } else {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "to", gpu);
+  }
+  check(cudaStreamSynchronize(cudaStreamPerThread), "to", gpu);
+}
+
+}  // namespace
 
 int cuda_device_count() {
   int n = 0;
@@ -16,6 +91,16 @@ int cuda_device_count() {
   return n;
 }
 
-void register_cuda_kernels(KernelTable& t) { (void)t; }
+Allocator* default_cuda_allocator(int index) {
+  static std::array<std::unique_ptr<CudaAllocator>, 16> allocators;
+  static std::mutex mutex;
+  if (index < 0 || index >= 16 || index >= cuda_device_count()) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& a = allocators[size_t(index)];
+  if (!a) a = std::make_unique<CudaAllocator>(index);
+  return a.get();
+}
+
+void register_cuda_kernels(KernelTable& t) { t.transfer = transfer; }
 
 }  // namespace tenax::detail

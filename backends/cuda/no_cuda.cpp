@@ -5,6 +5,8 @@ namespace tenax::detail {
 
 int cuda_device_count() { return 0; }
 
+Allocator* default_cuda_allocator(int) { return nullptr; }
+
 void register_cuda_kernels(KernelTable& t) { (void)t; }
 
 }  // namespace tenax::detail
