@@ -2,7 +2,7 @@
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
 // In one run: tridiagonal_solve (1 thread and all threads); a plain C++ Thomas loop per system
 // (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas algorithm written with
-// tenax::scan; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
+// tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
 // adjoint buffers every iteration, as a user's loop gets them); and the roofline: a STREAM
 // triad's bandwidth (1 thread and all threads). Every solve reports bytes_per_second counting the
 // bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <tenax/tenax.h>
+
+#include "tenax/backends/kernels.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -167,6 +169,24 @@ BENCHMARK(BM_Tenax_ScanThomas)
     ->ArgName("batch_inner")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The same solve on CUDA device 0 (cuSPARSE gtsv2StridedBatch for rows inner, gtsvInterleavedBatch
+// for batch inner), inputs moved to the device once; each iteration ends when the solve is done.
+void BM_Cuda_Solve(benchmark::State& state) {
+  if (detail::cuda_device_count() == 0) {
+    state.SkipWithError("no CUDA device visible");
+    return;
+  }
+  const Device gpu = Device::cuda(0);
+  const Problem& p = problem(state.range(0) != 0);
+  const Tensor l = to(p.lower, gpu), d = to(p.diag, gpu), u = to(p.upper, gpu), r = to(p.rhs, gpu);
+  for (auto _ : state) {
+    Tensor x = tridiagonal_solve(l, d, u, r, "i");
+    benchmark::DoNotOptimize(x.data_ptr());
+  }
+  report(state);
+}
+BENCHMARK(BM_Cuda_Solve)->Arg(0)->Arg(1)->ArgName("batch_inner")->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---- baselines on raw arrays ----
 

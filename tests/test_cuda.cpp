@@ -1,10 +1,15 @@
 // GPU checks (ctest label "gpu"). Without a CUDA device they skip with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include <tenax/tenax.h>
 
 #include "expect_message.h"
 #include "tenax/backends/kernels.h"
+#include "tenax/core/ops/dispatch.h"
 
 namespace tenax {
 namespace {
@@ -50,6 +55,84 @@ TEST_F(Cuda, TheDeviceMemoryBudgetIsEnforced) {
                  "on cuda:0 would exceed the memory budget");
   set_memory_budget(gpu, 0);
   EXPECT_EQ(empty(Axes{{"i", 1 << 20}}, DType::f64, gpu).device(), gpu);
+}
+
+// A batch of diagonally dominant systems along "i" in the given layout, as host tensors.
+std::vector<Tensor> systems(const Axes& axes, uint64_t seed) {
+  return {uniform(axes, seed, -1, 1), uniform(axes, seed + 1, 2.5, 3.5), uniform(axes, seed + 2, -1, 1),
+          uniform(axes, seed + 3, -1, 1)};
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  double m = 0;
+  for (size_t k = 0; k < x.size(); ++k) m = std::max(m, std::abs(x[k] - y[k]));
+  return m;
+}
+
+TEST_F(Cuda, TridiagonalSolveMatchesTheHostInBothLayoutsAlgorithmsAndDtypes) {
+  const Device gpu = Device::cuda(0);
+  for (const Axes& axes : {Axes{{"sys", 1000}, {"i", 37}}, Axes{{"i", 37}, {"sys", 1000}}}) {
+    for (Tridiagonal alg : {Tridiagonal::thomas, Tridiagonal::pivoting}) {
+      for (DType dt : {DType::f64, DType::f32}) {
+        std::vector<Tensor> h = systems(axes, 5);
+        for (Tensor& t : h) t = astype(t, dt);
+        const Tensor want = tridiagonal_solve(h[0], h[1], h[2], h[3], "i", alg);
+        const Tensor got = tridiagonal_solve(to(h[0], gpu), to(h[1], gpu), to(h[2], gpu), to(h[3], gpu), "i", alg);
+        EXPECT_EQ(got.device(), gpu);
+        EXPECT_EQ(got.axes(), want.axes());
+        EXPECT_LT(max_diff(to(got, Device::cpu()), want), dt == DType::f64 ? 1e-12 : 1e-4)
+            << axes.describe() << " algorithm " << int(alg);
+      }
+    }
+  }
+  // Broadcast operands (one matrix, many right-hand sides) and a zero pivot naming its system.
+  const Tensor rhs = uniform(Axes{{"col", 64}, {"i", 10}}, 9, -1, 1);
+  const Tensor diag = uniform(Axes{{"i", 10}}, 10, 2.5, 3.5);
+  const Tensor want = tridiagonal_solve(scalar(-1), diag, scalar(-1), rhs, "i");
+  const Tensor got = tridiagonal_solve(to(scalar(-1), gpu), to(diag, gpu), to(scalar(-1), gpu), to(rhs, gpu), "i");
+  EXPECT_LT(max_diff(to(got, Device::cpu()), want), 1e-12);
+  std::vector<double> d(20, 3.0);
+  d[10] = 0.0;  // system 1, row 0
+  const Tensor dz = tensor(d, Axes{{"b", 2}, {"i", 10}});
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                   (void)tridiagonal_solve(to(zeros(Axes{{"i", 10}}), gpu), to(dz, gpu), to(zeros(Axes{{"i", 10}}), gpu),
+                                           to(ones(Axes{{"b", 2}, {"i", 10}}), gpu), "i");
+                 }),
+                 "at batch index {b=1}");
+}
+
+// The adjoint's transposed solve, through the kernel tables of both backends on the same offsets.
+TEST_F(Cuda, TheTransposedSolveMatchesTheHostKernel) {
+  const Device gpu = Device::cuda(0);
+  for (const Axes& axes : {Axes{{"sys", 300}, {"i", 17}}, Axes{{"i", 17}, {"sys", 300}}}) {
+    const std::vector<Tensor> h = systems(axes, 21);
+    std::vector<Tensor> g;
+    for (const Tensor& t : h) g.push_back(to(t, gpu));
+    Tensor xh = empty(axes), xg = empty(axes, DType::f64, gpu);
+    Axes lanes = axes;
+    lanes.erase(lanes.index_of("i"));
+    std::vector<int64_t> off[5];
+    detail::TridiagonalArgs args;
+    args.n = 17;
+    args.systems = 300;
+    args.transpose = true;
+    for (int o = 0; o < 5; ++o) {
+      detail::batch_offsets(o < 4 ? h[size_t(o)] : xh, lanes, off[o]);
+      args.off[o] = off[o].data();
+      args.step[o] = (o < 4 ? h[size_t(o)] : xh).stride("i");
+    }
+    detail::TridiagonalArgs host = args, dev = args;
+    for (int o = 0; o < 4; ++o) {
+      host.in[o] = h[size_t(o)].data_ptr();
+      dev.in[o] = g[size_t(o)].data_ptr();
+    }
+    host.out = xh.data_ptr();
+    dev.out = xg.data_ptr();
+    EXPECT_EQ(detail::kernels(Device::cpu()).tridiagonal[0](host), -1);
+    EXPECT_EQ(detail::kernels(gpu).tridiagonal[0](dev), -1);
+    EXPECT_LT(max_diff(to(xg, Device::cpu()), xh), 1e-12) << axes.describe();
+  }
 }
 
 }  // namespace

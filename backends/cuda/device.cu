@@ -1,6 +1,6 @@
 // CUDA backend entry points: device discovery, device memory (a stream-ordered allocator per
-// device) and host <-> device transfers. Op kernels land with the CUDA issue; until then the
-// table has no op kernels and every op on a CUDA tensor raises an error naming the op and the
+// device), host <-> device transfers, and the kernel registration list. Only tridiagonal_solve
+// has a CUDA kernel so far; every other op on a CUDA tensor raises an error naming the op and the
 // device (never a silent trip to the host).
 #include <cuda_runtime.h>
 
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "tenax/backends/kernels.h"
+#include "tenax/backends/cuda/register.h"
 #include "tenax/core/error.h"
 #include "tenax/core/storage.h"
 
@@ -101,6 +101,9 @@ Allocator* default_cuda_allocator(int index) {
   return a.get();
 }
 
-void register_cuda_kernels(KernelTable& t) { t.transfer = transfer; }
+void register_cuda_kernels(KernelTable& t) {
+  t.transfer = transfer;
+  register_cuda_tridiagonal(t);
+}
 
 }  // namespace tenax::detail

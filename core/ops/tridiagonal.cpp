@@ -85,7 +85,7 @@ Tensor shifted(const Tensor& x, Name over, int by) {
 // and x as it goes (no λ tensor, no shifted copies of x). Needs each wanted adjoint to have one
 // element per system and row (nothing to reduce) and the Thomas algorithm.
 bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
-  if (algorithm_of(c.attrs()) != Tridiagonal::thomas) return false;
+  if (algorithm_of(c.attrs()) != Tridiagonal::thomas || c.output().device().kind != Device::Kind::cpu) return false;
   for (int i = 0; i < 4; ++i)
     if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes)) return false;
   const Tensor* ops[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};

@@ -1,0 +1,9 @@
+#pragma once
+// The CUDA backend's registration entry points, one per kernel family (device.cu lists them).
+#include "tenax/backends/kernels.h"
+
+namespace tenax::detail {
+
+void register_cuda_tridiagonal(KernelTable& t);
+
+}  // namespace tenax::detail

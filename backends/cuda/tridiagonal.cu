@@ -1,0 +1,206 @@
+// CUDA tridiagonal solves through cuSPARSE. Operands are gathered (by the systems' offsets and row
+// steps, transposed for the adjoint's A^T solve, with the out-of-matrix ends zeroed as cuSPARSE
+// requires) into the layout of the solver the solution's layout calls for: gtsv2StridedBatch when
+// each system of x is contiguous (Thomas: cuSPARSE's CR+PCR, no pivoting), gtsvInterleavedBatch
+// when the batch axis is (algorithm 0, Thomas) and for Tridiagonal::pivoting (algorithm 1, LU with
+// partial pivoting). Workspaces (bufferSizeExt) and staging buffers are cached per device and only
+// grow. A failed system shows as a non-finite solution; the first such system is reported.
+#include <cuda_runtime.h>
+#include <cusparse.h>
+
+#include <array>
+#include <climits>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tenax/backends/cuda/register.h"
+#include "tenax/core/error.h"
+
+namespace tenax::detail {
+namespace {
+
+using Op = TridiagonalArgs::Operand;
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(std::string("[tridiagonal_solve] ") + what + ": " + cudaGetErrorString(e));
+}
+void check(cusparseStatus_t s, const char* what) {
+  if (s == CUSPARSE_STATUS_SUCCESS) return;
+  throw DeviceError(std::string("[tridiagonal_solve] cuSPARSE ") + what + ": " + cusparseGetErrorString(s));
+}
+
+// Per device: the cuSPARSE handle and grow-only buffers, used under the mutex.
+struct DeviceState {
+  std::mutex mutex;
+  cusparseHandle_t handle = nullptr;
+  void* work = nullptr;
+  size_t work_bytes = 0;
+  void* stage = nullptr;
+  size_t stage_bytes = 0;
+};
+DeviceState& state(int device) {
+  static std::array<DeviceState, 16> s;
+  return s[static_cast<size_t>(device)];
+}
+void* grow(void*& p, size_t& have, size_t need) {
+  if (need > have) {
+    if (p) check(cudaFree(p), "cudaFree");
+    p = nullptr;
+    have = 0;
+    check(cudaMalloc(&p, need), "cudaMalloc of a workspace");
+    have = need;
+  }
+  return p;
+}
+
+// Element (system s, row i) of the solver layout: interleaved i * systems + s, else s * n + i.
+__device__ inline void coords(int64_t id, int64_t n, int64_t systems, bool interleaved, int64_t& s, int64_t& i) {
+  if (interleaved) {
+    i = id / systems;
+    s = id % systems;
+  } else {
+    s = id / n;
+    i = id % n;
+  }
+}
+
+// dst(s, i) = src row i + shift of system s, or 0 outside the rows and on a zeroed end.
+template <class T>
+__global__ void gather(T* dst, const T* src, const int64_t* off, int64_t step, int64_t n, int64_t systems,
+                       bool interleaved, int shift, bool zero_first, bool zero_last) {
+  const int64_t id = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (id >= n * systems) return;
+  int64_t s, i;
+  coords(id, n, systems, interleaved, s, i);
+  const int64_t row = i + shift;
+  T v = T(0);
+  if (!(zero_first && i == 0) && !(zero_last && i == n - 1) && row >= 0 && row < n) v = src[off[s] + row * step];
+  dst[id] = v;
+}
+
+// x(s, i) = sol(s, i); the smallest system with a non-finite value goes to *first_bad.
+template <class T>
+__global__ void scatter(T* x, const T* sol, const int64_t* off, int64_t step, int64_t n, int64_t systems,
+                        bool interleaved, unsigned long long* first_bad) {
+  const int64_t id = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (id >= n * systems) return;
+  int64_t s, i;
+  coords(id, n, systems, interleaved, s, i);
+  const T v = sol[id];
+  x[off[s] + i * step] = v;
+  if (!isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(s));
+}
+
+cusparseStatus_t strided_size(cusparseHandle_t h, int m, const double* dl, const double* d, const double* du,
+                              const double* x, int count, size_t* bytes) {
+  return cusparseDgtsv2StridedBatch_bufferSizeExt(h, m, dl, d, du, x, count, m, bytes);
+}
+cusparseStatus_t strided_size(cusparseHandle_t h, int m, const float* dl, const float* d, const float* du,
+                              const float* x, int count, size_t* bytes) {
+  return cusparseSgtsv2StridedBatch_bufferSizeExt(h, m, dl, d, du, x, count, m, bytes);
+}
+cusparseStatus_t strided(cusparseHandle_t h, int m, double* dl, double* d, double* du, double* x, int count,
+                         void* work) {
+  return cusparseDgtsv2StridedBatch(h, m, dl, d, du, x, count, m, work);
+}
+cusparseStatus_t strided(cusparseHandle_t h, int m, float* dl, float* d, float* du, float* x, int count, void* work) {
+  return cusparseSgtsv2StridedBatch(h, m, dl, d, du, x, count, m, work);
+}
+cusparseStatus_t interleaved_size(cusparseHandle_t h, int algo, int m, const double* dl, const double* d,
+                                  const double* du, const double* x, int count, size_t* bytes) {
+  return cusparseDgtsvInterleavedBatch_bufferSizeExt(h, algo, m, dl, d, du, x, count, bytes);
+}
+cusparseStatus_t interleaved_size(cusparseHandle_t h, int algo, int m, const float* dl, const float* d,
+                                  const float* du, const float* x, int count, size_t* bytes) {
+  return cusparseSgtsvInterleavedBatch_bufferSizeExt(h, algo, m, dl, d, du, x, count, bytes);
+}
+cusparseStatus_t interleaved(cusparseHandle_t h, int algo, int m, double* dl, double* d, double* du, double* x,
+                             int count, void* work) {
+  return cusparseDgtsvInterleavedBatch(h, algo, m, dl, d, du, x, count, work);
+}
+cusparseStatus_t interleaved(cusparseHandle_t h, int algo, int m, float* dl, float* d, float* du, float* x, int count,
+                             void* work) {
+  return cusparseSgtsvInterleavedBatch(h, algo, m, dl, d, du, x, count, work);
+}
+
+template <class T>
+int64_t tridiagonal(const TridiagonalArgs& a) {
+  if (a.vjp) throw DeviceError("[tridiagonal_solve] internal: the fused reverse rule is host-only");
+  if (a.systems <= 0 || a.n <= 0) return -1;
+  if (a.n > INT_MAX || a.systems > INT_MAX || a.n * a.systems > INT_MAX)
+    throw DeviceError("[tridiagonal_solve] cuSPARSE takes at most 2^31 - 1 unknowns per call; got " +
+                      std::to_string(a.n) + " rows x " + std::to_string(a.systems) + " systems");
+  cudaPointerAttributes attr{};
+  check(cudaPointerGetAttributes(&attr, a.out), "cudaPointerGetAttributes");
+  const int device = attr.device;
+  DeviceState& st = state(device);
+  std::lock_guard<std::mutex> lock(st.mutex);
+  check(cudaSetDevice(device), "cudaSetDevice");
+  const cudaStream_t stream = cudaStreamPerThread;
+  if (!st.handle) check(cusparseCreate(&st.handle), "cusparseCreate");
+  check(cusparseSetStream(st.handle, stream), "cusparseSetStream");
+
+  const int64_t n = a.n, S = a.systems, total = n * S;
+  const bool inter = a.pivoting || a.step[Op::x] != 1;
+  // Staging: dl, d, du, the right-hand side / solution, the five offset arrays and the flag.
+  const size_t values = sizeof(T) * size_t(total), offsets = sizeof(int64_t) * size_t(S);
+  char* stage = static_cast<char*>(grow(st.stage, st.stage_bytes, 4 * values + 5 * offsets + 64));
+  T* buf[4];
+  for (int k = 0; k < 4; ++k) buf[k] = reinterpret_cast<T*>(stage + size_t(k) * values);
+  int64_t* off[5];
+  for (int o = 0; o < 5; ++o) {
+    off[o] = reinterpret_cast<int64_t*>(stage + 4 * values + size_t(o) * offsets);
+    check(cudaMemcpyAsync(off[o], a.off[o], offsets, cudaMemcpyHostToDevice, stream), "offsets upload");
+  }
+  auto* flag = reinterpret_cast<unsigned long long*>(stage + 4 * values + 5 * offsets);
+
+  const int threads = 256;
+  const auto blocks = static_cast<unsigned>((total + threads - 1) / threads);
+  const T* in[4] = {static_cast<const T*>(a.in[0]), static_cast<const T*>(a.in[1]), static_cast<const T*>(a.in[2]),
+                    static_cast<const T*>(a.in[3])};
+  // A^T: (i, i-1) is upper[i-1] and (i, i+1) is lower[i+1].
+  const int lo = a.transpose ? Op::upper : Op::lower, up = a.transpose ? Op::lower : Op::upper;
+  gather<T><<<blocks, threads, 0, stream>>>(buf[0], in[lo], off[lo], a.step[lo], n, S, inter, a.transpose ? -1 : 0,
+                                            true, false);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[1], in[Op::diag], off[Op::diag], a.step[Op::diag], n, S, inter, 0,
+                                            false, false);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[2], in[up], off[up], a.step[up], n, S, inter, a.transpose ? 1 : 0,
+                                            false, true);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[3], in[Op::rhs], off[Op::rhs], a.step[Op::rhs], n, S, inter, 0,
+                                            false, false);
+  check(cudaGetLastError(), "gather kernel launch");
+
+  size_t need = 0;
+  const int m = static_cast<int>(n), count = static_cast<int>(S);
+  if (!inter) {
+    check(strided_size(st.handle, m, buf[0], buf[1], buf[2], buf[3], count, &need), "gtsv2StridedBatch_bufferSizeExt");
+    void* work = grow(st.work, st.work_bytes, need + 1);
+    check(strided(st.handle, m, buf[0], buf[1], buf[2], buf[3], count, work), "gtsv2StridedBatch");
+  } else {
+    const int algo = a.pivoting ? 1 : 0;
+    check(interleaved_size(st.handle, algo, m, buf[0], buf[1], buf[2], buf[3], count, &need),
+          "gtsvInterleavedBatch_bufferSizeExt");
+    void* work = grow(st.work, st.work_bytes, need + 1);
+    check(interleaved(st.handle, algo, m, buf[0], buf[1], buf[2], buf[3], count, work), "gtsvInterleavedBatch");
+  }
+  check(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), "flag reset");
+  scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x], n, S, inter,
+                                             flag);
+  check(cudaGetLastError(), "scatter kernel launch");
+  unsigned long long bad = 0;
+  check(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream), "flag download");
+  check(cudaStreamSynchronize(stream), "solve");
+  return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
+}
+
+}  // namespace
+
+void register_cuda_tridiagonal(KernelTable& t) {
+  t.tridiagonal[0] = tridiagonal<double>;
+  t.tridiagonal[1] = tridiagonal<float>;
+}
+
+}  // namespace tenax::detail
