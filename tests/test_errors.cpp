@@ -111,6 +111,19 @@ TEST(Errors, DevicesAreExplicit) {
   expect_error<DeviceError>([&] { (void)(a3 + g); },
                             {"[add] input 0 is on cpu but input 1 is on cuda:0; move one with to(device)"});
   expect_error<DeviceError>([&] { (void)g.to_vector(); }, {"the tensor is on cuda:0", "to(Device::cpu())"});
+  // An op without a kernel on the device names the op and the device: never a silent trip to the
+  // host. (Host memory posing as cuda:0 lets the op get as far as its kernel lookup anywhere.)
+  struct HostPosingAsCuda final : Allocator {
+    void* allocate(std::size_t bytes) override { return ::operator new(bytes); }
+    void deallocate(void* p, std::size_t) noexcept override { ::operator delete(p); }
+    [[nodiscard]] Device device() const override { return Device::cuda(0); }
+    [[nodiscard]] AllocatorStats stats() const override { return {}; }
+    void reset_stats() override {}
+  } posing;
+  set_allocator(Device::cuda(0), &posing);
+  // Without a GPU the device itself is missing; with one, the kernel: both name the op and device.
+  expect_error<DeviceError>([&] { (void)exp(g); }, {"[exp] ", "cuda:0"});
+  set_allocator(Device::cuda(0), nullptr);
   // to() onto the device a tensor is on already is the tensor itself (no copy).
   EXPECT_EQ(to(a3, Device::cpu()).data_ptr(), a3.data_ptr());
 }

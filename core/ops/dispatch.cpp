@@ -3,6 +3,8 @@
 
 #include <array>
 #include <atomic>
+#include <string>
+#include <string_view>
 
 #include "tenax/core/ops/capture.h"
 #include "tenax/named/batching.h"
@@ -97,7 +99,15 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
     check_unmapped(attrs.axes2, g_mapped, op.name);
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
-  Tensor out = op.forward(inputs, attrs);
+  Tensor out;
+  try {
+    out = op.forward(inputs, attrs);
+  } catch (const DeviceError& e) {
+    // Device failures below the op (allocation, a missing backend) still name the op.
+    const std::string tag = std::string("[") + op.name + "]";
+    if (std::string_view(e.what()).substr(0, tag.size()) == tag) throw;
+    throw DeviceError(tag + " " + e.what());
+  }
   if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
   if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
     const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
