@@ -18,6 +18,7 @@
 #include <tenax/tenax.h>
 
 #include "tenax/backends/kernels.h"
+#include "thomas_scan.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -141,25 +142,9 @@ BENCHMARK(BM_Tenax_Gradient)
 // The Thomas algorithm as two tenax::scan loops over the rows, vectorised over the systems.
 void BM_Tenax_ScanThomas(benchmark::State& state) {
   const Problem& p = problem(state.range(0) != 0);
-  const Axes batch{{"sys", kSystems}};
   for (auto _ : state) {
-    ScanResult fwd = scan(
-        [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-          Tensor denom = x[1] - x[0] * c[0];
-          Tensor cp = x[2] / denom;
-          Tensor dp = (x[3] - x[0] * c[1]) / denom;
-          return std::make_pair(std::vector<Tensor>{cp, dp}, std::vector<Tensor>{cp, dp});
-        },
-        {zeros(batch), zeros(batch)}, {p.lower, p.diag, p.upper, p.rhs}, "i");
-    ScanOptions rev;
-    rev.reverse = true;
-    ScanResult back = scan(
-        [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-          Tensor xi = x[1] - x[0] * c[0];
-          return std::make_pair(std::vector<Tensor>{xi}, std::vector<Tensor>{xi});
-        },
-        {zeros(batch)}, {fwd.ys[0], fwd.ys[1]}, "i", rev);
-    benchmark::DoNotOptimize(back.ys[0].data_ptr());
+    Tensor x = testing::thomas_by_scan(p.lower, p.diag, p.upper, p.rhs, "i");
+    benchmark::DoNotOptimize(x.data_ptr());
   }
   report(state);
 }

@@ -11,6 +11,7 @@
 #include <tenax/tenax.h>
 
 #include "expect_message.h"
+#include "thomas_scan.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -185,31 +186,6 @@ TEST(Tridiagonal, MisuseErrors) {
                  "[tridiagonal_solve] input 0 is float64 but input 3 is float32; convert one with astype");
 }
 
-// Thomas with tenax::scan: a forward sweep over rows carrying (c', d'), then a reverse sweep
-// carrying x_{i+1}. Rows are the outermost axis of the scan outputs.
-Tensor thomas_by_scan(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
-                      Name over) {
-  Axes batch = rhs.axes();
-  batch.erase(batch.index_of(over));
-  ScanResult fwd = scan(
-      [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-        Tensor denom = x[1] - x[0] * c[0];
-        Tensor cp = x[2] / denom;
-        Tensor dp = (x[3] - x[0] * c[1]) / denom;
-        return std::make_pair(std::vector<Tensor>{cp, dp}, std::vector<Tensor>{cp, dp});
-      },
-      {zeros(batch), zeros(batch)}, {lower, diag, upper, rhs}, over);
-  ScanOptions rev;
-  rev.reverse = true;
-  ScanResult back = scan(
-      [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-        Tensor xi = x[1] - x[0] * c[0];
-        return std::make_pair(std::vector<Tensor>{xi}, std::vector<Tensor>{xi});
-      },
-      {zeros(batch)}, {fwd.ys[0], fwd.ys[1]}, over, rev);
-  return back.ys[0];
-}
-
 class TridiagonalGradient : public ::testing::TestWithParam<int> {};
 
 // 0: mixed layouts (rows-inner rhs, a shared upper diagonal: the reduced reverse rule);
@@ -232,7 +208,7 @@ TEST_P(TridiagonalGradient, MatchesFiniteDifferencesAndAThomasWrittenWithScan) {
     return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
   };
   auto loss_scan = [&](const std::vector<Tensor>& a) {
-    return sum(w * thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+    return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
   };
   const std::vector<Tensor> args{lower, diag, upper, rhs};
   auto [v_op, g_op] = value_and_grad(loss_op, args);
