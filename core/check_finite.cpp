@@ -12,15 +12,19 @@
 #include "tenax/core/ops/dispatch.h"
 
 namespace tenax {
+namespace detail {
+std::atomic<bool> g_check_finite{false};
+}  // namespace detail
+
 namespace {
 
-std::atomic<bool>& flag() {
-  static std::atomic<bool> on = [] {
-    const char* env = std::getenv("TENAX_CHECK_FINITE");
-    return env && *env && std::string(env) != "0";
-  }();
+// Reads TENAX_CHECK_FINITE once at start-up (the flag itself is constant-initialised to false).
+const bool g_from_environment = [] {
+  const char* env = std::getenv("TENAX_CHECK_FINITE");
+  const bool on = env && *env && std::string(env) != "0";
+  if (on) detail::g_check_finite.store(true, std::memory_order_relaxed);
   return on;
-}
+}();
 
 // Element k (logical row-major order) of t, through its strides: no copy, so nothing is recorded
 // or captured while checking.
@@ -51,12 +55,10 @@ int64_t first_bad(const Tensor& t) {
 
 }  // namespace
 
-void set_check_finite(bool on) { flag().store(on, std::memory_order_relaxed); }
-bool check_finite() { return flag().load(std::memory_order_relaxed); }
+void set_check_finite(bool on) { detail::g_check_finite.store(on, std::memory_order_relaxed); }
+bool check_finite() { return detail::check_finite_enabled(); }
 
 namespace detail {
-
-bool check_finite_enabled() { return flag().load(std::memory_order_relaxed); }
 
 int64_t first_non_finite(const Tensor& t) {
   if (t.dtype() != DType::f64 && t.dtype() != DType::f32) return -1;

@@ -49,8 +49,10 @@ class ThomasPanel {
   static constexpr int kNarrow = 32;
 
   ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch) : a_(a), n_(a.n), P_(width) {
-    // tiles for the five operands, then c' and d' of the forward sweep
-    scratch.resize(static_cast<size_t>(7 * n_ * P_) + VS);
+    // tiles for the five operands, then c' and d' of the forward sweep; the buffer is the
+    // thread's, kept from call to call (a scan step calls this every step), and only grows
+    const auto need = static_cast<size_t>(7 * n_ * P_ + VS);
+    if (scratch.size() < need) scratch.resize(need);
     T* p = scratch.data();
     while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
     for (int o = 0; o < Op::count; ++o) tile_[o] = p + o * n_ * P_;
@@ -73,11 +75,8 @@ class ThomasPanel {
       (n > 1 ? upper_at(0, v) * inv : zero).store_aligned(cp_ + v * VS);
       (load(Op::rhs, 0, v) * inv).store_aligned(dp_ + v * VS);
     }
-    if (all_unit()) {
-      sweep_unit(nv, bad);
-    } else {
-      sweep_general(nv, bad);
-    }
+    if (all_unit()) sweep<true>(nv, bad);
+    else sweep<false>(nv, bad);
     if (xsimd::any(bad)) {
       const int64_t f = first_bad(first, count);
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
@@ -100,19 +99,10 @@ class ThomasPanel {
     return true;
   }
 
-  // Rows 1 .. n-1 of the forward elimination when every operand is a run of adjacent systems:
-  // plain pointers, no per-load dispatch.
-  void sweep_unit(int nv, Mask& bad) {
-    // A^T's (i, i-1) is A's upper of row i-1, its (i, i+1) A's lower of row i+1.
-    const bool tr = a_.transpose;
-    const T* lo = tr ? base_[Op::upper] : base_[Op::lower];
-    const T* up = tr ? base_[Op::lower] : base_[Op::upper];
-    const int64_t sl = tr ? a_.step[Op::upper] : a_.step[Op::lower];
-    const int64_t su = tr ? a_.step[Op::lower] : a_.step[Op::upper];
-    const int64_t shift = tr ? 1 : 0;
-    const T* dg = base_[Op::diag];
-    const T* rh = base_[Op::rhs];
-    const int64_t sd = a_.step[Op::diag], sr = a_.step[Op::rhs];
+  // Rows 1 .. n-1 of the forward elimination. kUnit: every operand is a run of adjacent systems,
+  // read through one pointer per row (no per-load dispatch on the operand's mode).
+  template <bool kUnit>
+  void sweep(int nv, Mask& bad) {
     const V zero(T(0)), one(T(1));
     for (int64_t i = 1; i < n_; ++i) {
       const bool last = i + 1 == n_;
@@ -120,38 +110,24 @@ class ThomasPanel {
       const T* dprev = dp_ + (i - 1) * P_;
       T* c = cp_ + i * P_;
       T* r = dp_ + i * P_;
-      const T* li = lo + (i - shift) * sl;
-      const T* di = dg + i * sd;
-      const T* ri = rh + i * sr;
-      const T* ui = up + (last ? 0 : (i + shift) * su);  // not read on the last row
-      for (int v = 0; v < nv; ++v) {
-        const V l = V::load_unaligned(li + v * VS);
-        const V d = V::load_unaligned(di + v * VS) - l * V::load_aligned(cprev + v * VS);
-        bad = bad | is_bad(d);
-        const V inv = one / d;
-        ((V::load_unaligned(ri + v * VS) - l * V::load_aligned(dprev + v * VS)) * inv)
-            .store_aligned(r + v * VS);
-        (last ? zero : V::load_unaligned(ui + v * VS) * inv).store_aligned(c + v * VS);
+      const T *li = nullptr, *di = nullptr, *ri = nullptr, *ui = nullptr;
+      if constexpr (kUnit) {
+        // A^T's (i, i-1) is A's upper of row i-1, its (i, i+1) A's lower of row i+1.
+        li = a_.transpose ? row(Op::upper, i - 1) : row(Op::lower, i);
+        di = row(Op::diag, i);
+        ri = row(Op::rhs, i);
+        if (!last) ui = a_.transpose ? row(Op::lower, i + 1) : row(Op::upper, i);
       }
-    }
-  }
-
-  void sweep_general(int nv, Mask& bad) {
-    const int64_t n = n_;
-    const V zero(T(0)), one(T(1));
-    for (int64_t i = 1; i < n; ++i) {
-      const bool last = i + 1 == n;
-      const T* cprev = cp_ + (i - 1) * P_;
-      const T* dprev = dp_ + (i - 1) * P_;
-      T* c = cp_ + i * P_;
-      T* r = dp_ + i * P_;
       for (int v = 0; v < nv; ++v) {
-        const V l = lower_at(i, v);
-        const V d = load(Op::diag, i, v) - l * V::load_aligned(cprev + v * VS);
+        const V l = kUnit ? V::load_unaligned(li + v * VS) : lower_at(i, v);
+        const V d = (kUnit ? V::load_unaligned(di + v * VS) : load(Op::diag, i, v)) -
+                    l * V::load_aligned(cprev + v * VS);
         bad = bad | is_bad(d);
         const V inv = one / d;
-        ((load(Op::rhs, i, v) - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
-        (last ? zero : upper_at(i, v) * inv).store_aligned(c + v * VS);
+        const V rhs = kUnit ? V::load_unaligned(ri + v * VS) : load(Op::rhs, i, v);
+        ((rhs - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
+        if (last) zero.store_aligned(c + v * VS);
+        else ((kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv).store_aligned(c + v * VS);
       }
     }
   }
@@ -293,6 +269,9 @@ class ThomasPanel {
       for (int64_t i = 0; i < n_; ++i) t[i * P_ + w] = pad;
   }
 
+  // Row i of operand o of a run of adjacent systems (Mode::unit).
+  const T* row(int o, int64_t i) const { return base_[o] + i * a_.step[o]; }
+
   // Row i of operand o for the systems of vector v.
   V load(int o, int64_t i, int v) const {
     switch (mode_[o]) {
@@ -389,8 +368,10 @@ int panel_width(const TridiagonalArgs& a) {
 
 template <class T>
 int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
-  std::vector<T> scratch;
-  const int width = panel_width<T>(a);
+  thread_local std::vector<T> scratch;
+  // No wider than the range (rounded to whole vectors): a few systems need no 256-wide panel.
+  constexpr int64_t VS = ThomasPanel<T>::VS;
+  const int width = static_cast<int>(std::min<int64_t>(panel_width<T>(a), (end - begin + VS - 1) / VS * VS));
   ThomasPanel<T> panel(a, width, scratch);
   for (int64_t s = begin; s < end; s += width) {
     const int64_t failed = panel.solve(s, static_cast<int>(std::min<int64_t>(width, end - s)));

@@ -1,6 +1,7 @@
 #pragma once
 // Library-internal: applying an op (device check, forward, recording) and the helpers op
 // definitions share (kernel lookup, loop arguments over named axes, output allocation).
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,7 +127,8 @@ class SourceScope {
 /// The finite checks (core/check_finite.h): whether they are on; the flat index of t's first NaN
 /// or Inf (logical order) or -1; and the check that throws NumericError naming the op, the element,
 /// `where` ("in the forward pass") and the loop position, and that a kernel capture repeats.
-bool check_finite_enabled();
+extern std::atomic<bool> g_check_finite;
+inline bool check_finite_enabled() { return g_check_finite.load(std::memory_order_relaxed); }
 int64_t first_non_finite(const Tensor& t);
 void check_finite_value(const Tensor& t, const char* op, const std::string& where);
 

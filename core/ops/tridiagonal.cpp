@@ -22,38 +22,68 @@ Tridiagonal algorithm_of(const Attrs& attrs) {
   return static_cast<Tridiagonal>(a);
 }
 
+// One kernel call over `axes` (every batch axis and `over`): the systems are `axes` without
+// `over`; each operand is located by its per-system offsets and its row step (0: no `over`).
+struct KernelCall {
+  using Adjoints = TridiagonalArgs::Adjoints;
+  Axes lanes;
+  std::vector<int64_t> off[TridiagonalArgs::count], adj_off[Adjoints::slots];
+  TridiagonalArgs args;
+  Adjoints adj;
+  Name over;
+
+  KernelCall(const Tensor* const in[4], const Axes& axes, Name over_axis, bool transpose)
+      : lanes(axes), over(over_axis) {
+    lanes.erase(lanes.index_of(over));
+    args.n = axes.size_of(over, kOp);
+    args.systems = lanes.numel();
+    args.transpose = transpose;
+    for (int o = 0; o < 4; ++o) {
+      bind(*in[o], off[o], args.off[o], args.step[o]);
+      args.in[o] = in[o]->data_ptr();
+    }
+  }
+  void bind(const Tensor& t, std::vector<int64_t>& offsets, const int64_t*& o, int64_t& step) const {
+    batch_offsets(t, lanes, offsets);
+    o = offsets.data();
+    step = t.has_axis(over) ? t.stride(over) : 0;
+  }
+  // x, written by the kernel.
+  void bind_out(const Tensor& x) {
+    bind(x, off[TridiagonalArgs::x], args.off[TridiagonalArgs::x], args.step[TridiagonalArgs::x]);
+    args.out = x.data_ptr();
+  }
+  // The fused reverse rule: the forward solution and the adjoints the kernel accumulates into.
+  void bind_adjoint(int slot, const Tensor& t) {
+    bind(t, adj_off[slot], adj.off[slot], adj.step[slot]);
+    if (slot == Adjoints::solution) adj.x = t.data_ptr();
+    else adj.adj[slot - Adjoints::adj_lower] = t.data_ptr();
+    args.vjp = &adj;
+  }
+  // Runs the kernel of `d`; a failed system is a NumericError naming its batch index.
+  void run(Device d, DType dt, Tridiagonal alg) {
+    args.pivoting = alg == Tridiagonal::pivoting;
+    const int64_t bad = need(kernels(d).tridiagonal[float_index(dt, kOp)], kOp, d)(args);
+    if (bad < 0) return;
+    const std::string where = std::string("[tridiagonal_solve] the ") + (args.transpose ? "transposed " : "") +
+                              "system along '" + over.str() + "' (" + std::to_string(args.n) +
+                              " rows) at batch index " + batch_index(lanes, bad);
+    if (args.pivoting) throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
+    throw NumericError(where +
+                       " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
+                       "solves matrices that are not diagonally dominant");
+  }
+};
+
 // Solves A x = rhs (or A^T x = rhs) into a new tensor with `axes` (which include every operand's
 // batch axes and `over`).
 Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
                   const Axes& axes, Name over, Tridiagonal alg, bool transpose) {
   Tensor x = empty(axes, rhs.dtype(), rhs.device());
-  Axes lanes = axes;
-  lanes.erase(lanes.index_of(over));
-  const Tensor* ops[5] = {&lower, &diag, &upper, &rhs, &x};
-  std::vector<int64_t> off[5];
-  TridiagonalArgs args;
-  args.n = axes.size_of(over, kOp);
-  args.systems = lanes.numel();
-  for (int o = 0; o < 5; ++o) {
-    batch_offsets(*ops[o], lanes, off[o]);
-    args.off[o] = off[o].data();
-    args.step[o] = ops[o]->has_axis(over) ? ops[o]->stride(over) : 0;
-  }
-  for (int o = 0; o < 4; ++o) args.in[o] = ops[o]->data_ptr();
-  args.out = x.data_ptr();
-  args.pivoting = alg == Tridiagonal::pivoting;
-  args.transpose = transpose;
-  const int64_t bad =
-      need(kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)], kOp, x.device())(args);
-  if (bad >= 0) {
-    const std::string where = "[tridiagonal_solve] the system along '" + over.str() + "' (" +
-                              std::to_string(args.n) + " rows) at batch index " + batch_index(lanes, bad);
-    if (alg == Tridiagonal::pivoting)
-      throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
-    throw NumericError(where +
-                       " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
-                       "solves matrices that are not diagonally dominant");
-  }
+  const Tensor* in[4] = {&lower, &diag, &upper, &rhs};
+  KernelCall call(in, axes, over, transpose);
+  call.bind_out(x);
+  call.run(x.device(), x.dtype(), alg);
   return x;
 }
 
@@ -85,45 +115,16 @@ Tensor shifted(const Tensor& x, Name over, int by) {
 // and x as it goes (no λ tensor, no shifted copies of x). Needs each wanted adjoint to have one
 // element per system and row (nothing to reduce) and the Thomas algorithm.
 bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
-  if (algorithm_of(c.attrs()) != Tridiagonal::thomas || c.output().device().kind != Device::Kind::cpu) return false;
+  if (algorithm_of(c.attrs()) != Tridiagonal::thomas || c.output().device().kind != Device::Kind::cpu)
+    return false;
   for (int i = 0; i < 4; ++i)
     if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes)) return false;
-  const Tensor* ops[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};
-  const Tensor& x = c.output();
-  Axes lanes = lam_axes;
-  lanes.erase(lanes.index_of(over));
-  using S = TridiagonalArgs::Adjoints;
-  std::vector<int64_t> off[4], adj_off[S::slots];
-  TridiagonalArgs args;
-  S adj;
-  args.n = lam_axes.size_of(over, kOp);
-  args.systems = lanes.numel();
-  for (int o = 0; o < 4; ++o) {
-    batch_offsets(*ops[o], lanes, off[o]);
-    args.off[o] = off[o].data();
-    args.step[o] = ops[o]->has_axis(over) ? ops[o]->stride(over) : 0;
-    args.in[o] = ops[o]->data_ptr();
-  }
-  auto bind = [&](int slot, const Tensor& t) {
-    batch_offsets(t, lanes, adj_off[slot]);
-    adj.off[slot] = adj_off[slot].data();
-    adj.step[slot] = t.stride(over);
-  };
-  bind(S::solution, x);
-  adj.x = x.data_ptr();
+  const Tensor* in[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};
+  KernelCall call(in, lam_axes, over, true);
+  call.bind_adjoint(KernelCall::Adjoints::solution, c.output());
   for (int i = 0; i < 4; ++i)
-    if (c.needs_grad(i)) {
-      const Tensor& a = c.adjoint(i);
-      bind(S::adj_lower + i, a);
-      adj.adj[i] = a.data_ptr();
-    }
-  args.transpose = true;
-  args.vjp = &adj;
-  const int64_t bad = kernels(x.device()).tridiagonal[float_index(x.dtype(), kOp)](args);
-  if (bad >= 0)
-    throw NumericError("[tridiagonal_solve] the transposed system along '" + over.str() +
-                       "' at batch index " + batch_index(lanes, bad) +
-                       " has a zero or non-finite pivot in the reverse pass");
+    if (c.needs_grad(i)) call.bind_adjoint(KernelCall::Adjoints::adj_lower + i, c.adjoint(i));
+  call.run(c.output().device(), c.output().dtype(), Tridiagonal::thomas);
   return true;
 }
 
