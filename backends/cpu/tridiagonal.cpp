@@ -75,8 +75,10 @@ class ThomasPanel {
       (n > 1 ? upper_at(0, v) * inv : zero).store_aligned(cp_ + v * VS);
       (load(Op::rhs, 0, v) * inv).store_aligned(dp_ + v * VS);
     }
-    if (all_unit()) sweep<true>(nv, bad);
-    else sweep<false>(nv, bad);
+    if (all_unit())
+      sweep<true>(nv, bad);
+    else
+      sweep<false>(nv, bad);
     if (xsimd::any(bad)) {
       const int64_t f = first_bad(first, count);
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
@@ -126,8 +128,10 @@ class ThomasPanel {
         const V inv = one / d;
         const V rhs = kUnit ? V::load_unaligned(ri + v * VS) : load(Op::rhs, i, v);
         ((rhs - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
-        if (last) zero.store_aligned(c + v * VS);
-        else ((kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv).store_aligned(c + v * VS);
+        if (last)
+          zero.store_aligned(c + v * VS);
+        else
+          ((kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv).store_aligned(c + v * VS);
       }
     }
   }

@@ -56,8 +56,10 @@ struct KernelCall {
   // The fused reverse rule: the forward solution and the adjoints the kernel accumulates into.
   void bind_adjoint(int slot, const Tensor& t) {
     bind(t, adj_off[slot], adj.off[slot], adj.step[slot]);
-    if (slot == Adjoints::solution) adj.x = t.data_ptr();
-    else adj.adj[slot - Adjoints::adj_lower] = t.data_ptr();
+    if (slot == Adjoints::solution)
+      adj.x = t.data_ptr();
+    else
+      adj.adj[slot - Adjoints::adj_lower] = t.data_ptr();
     args.vjp = &adj;
   }
   // Runs the kernel of `d`; a failed system is a NumericError naming its batch index.
@@ -65,9 +67,9 @@ struct KernelCall {
     args.pivoting = alg == Tridiagonal::pivoting;
     const int64_t bad = need(kernels(d).tridiagonal[float_index(dt, kOp)], kOp, d)(args);
     if (bad < 0) return;
-    const std::string where = std::string("[tridiagonal_solve] the ") + (args.transpose ? "transposed " : "") +
-                              "system along '" + over.str() + "' (" + std::to_string(args.n) +
-                              " rows) at batch index " + batch_index(lanes, bad);
+    const std::string where = std::string("[tridiagonal_solve] the ") +
+                              (args.transpose ? "transposed " : "") + "system along '" + over.str() + "' (" +
+                              std::to_string(args.n) + " rows) at batch index " + batch_index(lanes, bad);
     if (args.pivoting) throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
     throw NumericError(where +
                        " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
