@@ -66,6 +66,14 @@ class SweepContext final : public VjpContext, public JvpContext {
     if (v < 0) throw AutodiffError(std::string("[") + r_.op->name + "] internal: input needs no gradient");
     return tape_.adjoint(v);
   }
+  const Tensor& adjoint_to_write(int i, bool& fresh) override {
+    const int32_t v = input_var(i);
+    fresh = false;
+    for (int k = 0; k < r_.n_inputs; ++k)
+      if (k != i && input_var(k) == v) return adjoint(i);  // taken twice: both rules accumulate
+    if (v < 0) return adjoint(i);
+    return tape_.adjoint_to_write(v, fresh);
+  }
   const Attrs& attrs() const override { return tape_.attrs_of(r_); }
   const Tensor& tangent(int i) const override {
     int32_t v = input_var(i);
@@ -282,10 +290,23 @@ Tensor& TapeImpl::adjoint(int32_t v) {
   return a;
 }
 
-Tensor TapeImpl::new_adjoint(int32_t v) const {
+Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
+  fresh = false;
+  Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+  if (a.defined()) return a;
+  const VarInfo& info = a_.vars[static_cast<size_t>(v)];
+  if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return adjoint(v);
+  a = new_adjoint(v, false);
+  ++adjoint_buffers_;
+  adjoint_bytes_ += logical_bytes(a);
+  fresh = true;
+  return a;
+}
+
+Tensor TapeImpl::new_adjoint(int32_t v, bool zeroed) const {
   Axes ax = var_axes(v);
   for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
-  return zeros(ax, var(v).dtype, var(v).device);
+  return zeroed ? zeros(ax, var(v).dtype, var(v).device) : empty(ax, var(v).dtype, var(v).device);
 }
 
 std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<Tensor>& wrt,

@@ -77,6 +77,9 @@ class TapeImpl final : public Recorder {
 
   /// The adjoint of variable v: allocated zeroed on first use, or a view of the parent's adjoint.
   Tensor& adjoint(int32_t v);
+  /// The adjoint of v for a rule that writes it whole: allocated uninitialised (fresh = true) when
+  /// v has none yet and is not a view; otherwise adjoint(v).
+  Tensor& adjoint_to_write(int32_t v, bool& fresh);
   [[nodiscard]] const std::vector<int32_t>& inputs() const { return a_.inputs; }
   [[nodiscard]] const std::vector<Tensor>& saved() const { return a_.saved; }
   [[nodiscard]] const VarInfo& var(int32_t v) const { return a_.vars[static_cast<size_t>(v)]; }
@@ -94,7 +97,7 @@ class TapeImpl final : public Recorder {
   void run_custom(const Record& r);
 
   /// The adjoint buffer of v: the variable's axes, then the batch axes of the sweep.
-  [[nodiscard]] Tensor new_adjoint(int32_t v) const;
+  [[nodiscard]] Tensor new_adjoint(int32_t v, bool zeroed = true) const;
 
   uint32_t serial_;
   bool keep_all_ = false;

@@ -144,6 +144,8 @@ struct TridiagonalArgs {
     enum Slot { solution, adj_lower, adj_diag, adj_upper, adj_rhs, slots };
     const void* x = nullptr;  ///< the forward solution
     void* adj[4] = {};        ///< lower, diag, upper, rhs adjoints; null when not wanted
+    /// Per adjoint: write it (its contents are uninitialised: a fresh adjoint) instead of adding.
+    bool assign[4] = {};
     const int64_t* off[slots] = {};
     int64_t step[slots] = {};
   };
@@ -162,6 +164,8 @@ struct KernelTable {
   ElementwiseFn binary[static_cast<int>(BinaryOp::count)][2] = {};
   /// args: dst, g, p0, p1, p2 (unused p's may be null with zero strides).
   ElementwiseFn deriv_acc[static_cast<int>(DerivOp::count)][2] = {};
+  /// The same rules writing dst = g * D (into a fresh adjoint covered one to one by the loop).
+  ElementwiseFn deriv_set[static_cast<int>(DerivOp::count)][2] = {};
   ElementwiseFn compare[3][2] = {};  ///< out (bool), a, b
   ElementwiseFn where[2] = {};       ///< out, cond (bool), a, b
   ElementwiseFn copy[4] = {};        ///< out, in; by dtype index 0 f64, 1 f32, 2 i64, 3 bool

@@ -51,6 +51,43 @@ TEST(CompactAdjoints, BroadcastParameterIsReducedWithoutTemporaries) {
   }
 }
 
+// A rule that writes a whole adjoint first gets it uninitialised (no zero fill). Each case below
+// mixes that with accumulation; the pool is first filled with NaN blocks of the adjoints' sizes,
+// so an element the first rule failed to write would show.
+void poison_pool(int64_t n) {
+  std::vector<Tensor> junk;
+  for (int k = 0; k < 16; ++k) junk.push_back(full(Axes{{"junk", n}}, std::nan(""), DType::f64));
+}
+
+TEST(FreshAdjoints, FirstWriterAssignsLaterOnesAccumulate) {
+  const int64_t n = 6;
+  Tensor x0 = randn(Axes{{"i", n}}, 5), w = randn(Axes{{"i", n}}, 6), b = randn(Axes{{"j", 3}}, 7);
+  std::vector<double> xv = x0.to_vector(), wv = w.to_vector();
+  auto check = [&](auto f, auto expect) {
+    poison_pool(n);
+    Tensor g = grad([&](const std::vector<Tensor>& p) { return f(p[0]); }, {x0})[0];
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(g.at({{"i", i}}), expect(size_t(i)), 1e-12) << "element " << i;
+  };
+  // One op taking x twice (both sides accumulate), and dot(x, x).
+  check([](const Tensor& x) { return sum(x * x); }, [&](size_t i) { return 2 * xv[i]; });
+  check([](const Tensor& x) { return dot(x, x, AxisList{"i"}); }, [&](size_t i) { return 2 * xv[i]; });
+  // x used by two ops: the first rule processed writes, the second adds.
+  check([&](const Tensor& x) { return sum(exp(x)) + sum(x * w); },
+        [&](size_t i) { return std::exp(xv[i]) + wv[i]; });
+  // x and a view of it: the view's adjoint aliases x's, which must then be zeroed.
+  check([](const Tensor& x) { return sum(square(x)) + sum(slice(x, "i", 1, 3)); },
+        [&](size_t i) { return 2 * xv[i] + (i == 1 || i == 2 ? 1.0 : 0.0); });
+  check([](const Tensor& x) { return sum(slice(x, "i", 1, 3)) + sum(square(x)); },
+        [&](size_t i) { return 2 * xv[i] + (i == 1 || i == 2 ? 1.0 : 0.0); });
+  // A reduction into x (x broadcast over j): the fresh adjoint is zero-filled, then summed into.
+  check([&](const Tensor& x) { return sum(x * b); }, [&](size_t) { return sum(b).item(); });
+  // A chain where every adjoint is written once.
+  check([](const Tensor& x) { return sum(tanh(exp(x) * 2.0)); }, [&](size_t i) {
+    const double t = std::tanh(2 * std::exp(xv[i]));
+    return (1 - t * t) * 2 * std::exp(xv[i]);
+  });
+}
+
 TEST(Grad, UnusedArgumentGetsZeros) {
   auto f = [](const std::vector<Tensor>& p) { return sum(exp(p[0])); };
   auto g = grad(f, {tensor({0.0, 1.0}, "i"), tensor({5.0}, "j")});

@@ -241,6 +241,32 @@ TEST_P(TridiagonalGradient, MatchesFiniteDifferencesAndAThomasWrittenWithScan) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalGradient, ::testing::Values(0, 1, 2));
 
+// The fused rule writes fresh adjoints instead of zero-filling and adding to them, except an
+// operand given twice (here one symmetric off-diagonal as lower and upper), whose two adjoints
+// are one buffer and must add up. The pool is first filled with NaN blocks of the adjoints' size.
+TEST(Tridiagonal, FusedRuleWritesFreshAdjointsAndAddsForARepeatedOperand) {
+  const int64_t n = 7, m = 300;
+  const Axes ax{{"i", n}, {"b", m}};
+  Tensor off = uniform(ax, 31, -1, 1), diag = uniform(ax, 32, 2.5, 3.5), rhs = uniform(ax, 33, -1, 1);
+  Tensor w = uniform(ax, 34, -1, 1);
+  {
+    std::vector<Tensor> junk;
+    for (int k = 0; k < 16; ++k) junk.push_back(full(ax, std::nan(""), DType::f64));
+  }
+  auto loss_op = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[0], a[2], "i")); };
+  auto loss_scan = [&](const std::vector<Tensor>& a) {
+    return sum(w * testing::thomas_by_scan(a[0], a[1], a[0], a[2], "i"));
+  };
+  const std::vector<Tensor> args{off, diag, rhs};
+  auto g_op = grad(loss_op, args);
+  auto g_scan = grad(loss_scan, args);
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<double> a = g_op[k].to_vector();
+    const std::vector<double> b = contiguous(transpose(g_scan[k], g_op[k].axes().names())).to_vector();
+    EXPECT_LT(max_rel_diff(a, b), 1e-12) << "input " << k;
+  }
+}
+
 TEST(Tridiagonal, ImplicitTimeSteppingInsideAScanEqualsTheLoopAndDifferentiates) {
   // Backward-Euler diffusion u_{t+1} = (I - k L)^{-1} u_t in 5 columns of 12 cells, 20 steps,
   // with the per-cell diffusivity k a parameter: the op runs inside a captured scan body.

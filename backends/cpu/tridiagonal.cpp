@@ -14,6 +14,9 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <xsimd/xsimd.hpp>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "tenax/backends/cpu/register.h"
 
@@ -33,6 +36,45 @@ using Op = TridiagonalArgs::Operand;
 template <class T>
 const T* in_ptr(const TridiagonalArgs& a, int o) {
   return static_cast<const T*>(a.in[o]);
+}
+
+// Stores a vector that nothing reads back soon (x, fresh adjoints) past the caches when the
+// address allows (a non-temporal store does not first read the line it writes); the caller
+// issues _mm_sfence before its results are handed to another thread.
+template <class T, class V>
+inline void stream_store(T* p, const V& x) {
+#if defined(__SSE2__)
+  if constexpr (sizeof(V) == 16) {
+    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+      if constexpr (std::is_same_v<T, double>)
+        _mm_stream_pd(p, x);
+      else
+        _mm_stream_ps(p, x);
+      return;
+    }
+  }
+#endif
+  x.store_unaligned(p);
+}
+
+// dst[w] = v(w) for w < count, streamed (see stream_store).
+template <class T, class F>
+inline void stream_values(T* dst, int64_t count, F v) {
+  int64_t w = 0;
+#if defined(__SSE2__)
+  for (; w < count && (reinterpret_cast<uintptr_t>(dst + w) & 15); ++w) dst[w] = v(w);
+  if constexpr (std::is_same_v<T, double>)
+    for (; w + 2 <= count; w += 2) _mm_stream_pd(dst + w, _mm_set_pd(v(w + 1), v(w)));
+  else
+    for (; w + 4 <= count; w += 4) _mm_stream_ps(dst + w, _mm_set_ps(v(w + 3), v(w + 2), v(w + 1), v(w)));
+#endif
+  for (; w < count; ++w) dst[w] = v(w);
+}
+
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // ---- Thomas, W systems at a time ----
@@ -88,6 +130,7 @@ class ThomasPanel {
       accumulate_adjoints(first, count);
     else if (mode_[Op::x] == Mode::tile)
       scatter_x(first, count);
+    stream_fence();  // streamed x / adjoints are visible before the panel's task completes
     return -1;
   }
 
@@ -153,7 +196,26 @@ class ThomasPanel {
     }
   }
 
-  // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows.
+  // dst[w * stride] = v(w) (an uninitialised fresh adjoint) or += v(w), for w < count.
+  template <class F>
+  static void put(T* dst, int64_t count, int64_t stride, bool assign, F v) {
+    if (assign && stride == 1)
+      stream_values(dst, count, v);
+    else if (assign)
+      for (int64_t w = 0; w < count; ++w) dst[w * stride] = v(w);
+    else
+      for (int64_t w = 0; w < count; ++w) dst[w * stride] += v(w);
+  }
+  template <class F>
+  static void put(T* dst, int64_t count, bool assign, F v) {  // unit stride (vectorised)
+    if (assign)
+      stream_values(dst, count, v);
+    else
+      for (int64_t w = 0; w < count; ++w) dst[w] += v(w);
+  }
+
+  // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows. An adjoint
+  // flagged `assign` is written (its lower[0] / upper[n-1] entries set to zero), not accumulated.
   void accumulate_adjoints(int64_t first, int count) {
     using S = TridiagonalArgs::Adjoints;
     const S& j = *a_.vjp;
@@ -169,26 +231,26 @@ class ThomasPanel {
     }
     const T* x = base[S::solution];
     const int64_t sx = j.step[S::solution];
+    const bool set_r = j.assign[S::adj_rhs - 1], set_d = j.assign[S::adj_diag - 1];
+    const bool set_l = j.assign[S::adj_lower - 1], set_u = j.assign[S::adj_upper - 1];
+    auto zero = [](int64_t) { return T(0); };
     // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1}
     if (unit) {  // adjacent systems: rows outer, the panel's systems inner (vectorised loops)
       for (int64_t i = 0; i < n; ++i) {
         const T* lam = dp_ + i * P_;
         const T* xi = x + i * sx;
-        if (T* r = base[S::adj_rhs]) {
-          r += i * j.step[S::adj_rhs];
-          for (int w = 0; w < count; ++w) r[w] += lam[w];
-        }
-        if (T* d = base[S::adj_diag]) {
-          d += i * j.step[S::adj_diag];
-          for (int w = 0; w < count; ++w) d[w] -= lam[w] * xi[w];
-        }
-        if (T* l = base[S::adj_lower]; l && i > 0) {
+        if (T* r = base[S::adj_rhs]) put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
+        if (T* d = base[S::adj_diag])
+          put(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
+        if (T* l = base[S::adj_lower]) {
           l += i * j.step[S::adj_lower];
-          for (int w = 0; w < count; ++w) l[w] -= lam[w] * xi[w - sx];
+          if (i > 0) put(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
+          else if (set_l) put(l, count, true, zero);
         }
-        if (T* u = base[S::adj_upper]; u && i + 1 < n) {
+        if (T* u = base[S::adj_upper]) {
           u += i * j.step[S::adj_upper];
-          for (int w = 0; w < count; ++w) u[w] -= lam[w] * xi[w + sx];
+          if (i + 1 < n) put(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
+          else if (set_u) put(u, count, true, zero);
         }
       }
       return;
@@ -199,21 +261,22 @@ class ThomasPanel {
                j.off[k][first + w];
       };
       const T* xw = at(S::solution);
-      if (j.adj[S::adj_rhs - 1]) {
-        T* r = at(S::adj_rhs);
-        for (int64_t i = 0; i < n; ++i) r[i * j.step[S::adj_rhs]] += dp_[i * P_ + w];
-      }
-      if (j.adj[S::adj_diag - 1]) {
-        T* d = at(S::adj_diag);
-        for (int64_t i = 0; i < n; ++i) d[i * j.step[S::adj_diag]] -= dp_[i * P_ + w] * xw[i * sx];
-      }
+      const T* lam = dp_ + w;
+      if (j.adj[S::adj_rhs - 1])
+        put(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
+      if (j.adj[S::adj_diag - 1])
+        put(at(S::adj_diag), n, j.step[S::adj_diag], set_d, [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
       if (j.adj[S::adj_lower - 1]) {
         T* l = at(S::adj_lower);
-        for (int64_t i = 1; i < n; ++i) l[i * j.step[S::adj_lower]] -= dp_[i * P_ + w] * xw[(i - 1) * sx];
+        const int64_t st = j.step[S::adj_lower];
+        if (set_l) l[0] = T(0);
+        put(l + st, n - 1, st, set_l, [&](int64_t i) { return -lam[(i + 1) * P_] * xw[i * sx]; });
       }
       if (j.adj[S::adj_upper - 1]) {
         T* u = at(S::adj_upper);
-        for (int64_t i = 0; i + 1 < n; ++i) u[i * j.step[S::adj_upper]] -= dp_[i * P_ + w] * xw[(i + 1) * sx];
+        const int64_t st = j.step[S::adj_upper];
+        if (set_u) u[(n - 1) * st] = T(0);
+        put(u, n - 1, st, set_u, [&](int64_t i) { return -lam[i * P_] * xw[(i + 1) * sx]; });
       }
     }
   }
@@ -298,7 +361,7 @@ class ThomasPanel {
 
   void store_x(int64_t i, int v, const V& x) {
     if (mode_[Op::x] == Mode::unit)
-      x.store_unaligned(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x] + v * VS);
+      stream_store(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x] + v * VS, x);
     else
       x.store_aligned(tile_[Op::x] + i * P_ + v * VS);
   }
@@ -309,7 +372,10 @@ class ThomasPanel {
     const T* t = tile_[Op::x];
     for (int w = 0; w < count; ++w) {
       T* p = dst + off[w];
-      for (int64_t i = 0; i < n_; ++i) p[i * step] = t[i * P_ + w];
+      if (step == 1)
+        stream_values(p, n_, [&](int64_t i) { return t[i * P_ + w]; });
+      else
+        for (int64_t i = 0; i < n_; ++i) p[i * step] = t[i * P_ + w];
     }
   }
 

@@ -31,6 +31,7 @@ void visit_elementwise(KernelTable& t, V&& v) {
     if (d == static_cast<int>(DerivOp::one)) arity = 2;
     if (d == static_cast<int>(DerivOp::argmax_mask) || d == static_cast<int>(DerivOp::softmax)) arity = 4;
     for (auto& f : t.deriv_acc[d]) v(f, arity, -1);
+    for (auto& f : t.deriv_set[d]) v(f, arity, -1);
   }
   for (auto& row : t.compare)
     for (auto& f : row) v(f, 3, -1);

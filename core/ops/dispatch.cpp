@@ -177,6 +177,29 @@ void accumulate(const Tensor& out, const Tensor& v) {
   need(k.acc[float_index(out.dtype(), "accumulate")], "accumulate", out.device())(loop_dims(v.axes()), args);
 }
 
+const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& assign) {
+  bool fresh = false;
+  const Tensor& dst = c.adjoint_to_write(i, fresh);
+  assign = fresh && loop_numel == dst.numel();
+  if (fresh && !assign) {
+    double zero = 0.0;
+    LoopArg args[2] = {loop_arg(dst, dst.axes()), {}};
+    args[1].data = &zero;
+    need(kernels(dst.device()).fill[float_index(dst.dtype(), "vjp")], "vjp", dst.device())(loop_dims(dst.axes()),
+                                                                                         args);
+  }
+  return dst;
+}
+
+void add_to_adjoint(VjpContext& c, int i, const Tensor& v) {
+  bool assign = false;
+  const Tensor& dst = adjoint_for_pass(c, i, v.numel(), assign);
+  if (assign)
+    copy_into(dst, v);
+  else
+    accumulate(dst, v);
+}
+
 void copy_into(const Tensor& dst, const Tensor& src) {
   const Axes& ax = dst.axes();
   LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};

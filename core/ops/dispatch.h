@@ -173,6 +173,13 @@ inline LoopArg no_arg() { return {}; }
 
 /// out += v, where v's axes include out's (summed over the rest).
 void accumulate(const Tensor& out, const Tensor& v);
+/// Adjoint of input i for a rule that next runs ONE kernel pass of `loop_numel` elements writing
+/// into it. `assign` is set when the pass must write (dst = ...) instead of accumulating: the
+/// adjoint is fresh and the pass covers each of its elements once (loop_numel == its numel). A
+/// fresh adjoint the pass would reduce into is zero-filled first (assign stays false).
+const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& assign);
+/// adjoint(i) += v (summed over v's extra axes); a fresh adjoint is written, not zeroed and added.
+void add_to_adjoint(VjpContext& c, int i, const Tensor& v);
 /// A new contiguous tensor with the same values and axis order.
 Tensor copy_of(const Tensor& t);
 /// dst = src elementwise over dst's axes (src lacking one of them is broadcast along it); same dtype.

@@ -47,10 +47,11 @@ void dot_vjp(VjpContext& c) {
   const Tensor& g = c.cotangent();
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
-    const Tensor& dst = c.adjoint(side);
+    bool fresh = false;  // the contraction writes every element of dst: a fresh one is not zeroed
+    const Tensor& dst = c.adjoint_to_write(side, fresh);
     const Tensor& other = c.input(1 - side);
     ContractionSpec s = make_contraction_to(g.axes(), other.axes(), dst.axes(), "dot vjp");
-    run_contract(s, g, other, dst, true);
+    run_contract(s, g, other, dst, !fresh);
   }
 }
 

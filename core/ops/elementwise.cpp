@@ -31,12 +31,14 @@ template <UnaryOp U, uint32_t S>
 void unary_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   const Tensor& g = c.cotangent();
-  const Tensor& dst = c.adjoint(0);
+  bool assign = false;
+  const Tensor& dst = adjoint_for_pass(c, 0, g.numel(), assign);
   const Axes& ax = g.axes();
   LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax),
                      (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                      (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
-  kernels(g.device()).deriv_acc[int(DerivOp::unary_neg) + int(U)][float_index(g.dtype(), "vjp")](
+  const KernelTable& k = kernels(g.device());
+  (assign ? k.deriv_set : k.deriv_acc)[int(DerivOp::unary_neg) + int(U)][float_index(g.dtype(), "vjp")](
       loop_dims(ax), args);
 }
 
@@ -74,11 +76,13 @@ void binary_vjp(VjpContext& c) {
   const Axes& ax = g.axes();
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
-    const Tensor& dst = c.adjoint(side);
+    bool assign = false;
+    const Tensor& dst = adjoint_for_pass(c, side, g.numel(), assign);
     LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                        (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
                        (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
-    kernels(g.device()).deriv_acc[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax), args);
+    const KernelTable& k = kernels(g.device());
+    (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax), args);
   }
 }
 

@@ -45,6 +45,14 @@ class VjpContext {
   /// Adjoint of input i with the input's axes: allocated zeroed on first use, or a view of its
   /// parent's adjoint when the input is a view. Accumulate into it in place.
   [[nodiscard]] virtual const Tensor& adjoint(int i) = 0;
+  /// Adjoint of input i for a rule about to write it: `fresh` comes back true when nothing has
+  /// been accumulated into it yet and its buffer is NOT initialised, so the rule must write every
+  /// element (not accumulate). Views of a parent's adjoint, and an input the op takes twice, are
+  /// never fresh. Rules use it through adjoint_for_pass / add_to_adjoint (core/ops/dispatch.h).
+  [[nodiscard]] virtual const Tensor& adjoint_to_write(int i, bool& fresh) {
+    fresh = false;
+    return adjoint(i);
+  }
   [[nodiscard]] virtual const Attrs& attrs() const = 0;
 };
 

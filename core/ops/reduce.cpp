@@ -81,7 +81,9 @@ Tensor reduce_forward(Inputs in, const Attrs& a) {
 template <Reduce R>
 void reduce_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
-  const Tensor& dst = c.adjoint(0);
+  // One pass over the adjoint's own axes: it covers every element once.
+  bool assign = false;
+  const Tensor& dst = c.adjoint_to_write(0, assign);
   const Axes& ax = dst.axes();
   Tensor g = c.cotangent();
   const int fi = float_index(g.dtype(), "vjp");
@@ -89,12 +91,12 @@ void reduce_vjp(VjpContext& c) {
   if (R == Reduce::mean) g = g * (1.0 / double(reduced_count(dst, c.attrs().axes)));
   if (R == Reduce::sum || R == Reduce::mean) {
     LoopArg args[2] = {loop_arg(dst, ax), loop_arg(g, ax)};
-    k.acc[fi](loop_dims(ax), args);
+    (assign ? k.copy : k.acc)[fi](loop_dims(ax), args);
     return;
   }
   DerivOp d = R == Reduce::max ? DerivOp::argmax_mask : DerivOp::softmax;
   LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax), loop_arg(c.input(0), ax), loop_arg(c.output(), ax)};
-  k.deriv_acc[int(d)][fi](loop_dims(ax), args);
+  (assign ? k.deriv_set : k.deriv_acc)[int(d)][fi](loop_dims(ax), args);
 }
 
 template <Reduce R>

@@ -125,7 +125,13 @@ bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
   KernelCall call(in, lam_axes, over, true);
   call.bind_adjoint(KernelCall::Adjoints::solution, c.output());
   for (int i = 0; i < 4; ++i)
-    if (c.needs_grad(i)) call.bind_adjoint(KernelCall::Adjoints::adj_lower + i, c.adjoint(i));
+    if (c.needs_grad(i)) {
+      // Each wanted adjoint has lam_axes: the kernel writes every element, so a fresh one is
+      // written rather than zero-filled and added to.
+      bool fresh = false;
+      call.bind_adjoint(KernelCall::Adjoints::adj_lower + i, c.adjoint_to_write(i, fresh));
+      call.adj.assign[i] = fresh;
+    }
   call.run(c.output().device(), c.output().dtype(), Tridiagonal::thomas);
   return true;
 }
@@ -139,11 +145,11 @@ void tridiagonal_vjp(VjpContext& c) {
   Axes lam_axes = align_axes(g.axes(), x.axes(), kOp);
   if (fused_vjp(c, lam_axes, over)) return;
   Tensor lam = solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
-  if (c.needs_grad(3)) accumulate(c.adjoint(3), lam);
-  if (c.needs_grad(1)) accumulate(c.adjoint(1), neg(lam * x));
+  if (c.needs_grad(3)) add_to_adjoint(c, 3, lam);
+  if (c.needs_grad(1)) add_to_adjoint(c, 1, neg(lam * x));
   if (x.size(over) < 2) return;  // a 1x1 system has no off-diagonal entries
-  if (c.needs_grad(0)) accumulate(c.adjoint(0), neg(lam * shifted(x, over, -1)));
-  if (c.needs_grad(2)) accumulate(c.adjoint(2), neg(lam * shifted(x, over, +1)));
+  if (c.needs_grad(0)) add_to_adjoint(c, 0, neg(lam * shifted(x, over, -1)));
+  if (c.needs_grad(2)) add_to_adjoint(c, 2, neg(lam * shifted(x, over, +1)));
 }
 
 Tensor tridiagonal_jvp(JvpContext& c) {
