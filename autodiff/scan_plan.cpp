@@ -212,6 +212,23 @@ class PlanVjpContext final : public VjpContext {
     if (!needs_grad(i)) throw AutodiffError(std::string("[") + p_.op->name + "] internal: input needs no gradient");
     return plan_.adjoint(values_, adjoints_, in_[i].var, batch_);
   }
+  // An op output's adjoint that no rule has touched yet is allocated uninitialised (inside a
+  // captured step this drops its per-step zero fill); carries, inputs and parameters arrive seeded.
+  const Tensor& adjoint_to_write(int i, bool& fresh) override {
+    fresh = false;
+    const int32_t v = in_[i].var;
+    for (int k = 0; k < p_.n_inputs; ++k)
+      if (k != i && in_[k].var == v) return adjoint(i);
+    if (!needs_grad(i) || adjoints_[static_cast<size_t>(v)].defined()) return adjoint(i);
+    const PlanVar& pv = plan_.var(v);
+    if (pv.kind != VarKind::op || plan_.ops()[static_cast<size_t>(pv.index)].op->view) return adjoint(i);
+    Axes ax = pv.axes;
+    for (int b = 0; b < batch_.rank(); ++b) ax.push_back(batch_[b]);
+    Tensor& a = adjoints_[static_cast<size_t>(v)];
+    a = empty(ax, pv.dtype, values_[static_cast<size_t>(v)].device());
+    fresh = true;
+    return a;
+  }
   const Attrs& attrs() const override { return attrs_; }
 
  private:

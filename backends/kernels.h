@@ -54,6 +54,16 @@ enum class CompareOp : int { greater, less, equal };
 /// Elementwise kernel: args[0] is the output (or accumulator), the rest are inputs.
 using ElementwiseFn = void (*)(const LoopDims& dims, const LoopArg* args);
 
+/// One operand of a loop over ONE dimension: element pointer and element stride.
+struct FlatArg {
+  void* data = nullptr;
+  int64_t stride = 0;
+};
+/// The flat twin of an elementwise kernel: the same computation over one loop dimension of n
+/// elements, with no planning and no parallel split (what a captured scan step replays for its
+/// small calls). Every operand is present: an absent one points at a zero with stride 0.
+using FlatFn = void (*)(int64_t n, const FlatArg* args);
+
 /// Contraction z[b, m, n] (+)= Σ_k x[b, m, k] y[b, k, n] where each of b, m, n, k is a group of
 /// up to kMaxLoopRank dims with per-operand strides (a dim absent from an operand has stride 0).
 struct ContractGroup {
@@ -185,6 +195,20 @@ struct KernelTable {
   RecurrenceVjpFn recurrence_vjp[2] = {};
   TridiagonalFn tridiagonal[2] = {};
   TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
+
+  /// Flat twins of the elementwise kernels above, as (kernel, twin) pairs (optional per kernel).
+  static constexpr int kMaxFlat = 512;
+  struct FlatTwin {
+    ElementwiseFn kernel = nullptr;
+    FlatFn flat = nullptr;
+  };
+  FlatTwin flat[kMaxFlat] = {};
+  int n_flat = 0;
+  /// Sets `entry` to `kernel` and records its flat twin.
+  void set(ElementwiseFn& entry, ElementwiseFn kernel, FlatFn twin) {
+    entry = kernel;
+    if (n_flat < kMaxFlat) flat[n_flat++] = {kernel, twin};
+  }
 };
 
 /// Fills `t` with the host kernels (backends/cpu).

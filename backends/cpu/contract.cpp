@@ -132,15 +132,33 @@ bool contract_small(const ContractArgs& a) {
       const T* xb = x + b0 * bx0 + b1 * bx1;
       const T* yb = y + b0 * by0 + b1 * by1;
       T* zb = z + b0 * bz0 + b1 * bz1;
-      for (int64_t m = 0; m < M; ++m)
-        for (int64_t n = 0; n < N; ++n) {
-          const T* xm = xb + m * mx;
+      for (int64_t m = 0; m < M; ++m) {
+        const T* xm = xb + m * mx;
+        int64_t n = 0;
+        // Four outputs per pass over k: each x element loaded once, four sums in registers.
+        for (; n + 4 <= N; n += 4) {
+          const T* yn = yb + n * ny;
+          T s0 = T(0), s1 = T(0), s2 = T(0), s3 = T(0);
+          for (int64_t k = 0; k < K; ++k) {
+            const T xv = xm[k * kx];
+            const T* yk = yn + k * ky;
+            s0 += xv * yk[0];
+            s1 += xv * yk[ny];
+            s2 += xv * yk[2 * ny];
+            s3 += xv * yk[3 * ny];
+          }
+          T* dst = zb + m * mz + n * nz;
+          const T sum[4] = {s0, s1, s2, s3};
+          for (int j = 0; j < 4; ++j) dst[j * nz] = a.accumulate ? dst[j * nz] + sum[j] : sum[j];
+        }
+        for (; n < N; ++n) {
           const T* yn = yb + n * ny;
           T acc = T(0);
           for (int64_t k = 0; k < K; ++k) acc += xm[k * kx] * yn[k * ky];
           T& dst = zb[m * mz + n * nz];
           dst = a.accumulate ? dst + acc : acc;
         }
+      }
     }
   return true;
 }

@@ -39,66 +39,97 @@ inline void put(T& dst, T v) {
     dst = v;
 }
 
-#define TENAX_UNARY(name, f, df, saves)                                                   \
-  template <class T>                                                                      \
-  void unary_##name(const LoopDims& d, const LoopArg* args) {                             \
-    for_each<T, T>(d, args, [](T& y, T x) { y = (f); });                                  \
-  }                                                                                       \
-  template <class T, bool kAcc>                                                           \
-  void deriv_unary_##name(const LoopDims& d, const LoopArg* in_args) {                    \
-    LoopArg args[4] = {in_args[0], in_args[1], in_args[2], in_args[3]};                   \
-    fill_missing<T>(args + 2, 2);                                                         \
-    for_each<T, T, T, T>(d, args, [](T& dst, T g, [[maybe_unused]] T x,                   \
-                                     [[maybe_unused]] T y) { put<kAcc>(dst, g * (df)); }); \
+// T, once per index of a pack (kArity operands of one element type).
+template <class T, std::size_t>
+using Same = T;
+
+// A reverse rule "dst (+)= g * D(p...)" from functor F over arity operands of type T: the strided
+// form fills absent residual operands with a zero; the flat twin gets them filled by the caller.
+template <class F, class T, int kArity>
+struct DerivKernel {
+  template <std::size_t... I>
+  static void run_all(const LoopDims& d, const LoopArg* a, std::index_sequence<I...>) {
+    for_each<Same<T, I>...>(d, a, F{});
   }
+  static void run(const LoopDims& d, const LoopArg* in_args) {
+    LoopArg args[kArity];
+    for (int i = 0; i < kArity; ++i) args[i] = in_args[i];
+    fill_missing<T>(args + 2, kArity - 2);
+    run_all(d, args, std::make_index_sequence<kArity>{});
+  }
+  template <std::size_t... I>
+  static void flat_all(int64_t n, const detail::FlatArg* a, std::index_sequence<I...>) {
+    for_flat<Same<T, I>...>(n, a, F{});
+  }
+  static void flat(int64_t n, const detail::FlatArg* a) { flat_all(n, a, std::make_index_sequence<kArity>{}); }
+};
+
+#define TENAX_UNARY(name, f, df, saves)                                                           \
+  template <class T>                                                                              \
+  struct Fwd_##name {                                                                             \
+    void operator()(T& y, T x) const { y = (f); }                                                 \
+  };                                                                                              \
+  template <class T, bool kAcc>                                                                   \
+  struct Deriv_##name {                                                                           \
+    void operator()(T& dst, T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const {              \
+      put<kAcc>(dst, g * (df));                                                                   \
+    }                                                                                             \
+  };
 #include "tenax/core/ops/elementwise.def"
 
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                                             \
-  template <class T>                                                                       \
-  void binary_##name(const LoopDims& d, const LoopArg* args) {                             \
-    for_each<T, T, T>(d, args, [](T& y, T a, T b) { y = (f); });                           \
-  }                                                                                        \
-  template <class T, bool kAcc>                                                            \
-  void deriv_##name##_a(const LoopDims& d, const LoopArg* in_args) {                       \
-    LoopArg args[5] = {in_args[0], in_args[1], in_args[2], in_args[3], in_args[4]};        \
-    fill_missing<T>(args + 2, 3);                                                          \
-    for_each<T, T, T, T, T>(d, args, [](T& dst, T g, [[maybe_unused]] T a,                 \
-                                        [[maybe_unused]] T b, [[maybe_unused]] T y) {      \
-      put<kAcc>(dst, g * (dfa));                                                           \
-    });                                                                                    \
-  }                                                                                        \
-  template <class T, bool kAcc>                                                            \
-  void deriv_##name##_b(const LoopDims& d, const LoopArg* in_args) {                       \
-    LoopArg args[5] = {in_args[0], in_args[1], in_args[2], in_args[3], in_args[4]};        \
-    fill_missing<T>(args + 2, 3);                                                          \
-    for_each<T, T, T, T, T>(d, args, [](T& dst, T g, [[maybe_unused]] T a,                 \
-                                        [[maybe_unused]] T b, [[maybe_unused]] T y) {      \
-      put<kAcc>(dst, g * (dfb));                                                           \
-    });                                                                                    \
-  }
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
+  template <class T>                                                                              \
+  struct Fwd_##name {                                                                             \
+    void operator()(T& y, T a, T b) const { y = (f); }                                            \
+  };                                                                                              \
+  template <class T, bool kAcc>                                                                   \
+  struct Deriv_##name##_a {                                                                       \
+    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b,                      \
+                    [[maybe_unused]] T y) const {                                                 \
+      put<kAcc>(dst, g * (dfa));                                                                  \
+    }                                                                                             \
+  };                                                                                              \
+  template <class T, bool kAcc>                                                                   \
+  struct Deriv_##name##_b {                                                                       \
+    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b,                      \
+                    [[maybe_unused]] T y) const {                                                 \
+      put<kAcc>(dst, g * (dfb));                                                                  \
+    }                                                                                             \
+  };
 #include "tenax/core/ops/elementwise.def"
 
 template <class T, bool kAcc>
-void deriv_one(const LoopDims& d, const LoopArg* args) {
-  for_each<T, T>(d, args, [](T& dst, T g) { put<kAcc>(dst, g); });
-}
+struct DerivOne {
+  void operator()(T& dst, T g) const { put<kAcc>(dst, g); }
+};
 template <class T, bool kAcc>
-void deriv_argmax_mask(const LoopDims& d, const LoopArg* args) {
-  for_each<T, T, T, T>(d, args, [](T& dst, T g, T x, T y) { put<kAcc>(dst, x == y ? g : T(0)); });
-}
+struct DerivArgmaxMask {
+  void operator()(T& dst, T g, T x, T y) const { put<kAcc>(dst, x == y ? g : T(0)); }
+};
 template <class T, bool kAcc>
-void deriv_softmax(const LoopDims& d, const LoopArg* args) {
-  for_each<T, T, T, T>(d, args, [](T& dst, T g, T x, T y) { put<kAcc>(dst, g * exp(x - y)); });
+struct DerivSoftmax {
+  void operator()(T& dst, T g, T x, T y) const { put<kAcc>(dst, g * exp(x - y)); }
+};
+
+// Both dtypes and both modes of one reverse rule into the table.
+template <template <class, bool> class F, int kArity>
+void deriv_entry(detail::KernelTable& t, detail::DerivOp op) {
+  auto one = [&](auto tag, int dt) {
+    using T = decltype(tag);
+    using Acc = DerivKernel<F<T, true>, T, kArity>;
+    using Set = DerivKernel<F<T, false>, T, kArity>;
+    t.set(t.deriv_acc[int(op)][dt], &Acc::run, &Acc::flat);
+    t.set(t.deriv_set[int(op)][dt], &Set::run, &Set::flat);
+  };
+  one(double{}, 0);
+  one(float{}, 1);
 }
 
-// Both modes of one reverse rule into the table.
-#define TENAX_DERIV_ENTRY(t, op, fn)                          \
-  do {                                                        \
-    (t).deriv_acc[int(op)][0] = fn<double, true>;             \
-    (t).deriv_acc[int(op)][1] = fn<float, true>;              \
-    (t).deriv_set[int(op)][0] = fn<double, false>;            \
-    (t).deriv_set[int(op)][1] = fn<float, false>;             \
-  } while (false)
+template <template <class> class F, std::size_t... I>
+void forward_entry(detail::KernelTable& t, detail::ElementwiseFn (&row)[2], std::index_sequence<I...>) {
+  Kernel<F<double>, Same<double, I>...>::into(t, row[0]);
+  Kernel<F<float>, Same<float, I>...>::into(t, row[1]);
+}
 
 }  // namespace
 
@@ -106,21 +137,18 @@ void register_elementwise(detail::KernelTable& t) {
   using detail::BinaryOp;
   using detail::DerivOp;
   using detail::UnaryOp;
-#define TENAX_UNARY(name, f, df, saves)                                 \
-  t.unary[int(UnaryOp::name)][0] = unary_##name<double>;                \
-  t.unary[int(UnaryOp::name)][1] = unary_##name<float>;                 \
-  TENAX_DERIV_ENTRY(t, DerivOp::unary_##name, deriv_unary_##name);
+#define TENAX_UNARY(name, f, df, saves)                                  \
+  forward_entry<Fwd_##name>(t, t.unary[int(UnaryOp::name)], std::make_index_sequence<2>{});        \
+  deriv_entry<Deriv_##name, 4>(t, DerivOp::unary_##name);
 #include "tenax/core/ops/elementwise.def"
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                    \
-  t.binary[int(BinaryOp::name)][0] = binary_##name<double>;       \
-  t.binary[int(BinaryOp::name)][1] = binary_##name<float>;        \
-  TENAX_DERIV_ENTRY(t, DerivOp::name##_a, deriv_##name##_a);      \
-  TENAX_DERIV_ENTRY(t, DerivOp::name##_b, deriv_##name##_b);
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                           \
+  forward_entry<Fwd_##name>(t, t.binary[int(BinaryOp::name)], std::make_index_sequence<3>{}); \
+  deriv_entry<Deriv_##name##_a, 5>(t, DerivOp::name##_a);                \
+  deriv_entry<Deriv_##name##_b, 5>(t, DerivOp::name##_b);
 #include "tenax/core/ops/elementwise.def"
-  TENAX_DERIV_ENTRY(t, DerivOp::one, deriv_one);
-  TENAX_DERIV_ENTRY(t, DerivOp::argmax_mask, deriv_argmax_mask);
-  TENAX_DERIV_ENTRY(t, DerivOp::softmax, deriv_softmax);
+  deriv_entry<DerivOne, 2>(t, DerivOp::one);
+  deriv_entry<DerivArgmaxMask, 4>(t, DerivOp::argmax_mask);
+  deriv_entry<DerivSoftmax, 4>(t, DerivOp::softmax);
 }
-#undef TENAX_DERIV_ENTRY
 
 }  // namespace tenax::cpu

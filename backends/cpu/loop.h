@@ -202,4 +202,24 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
                     });
 }
 
+/// The flat form of for_each (detail::FlatFn): one loop dimension, strides given, serial.
+template <class... Ts, class F, std::size_t... I>
+inline void for_flat_impl(int64_t n, const detail::FlatArg* a, F& f, std::index_sequence<I...> seq) {
+  std::tuple<Ts*...> ptr{static_cast<Ts*>(a[I].data)...};
+  const int64_t s[sizeof...(Ts)] = {a[I].stride...};
+  loop_detail::inner<Ts...>(n, ptr, s, f, seq);
+}
+template <class... Ts, class F>
+inline void for_flat(int64_t n, const detail::FlatArg* a, F f) {
+  for_flat_impl<Ts...>(n, a, f, std::index_sequence_for<Ts...>{});
+}
+
+/// A kernel from a stateless functor F over element types Ts: the strided form and its flat twin.
+template <class F, class... Ts>
+struct Kernel {
+  static void run(const detail::LoopDims& d, const detail::LoopArg* a) { for_each<Ts...>(d, a, F{}); }
+  static void flat(int64_t n, const detail::FlatArg* a) { for_flat<Ts...>(n, a, F{}); }
+  static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) { t.set(entry, &run, &flat); }
+};
+
 }  // namespace tenax::cpu

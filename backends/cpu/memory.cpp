@@ -11,9 +11,9 @@ using detail::LoopArg;
 using detail::LoopDims;
 
 template <class T>
-void copy(const LoopDims& d, const LoopArg* a) {
-  for_each<T, T>(d, a, [](T& y, T x) { y = x; });
-}
+struct Copy {
+  void operator()(T& y, T x) const { y = x; }
+};
 // y += x; marked as a sum so a reduction into one element runs on partial sums (loop.h).
 template <class T>
 struct AddInto {
@@ -21,69 +21,85 @@ struct AddInto {
   void operator()(T& y, T x) const { y += x; }
 };
 template <class T>
-void acc(const LoopDims& d, const LoopArg* a) {
-  for_each<T, T>(d, a, AddInto<T>{});
-}
-template <class T>
-void max_acc(const LoopDims& d, const LoopArg* a) {
-  for_each<T, T>(d, a, [](T& y, T x) { y = x > y ? x : y; });
-}
-template <class T>
-void scale(const LoopDims& d, const LoopArg* a) {
-  const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
-  for_each<T, T>(d, a, [s](T& y, T x) { y = x * s; });
-}
-template <class T>
-void fill(const LoopDims& d, const LoopArg* a) {
-  const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
-  for_each<T>(d, a, [v](T& y) { y = v; });
-}
+struct MaxInto {
+  void operator()(T& y, T x) const { y = x > y ? x : y; }
+};
 template <class To, class From>
-void cast(const LoopDims& d, const LoopArg* a) {
-  for_each<To, From>(d, a, [](To& y, From x) { y = static_cast<To>(x); });
-}
+struct Cast {
+  void operator()(To& y, From x) const { y = static_cast<To>(x); }
+};
 template <class T>
-void where(const LoopDims& d, const LoopArg* a) {
-  for_each<T, bool, T, T>(d, a, [](T& y, bool c, T p, T q) { y = c ? p : q; });
-}
+struct Where {
+  void operator()(T& y, bool c, T p, T q) const { y = c ? p : q; }
+};
 template <class T>
-void greater(const LoopDims& d, const LoopArg* a) {
-  for_each<bool, T, T>(d, a, [](bool& y, T p, T q) { y = p > q; });
-}
+struct Greater {
+  void operator()(bool& y, T p, T q) const { y = p > q; }
+};
 template <class T>
-void less(const LoopDims& d, const LoopArg* a) {
-  for_each<bool, T, T>(d, a, [](bool& y, T p, T q) { y = p < q; });
-}
+struct Less {
+  void operator()(bool& y, T p, T q) const { y = p < q; }
+};
 template <class T>
-void equal(const LoopDims& d, const LoopArg* a) {
-  for_each<bool, T, T>(d, a, [](bool& y, T p, T q) { y = p == q; });
+struct Equal {
+  void operator()(bool& y, T p, T q) const { y = p == q; }
+};
+
+// The two kernels with a scalar operand (a double, whatever T is): args[2] for scale, args[1]
+// for fill.
+template <class T>
+struct Scale {
+  static void run(const LoopDims& d, const LoopArg* a) {
+    const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
+    for_each<T, T>(d, a, [s](T& y, T x) { y = x * s; });
+  }
+  static void flat(int64_t n, const detail::FlatArg* a) {
+    const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
+    for_flat<T, T>(n, a, [s](T& y, T x) { y = x * s; });
+  }
+};
+template <class T>
+struct Fill {
+  static void run(const LoopDims& d, const LoopArg* a) {
+    const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
+    for_each<T>(d, a, [v](T& y) { y = v; });
+  }
+  static void flat(int64_t n, const detail::FlatArg* a) {
+    const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
+    for_flat<T>(n, a, [v](T& y) { y = v; });
+  }
+};
+
+template <template <class> class K, class T>
+void with_scalar(detail::KernelTable& t, detail::ElementwiseFn& entry) {
+  t.set(entry, &K<T>::run, &K<T>::flat);
 }
 
 }  // namespace
 
 void register_memory(detail::KernelTable& t) {
-  t.copy[0] = copy<double>;
-  t.copy[1] = copy<float>;
-  t.copy[2] = copy<int64_t>;
-  t.copy[3] = copy<bool>;
-  t.acc[0] = acc<double>;
-  t.acc[1] = acc<float>;
-  t.max_acc[0] = max_acc<double>;
-  t.max_acc[1] = max_acc<float>;
-  t.scale[0] = scale<double>;
-  t.scale[1] = scale<float>;
-  t.fill[0] = fill<double>;
-  t.fill[1] = fill<float>;
-  t.cast_f64_f32 = cast<float, double>;
-  t.cast_f32_f64 = cast<double, float>;
-  t.where[0] = where<double>;
-  t.where[1] = where<float>;
-  t.compare[0][0] = greater<double>;
-  t.compare[0][1] = greater<float>;
-  t.compare[1][0] = less<double>;
-  t.compare[1][1] = less<float>;
-  t.compare[2][0] = equal<double>;
-  t.compare[2][1] = equal<float>;
+  Kernel<Copy<double>, double, double>::into(t, t.copy[0]);
+  Kernel<Copy<float>, float, float>::into(t, t.copy[1]);
+  Kernel<Copy<int64_t>, int64_t, int64_t>::into(t, t.copy[2]);
+  Kernel<Copy<bool>, bool, bool>::into(t, t.copy[3]);
+  Kernel<AddInto<double>, double, double>::into(t, t.acc[0]);
+  Kernel<AddInto<float>, float, float>::into(t, t.acc[1]);
+  Kernel<MaxInto<double>, double, double>::into(t, t.max_acc[0]);
+  Kernel<MaxInto<float>, float, float>::into(t, t.max_acc[1]);
+  with_scalar<Scale, double>(t, t.scale[0]);
+  with_scalar<Scale, float>(t, t.scale[1]);
+  with_scalar<Fill, double>(t, t.fill[0]);
+  with_scalar<Fill, float>(t, t.fill[1]);
+  Kernel<Cast<float, double>, float, double>::into(t, t.cast_f64_f32);
+  Kernel<Cast<double, float>, double, float>::into(t, t.cast_f32_f64);
+  Kernel<Where<double>, double, bool, double, double>::into(t, t.where[0]);
+  Kernel<Where<float>, float, bool, float, float>::into(t, t.where[1]);
+  Kernel<Greater<double>, bool, double, double>::into(t, t.compare[0][0]);
+  Kernel<Greater<float>, bool, float, float>::into(t, t.compare[0][1]);
+  Kernel<Less<double>, bool, double, double>::into(t, t.compare[1][0]);
+  Kernel<Less<float>, bool, float, float>::into(t, t.compare[1][1]);
+  Kernel<Equal<double>, bool, double, double>::into(t, t.compare[2][0]);
+  Kernel<Equal<float>, bool, float, float>::into(t, t.compare[2][1]);
 }
 
 }  // namespace tenax::cpu

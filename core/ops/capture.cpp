@@ -49,8 +49,40 @@ struct Tables {
   KernelTable real[kDeviceKinds];
   KernelTable capturing[kDeviceKinds];
   ElementwiseFn slot_fn[kDeviceKinds][kMaxSlots] = {};
+  FlatFn slot_flat[kDeviceKinds][kMaxSlots] = {};  ///< the flat twin of each slot's kernel
   SlotInfo slot[kMaxSlots];
 };
+
+// Calls of at most this many elements replay through flat twins (larger ones keep the planned,
+// possibly parallel, loop, whose set-up cost is then negligible).
+constexpr int64_t kFlatLimit = 4096;
+
+// What an absent operand of a flat call reads (zero as float64 and as float32).
+alignas(16) const double kZeros[2] = {0.0, 0.0};
+
+// Collapses `dims` to one loop dimension for all `n` operands: drops unit dims, then merges each
+// dim into the next inner one when every operand's stride allows. False if some dim does not merge.
+bool collapse(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride) {
+  count = 1;
+  for (int a = 0; a < n; ++a) stride[a] = 0;
+  bool started = false;
+  for (int d = dims.rank - 1; d >= 0; --d) {
+    const int64_t size = dims.sizes[d];
+    if (size == 1) continue;
+    if (!started) {
+      for (int a = 0; a < n; ++a) stride[a] = args[a].data ? args[a].strides[d] : 0;
+      count = size;
+      started = true;
+      continue;
+    }
+    for (int a = 0; a < n; ++a)
+      if (args[a].data && args[a].strides[d] != stride[a] * count) return false;
+    count *= size;
+  }
+  for (int d = 0; d < dims.rank; ++d)
+    if (dims.sizes[d] == 0) count = 0;
+  return true;
+}
 const Tables& tables();
 
 template <int Dev, int Slot>
@@ -203,6 +235,8 @@ void install(Tables& t) {
     if (slot >= kMaxSlots) throw Error("[capture] internal: more elementwise kernels than capture slots");
     t.slot[slot] = {arity, scalar};
     t.slot_fn[Dev][slot] = f;
+    for (int k = 0; f && k < c.n_flat; ++k)
+      if (c.flat[k].kernel == f) t.slot_flat[Dev][slot] = c.flat[k].flat;
     if (f) f = tramp[static_cast<size_t>(slot)];
     ++slot;
   });
@@ -254,6 +288,10 @@ const char* failure_reason(const char* kernel) {
 
 void KernelProgram::run(const char* what, int64_t position) const {
   for (const Call& c : calls_) {
+    if (c.flat) {
+      c.flat(c.count, &flat_args_[static_cast<size_t>(c.first_arg)]);
+      continue;
+    }
     if (c.fn) {
       c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
       continue;
@@ -276,7 +314,13 @@ KernelCapture::KernelCapture(KernelProgram& program) : program_(program) {
 
 KernelCapture::~KernelCapture() {
   g_capture = nullptr;
-  for (const ScalarFix& f : fixes_) program_.args_[f.arg].data = &program_.scalars_[f.scalar];
+  for (const ScalarFix& f : fixes_) {
+    void* p = &program_.scalars_[f.scalar];
+    if (f.flat)
+      program_.flat_args_[f.arg].data = p;
+    else
+      program_.args_[f.arg].data = p;
+  }
 }
 
 const KernelTable& KernelCapture::table(Device d) const {
@@ -288,6 +332,7 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
   const ElementwiseFn fn = t.slot_fn[device_kind][slot];
   fn(dims, args);
   const SlotInfo& info = t.slot[slot];
+  if (record_flat(device_kind, t.slot_flat[device_kind][slot], info.arity, info.scalar, dims, args)) return;
   KernelProgram::Call call;
   call.fn = fn;
   call.dims = dims;
@@ -296,10 +341,41 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
     program_.args_.push_back(args[i]);
     if (i == info.scalar) {
       program_.scalars_.push_back(*static_cast<const double*>(args[i].data));
-      fixes_.push_back({program_.args_.size() - 1, program_.scalars_.size() - 1});
+      fixes_.push_back({program_.args_.size() - 1, program_.scalars_.size() - 1, false});
     }
   }
   program_.calls_.push_back(std::move(call));
+}
+
+bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int scalar, const LoopDims& dims,
+                                const LoopArg* args) {
+  if (!flat || device_kind != 0) return false;
+  int64_t total = 1;
+  for (int d = 0; d < dims.rank; ++d) total *= dims.sizes[d];
+  if (total > kFlatLimit) return false;
+  // The scalar operand (fill / scale) is a pointer, not a strided operand.
+  LoopArg strided[8];
+  for (int i = 0; i < arity; ++i) {
+    strided[i] = args[i];
+    if (i == scalar) strided[i].data = nullptr;
+  }
+  int64_t count = 0, stride[8];
+  if (!collapse(dims, strided, arity, count, stride)) return false;
+  KernelProgram::Call call;
+  call.flat = flat;
+  call.count = count;
+  call.first_arg = static_cast<int32_t>(program_.flat_args_.size());
+  for (int i = 0; i < arity; ++i) {
+    FlatArg f{args[i].data, stride[i]};
+    if (!f.data) f = {const_cast<double*>(kZeros), 0};
+    program_.flat_args_.push_back(f);
+    if (i == scalar) {
+      program_.scalars_.push_back(*static_cast<const double*>(args[i].data));
+      fixes_.push_back({program_.flat_args_.size() - 1, program_.scalars_.size() - 1, true});
+    }
+  }
+  program_.calls_.push_back(std::move(call));
+  return true;
 }
 
 int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel) {

@@ -34,7 +34,11 @@ class KernelProgram {
   struct Call {
     ElementwiseFn fn = nullptr;  ///< elementwise kernels; null for the others
     LoopDims dims;
-    int32_t first_arg = 0;
+    int32_t first_arg = 0;  ///< into args_, or into flat_args_ for a flat call
+    /// A small elementwise call whose loop collapsed to one dimension: its kernel's flat twin
+    /// over `count` elements (fn is then null).
+    FlatFn flat = nullptr;
+    int64_t count = 0;
     /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
     std::function<int64_t()> other;
     const char* kernel = "";  ///< for errors
@@ -43,6 +47,7 @@ class KernelProgram {
   };
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
+  std::vector<FlatArg> flat_args_;
   std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
 };
@@ -69,9 +74,14 @@ class KernelCapture {
  private:
   friend void keep_for_capture(Storage* s);
   struct ScalarFix {
-    size_t arg;     ///< into program_.args_
+    size_t arg;     ///< into program_.args_ (or flat_args_)
     size_t scalar;  ///< into program_.scalars_
+    bool flat;
   };
+  /// Records a call as a flat call when its kernel has a flat twin, it is small, and its loop
+  /// collapses to one dimension for every operand.
+  bool record_flat(int device_kind, FlatFn flat, int arity, int scalar, const LoopDims& dims,
+                   const LoopArg* args);
   KernelProgram& program_;
   std::vector<ScalarFix> fixes_;
 };
