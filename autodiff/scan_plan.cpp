@@ -169,25 +169,54 @@ std::vector<char> ScanPlan::needs_grad(const std::vector<char>& x_needs) const {
 }
 
 Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
-                          const Axes& batch) const {
+                          const Axes& batch, std::vector<char>* fresh) const {
   Tensor& a = adjoints[static_cast<size_t>(v)];
-  if (a.defined()) return a;
-  const PlanVar& pv = vars_[static_cast<size_t>(v)];
-  if (pv.kind == VarKind::op) {
-    const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
-    const int32_t parent = p.op->view ? inputs_[static_cast<size_t>(p.first_input)].var : -1;
-    if (parent >= 0) {
-      Tensor pa = adjoint(values, adjoints, parent, batch);
-      const Tensor* in = &pa;
-      Tensor view = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
-      adjoints[static_cast<size_t>(v)] = view;
-      return adjoints[static_cast<size_t>(v)];
+  const int32_t parent = view_parent(v);
+  if (a.defined()) {
+    if (parent >= 0) (void)adjoint(values, adjoints, parent, batch, fresh);  // zeroes a fresh parent
+    if (fresh && (*fresh)[static_cast<size_t>(v)]) {
+      (*fresh)[static_cast<size_t>(v)] = 0;
+      fill_zero(a);
     }
+    return a;
+  }
+  const PlanVar& pv = vars_[static_cast<size_t>(v)];
+  if (parent >= 0) {
+    Tensor pa = adjoint(values, adjoints, parent, batch, fresh);
+    const Tensor* in = &pa;
+    const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
+    adjoints[static_cast<size_t>(v)] = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
+    return adjoints[static_cast<size_t>(v)];
   }
   Axes ax = pv.axes;
   for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
   a = zeros(ax, pv.dtype, values[static_cast<size_t>(v)].device());
   return a;
+}
+
+void ScanPlan::allocate(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
+                        const Axes& batch, std::vector<char>& fresh) const {
+  if (adjoints[static_cast<size_t>(v)].defined()) return;
+  const PlanVar& pv = vars_[static_cast<size_t>(v)];
+  const int32_t parent = view_parent(v);
+  if (parent >= 0) {
+    allocate(values, adjoints, parent, batch, fresh);
+    const Tensor* in = &adjoints[static_cast<size_t>(parent)];
+    const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
+    adjoints[static_cast<size_t>(v)] = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
+    return;
+  }
+  Axes ax = pv.axes;
+  for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+  adjoints[static_cast<size_t>(v)] = empty(ax, pv.dtype, values[static_cast<size_t>(v)].device());
+  fresh[static_cast<size_t>(v)] = 1;
+}
+
+int32_t ScanPlan::view_parent(int32_t v) const {
+  const PlanVar& pv = vars_[static_cast<size_t>(v)];
+  if (pv.kind != VarKind::op) return -1;
+  const PlanOp& p = ops_[static_cast<size_t>(pv.index)];
+  return p.op->view ? inputs_[static_cast<size_t>(p.first_input)].var : -1;
 }
 
 namespace {
@@ -196,8 +225,16 @@ class PlanVjpContext final : public VjpContext {
  public:
   PlanVjpContext(const ScanPlan& plan, const PlanOp& p, const PlanRef* in, const Attrs& attrs,
                  const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                 const Axes& batch)
-      : plan_(plan), p_(p), in_(in), attrs_(attrs), values_(values), adjoints_(adjoints), needs_(needs), batch_(batch) {}
+                 const Axes& batch, std::vector<char>* fresh)
+      : plan_(plan),
+        p_(p),
+        in_(in),
+        attrs_(attrs),
+        values_(values),
+        adjoints_(adjoints),
+        needs_(needs),
+        batch_(batch),
+        fresh_(fresh) {}
 
   const Tensor& cotangent() const override { return adjoints_[static_cast<size_t>(p_.out)]; }
   const Tensor& input(int i) const override { return plan_.value(values_, in_[i]); }
@@ -210,21 +247,27 @@ class PlanVjpContext final : public VjpContext {
   }
   const Tensor& adjoint(int i) override {
     if (!needs_grad(i)) throw AutodiffError(std::string("[") + p_.op->name + "] internal: input needs no gradient");
-    return plan_.adjoint(values_, adjoints_, in_[i].var, batch_);
+    return plan_.adjoint(values_, adjoints_, in_[i].var, batch_, fresh_);
   }
-  // An op output's adjoint that no rule has touched yet is allocated uninitialised (inside a
-  // captured step this drops its per-step zero fill); carries, inputs and parameters arrive seeded.
+  // An adjoint not written yet (allocated fresh, or not allocated: an op output's) goes to a rule
+  // that writes it whole uninitialised: inside a captured step this drops its per-step zero fill.
   const Tensor& adjoint_to_write(int i, bool& fresh) override {
     fresh = false;
     const int32_t v = in_[i].var;
     for (int k = 0; k < p_.n_inputs; ++k)
       if (k != i && in_[k].var == v) return adjoint(i);
-    if (!needs_grad(i) || adjoints_[static_cast<size_t>(v)].defined()) return adjoint(i);
+    if (!needs_grad(i) || plan_.view_parent(v) >= 0) return adjoint(i);
+    Tensor& a = adjoints_[static_cast<size_t>(v)];
+    if (a.defined()) {
+      if (!fresh_ || !(*fresh_)[static_cast<size_t>(v)]) return a;
+      (*fresh_)[static_cast<size_t>(v)] = 0;
+      fresh = true;
+      return a;
+    }
     const PlanVar& pv = plan_.var(v);
-    if (pv.kind != VarKind::op || plan_.ops()[static_cast<size_t>(pv.index)].op->view) return adjoint(i);
+    if (pv.kind != VarKind::op) return adjoint(i);
     Axes ax = pv.axes;
     for (int b = 0; b < batch_.rank(); ++b) ax.push_back(batch_[b]);
-    Tensor& a = adjoints_[static_cast<size_t>(v)];
     a = empty(ax, pv.dtype, values_[static_cast<size_t>(v)].device());
     fresh = true;
     return a;
@@ -240,24 +283,29 @@ class PlanVjpContext final : public VjpContext {
   std::vector<Tensor>& adjoints_;
   const std::vector<char>& needs_;
   const Axes& batch_;
+  std::vector<char>* fresh_;
 };
 
 }  // namespace
 
 void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                        const Axes& batch) const {
+                        const Axes& batch, std::vector<char>* fresh) const {
   for (size_t k = ops_.size(); k-- > 0;) {
     const PlanOp& p = ops_[k];
     if (!p.op->vjp || p.op->view || !adjoints[static_cast<size_t>(p.out)].defined()) continue;
+    if (fresh && (*fresh)[static_cast<size_t>(p.out)]) continue;  // a zero cotangent: nothing to add
     if (batch.rank() > 0 && !p.op->batched_vjp)
       throw AutodiffError(std::string("[scan] the VJP of '") + p.op->name + "' in the body cannot take the batch axes " +
                           batch.describe() + " of the cotangent; compute one VJP per cotangent instead");
     PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)], attrs_[static_cast<size_t>(p.attrs)],
-                       values, adjoints, needs, batch);
+                       values, adjoints, needs, batch, fresh);
     p.op->vjp(ctx);
     if (check_finite_enabled())
       for (int i = 0; i < p.n_inputs; ++i) {
         const PlanRef& in = inputs_[static_cast<size_t>(p.first_input + i)];
+        int32_t root = in.var;
+        while (root >= 0 && view_parent(root) >= 0) root = view_parent(root);
+        if (root >= 0 && fresh && (*fresh)[static_cast<size_t>(root)]) continue;  // not written yet
         if (in.var >= 0 && adjoints[static_cast<size_t>(in.var)].defined())
           check_finite_value(adjoints[static_cast<size_t>(in.var)], p.op->name,
                              "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");

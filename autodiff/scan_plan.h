@@ -66,15 +66,25 @@ class ScanPlan {
   /// adjoints (and the parameters' accumulators, the x adjoints as views of the xs adjoint); other
   /// entries undefined. Each VJP accumulates into its inputs' adjoints, allocated lazily.
   /// `batch`: axes the adjoints have beyond their variables' (several VJPs at once).
+  /// `fresh` (optional, per variable): adjoints allocated but not yet written (see allocate);
+  /// a rule writing one whole clears its flag, one accumulating zeroes it first, and an op whose
+  /// output adjoint is still fresh contributes nothing and is skipped.
   void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                const Axes& batch) const;
+                const Axes& batch, std::vector<char>* fresh = nullptr) const;
 
   /// The adjoint of variable v (its axes, then `batch`), allocated zeroed (or as a view of its
-  /// parent's) on first use.
-  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
-                  const Axes& batch) const;
+  /// parent's) on first use. With `fresh`: an adjoint flagged fresh (or the fresh parent of a
+  /// view) is zero-filled now and unflagged, so that it can be accumulated into.
+  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v, const Axes& batch,
+                  std::vector<char>* fresh = nullptr) const;
+  /// Allocates v's adjoint without initialising it and flags it fresh (a view: its parent's,
+  /// allocated so, viewed).
+  void allocate(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v, const Axes& batch,
+                std::vector<char>& fresh) const;
 
   [[nodiscard]] const PlanVar& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
+  /// The variable v is a view of (its adjoint aliases that one's), or -1.
+  [[nodiscard]] int32_t view_parent(int32_t v) const;
   [[nodiscard]] int n_carry() const { return n_carry_; }
   [[nodiscard]] int n_x() const { return n_x_; }
   [[nodiscard]] const std::vector<Tensor>& params() const { return params_; }

@@ -137,31 +137,54 @@ void StepProgram::backward(int64_t s) {
     vjp_.run("scan step", s);
   } else {
     const ScanPlan& p = *plan_;
-    // Zeroed adjoints of every variable that can carry a gradient (views alias their parent's),
-    // then the cotangent of the carry after this step.
+    // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
+    // zeroed: each stays flagged fresh until its first writer, and is zero-filled only where
+    // something accumulates into it first (most adjoints are written whole by one rule). Then
+    // the cotangent of the carry after this step, and of y_t.
+    std::vector<char> fresh(p.n_vars(), 0);
     capture_into(seed_, [&] {
       for (size_t v = 0; v < p.n_vars(); ++v)
-        if (needs_[v] && !adjoints_[v].defined()) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_);
+        if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);
       for (size_t k = 0; k < carry_.size(); ++k) {
-        const int32_t v = p.carry_out()[k].var;
-        if (v >= 0 && needs_[static_cast<size_t>(v)]) accumulate(adjoints_[static_cast<size_t>(v)], carry_bar_[k]);
+        const auto v = static_cast<size_t>(p.carry_out()[k].var);
+        if (p.carry_out()[k].var < 0 || !needs_[v]) continue;
+        if (fresh[v]) {
+          copy_into(adjoints_[v], carry_bar_[k]);  // same axes: covers it
+          fresh[v] = 0;
+        } else {
+          accumulate(p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh), carry_bar_[k]);
+        }
+      }
+      for (size_t k = 0; k < ys_bar_.size(); ++k) {
+        const auto v = static_cast<size_t>(p.y_out()[k].var);
+        if (ys_bar_[k].defined() && p.y_out()[k].var >= 0 && needs_[v] && !fresh[v])
+          (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh);  // zero a fresh parent
       }
     });
     for (size_t k = 0; k < ys_bar_.size(); ++k) {
-      const int32_t v = p.y_out()[k].var;
-      if (ys_bar_[k].defined() && v >= 0 && needs_[static_cast<size_t>(v)])
-        y_seed_.emplace_back(adjoints_[static_cast<size_t>(v)], ys_bar_[k], over_, true, true);
+      const auto v = static_cast<size_t>(p.y_out()[k].var);
+      if (!ys_bar_[k].defined() || p.y_out()[k].var < 0 || !needs_[v]) continue;
+      // A fresh y adjoint is written by the slice copy (it covers it); otherwise added to.
+      y_seed_.emplace_back(adjoints_[v], ys_bar_[k], over_, true, !fresh[v]);
+      fresh[v] = 0;
     }
     for (size_t k = 0; k < xs_adj_.size(); ++k)
       if (xs_adj_[k].defined())
         x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
     for (SliceCopy& c : y_seed_) c.run(index(s));
     capture_into(vjp_, [&] {
-      p.backward(values_, adjoints_, needs_, batch_);
+      p.backward(values_, adjoints_, needs_, batch_, &fresh);
+      // What the step hands on must be defined: a carry or x adjoint no rule wrote is zero.
       for (size_t k = 0; k < carry_.size(); ++k) {
-        const Tensor& a = adjoints_[k];
-        if (a.defined()) copy_into(carry_bar_[k], a);
-        else copy_into(carry_bar_[k], zeros(carry_bar_[k].axes(), carry_bar_[k].dtype(), carry_bar_[k].device()));
+        if (adjoints_[k].defined()) {
+          copy_into(carry_bar_[k], p.adjoint(values_, adjoints_, static_cast<int32_t>(k), batch_, &fresh));
+        } else {
+          fill_zero(carry_bar_[k]);
+        }
+      }
+      for (size_t k = 0; k < xs_adj_.size(); ++k) {
+        const auto v = static_cast<int32_t>(p.n_carry() + static_cast<int>(k));
+        if (xs_adj_[k].defined()) (void)p.adjoint(values_, adjoints_, v, batch_, &fresh);
       }
     });
     backward_built_ = true;

@@ -181,14 +181,16 @@ const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& a
   bool fresh = false;
   const Tensor& dst = c.adjoint_to_write(i, fresh);
   assign = fresh && loop_numel == dst.numel();
-  if (fresh && !assign) {
-    double zero = 0.0;
-    LoopArg args[2] = {loop_arg(dst, dst.axes()), {}};
-    args[1].data = &zero;
-    need(kernels(dst.device()).fill[float_index(dst.dtype(), "vjp")], "vjp", dst.device())(loop_dims(dst.axes()),
-                                                                                         args);
-  }
+  if (fresh && !assign) fill_zero(dst);
   return dst;
+}
+
+void fill_zero(const Tensor& t) {
+  double zero = 0.0;
+  LoopArg args[2] = {loop_arg(t, t.axes()), {}};
+  args[1].data = &zero;
+  need(kernels(t.device()).fill[float_index(t.dtype(), "zero fill")], "zero fill", t.device())(loop_dims(t.axes()),
+                                                                                             args);
 }
 
 void add_to_adjoint(VjpContext& c, int i, const Tensor& v) {

@@ -178,6 +178,8 @@ void accumulate(const Tensor& out, const Tensor& v);
 /// adjoint is fresh and the pass covers each of its elements once (loop_numel == its numel). A
 /// fresh adjoint the pass would reduce into is zero-filled first (assign stays false).
 const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& assign);
+/// Sets every element of t to zero through the fill kernel (so that a kernel capture replays it).
+void fill_zero(const Tensor& t);
 /// adjoint(i) += v (summed over v's extra axes); a fresh adjoint is written, not zeroed and added.
 void add_to_adjoint(VjpContext& c, int i, const Tensor& v);
 /// A new contiguous tensor with the same values and axis order.
