@@ -26,6 +26,9 @@ class SliceCopy {
   ElementwiseFn fn_ = nullptr;
   LoopDims dims_;
   LoopArg args_[2];
+  FlatFn flat_ = nullptr;  ///< set when the slice is small and collapses to one loop dimension
+  int64_t count_ = 0;
+  FlatArg flat_args_[2];
   int moving_ = 0;
   char* base_ = nullptr;
   int64_t stride_bytes_ = 0;

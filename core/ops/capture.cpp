@@ -53,16 +53,13 @@ struct Tables {
   SlotInfo slot[kMaxSlots];
 };
 
-// Calls of at most this many elements replay through flat twins (larger ones keep the planned,
-// possibly parallel, loop, whose set-up cost is then negligible).
-constexpr int64_t kFlatLimit = 4096;
-
 // What an absent operand of a flat call reads (zero as float64 and as float32).
 alignas(16) const double kZeros[2] = {0.0, 0.0};
 
-// Collapses `dims` to one loop dimension for all `n` operands: drops unit dims, then merges each
-// dim into the next inner one when every operand's stride allows. False if some dim does not merge.
-bool collapse(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride) {
+}  // namespace
+
+// Drops unit dims, then merges each dim into the next inner one when every operand's stride allows.
+bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride) {
   count = 1;
   for (int a = 0; a < n; ++a) stride[a] = 0;
   bool started = false;
@@ -83,6 +80,8 @@ bool collapse(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, 
     if (dims.sizes[d] == 0) count = 0;
   return true;
 }
+
+namespace {
 const Tables& tables();
 
 template <int Dev, int Slot>
@@ -286,6 +285,13 @@ const char* failure_reason(const char* kernel) {
 
 }  // namespace
 
+FlatFn flat_twin(ElementwiseFn fn) {
+  const KernelTable& t = tables().real[0];
+  for (int k = 0; fn && k < t.n_flat; ++k)
+    if (t.flat[k].kernel == fn) return t.flat[k].flat;
+  return nullptr;
+}
+
 void KernelProgram::run(const char* what, int64_t position) const {
   for (const Call& c : calls_) {
     if (c.flat) {
@@ -360,7 +366,7 @@ bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int sca
     if (i == scalar) strided[i].data = nullptr;
   }
   int64_t count = 0, stride[8];
-  if (!collapse(dims, strided, arity, count, stride)) return false;
+  if (!collapse_loop(dims, strided, arity, count, stride)) return false;
   KernelProgram::Call call;
   call.flat = flat;
   call.count = count;

@@ -96,6 +96,14 @@ void capture_into(KernelProgram& program, F&& f) {
   });
 }
 
+/// The flat twin of a host elementwise kernel `fn`, or null (none, or not a host kernel).
+FlatFn flat_twin(ElementwiseFn fn);
+/// A call of at most this many elements is worth running flat (no planning, no parallel split).
+inline constexpr int64_t kFlatLimit = 4096;
+/// Collapses `dims` to one loop dimension for all `n` operands (null operands are ignored and get
+/// stride 0): count and per-operand strides. False when some dimension does not merge.
+bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride);
+
 /// The active capture on this thread, or null (read by kernels(), full() and Storage::allocate).
 inline thread_local KernelCapture* g_capture = nullptr;
 
