@@ -33,18 +33,19 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
   args_[1 - moving_] = loop_arg(fixed, ax);
   base_ = static_cast<char*>(slice.data_ptr());
   stride_bytes_ = whole.stride(over) * static_cast<int64_t>(itemsize(whole.dtype()));
-  int64_t stride[2];
-  if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit &&
-      collapse_loop(dims_, args_, 2, count_, stride)) {
+  FlatLoop loop;
+  if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit && collapse_loop(dims_, args_, 2, loop)) {
     flat_ = flat_twin(fn_);
-    for (int a = 0; a < 2; ++a) flat_args_[a] = {args_[a].data, stride[a]};
+    outer_ = loop.outer;
+    count_ = loop.count;
+    for (int a = 0; a < 2; ++a) flat_args_[a] = {args_[a].data, loop.stride[a], loop.outer_stride[a]};
   }
 }
 
 void SliceCopy::run(int64_t i) {
   if (flat_) {
     flat_args_[moving_].data = base_ + i * stride_bytes_;
-    flat_(count_, flat_args_);
+    flat_(outer_, count_, flat_args_);
     return;
   }
   args_[moving_].data = base_ + i * stride_bytes_;

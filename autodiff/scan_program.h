@@ -27,7 +27,7 @@ class SliceCopy {
   LoopDims dims_;
   LoopArg args_[2];
   FlatFn flat_ = nullptr;  ///< set when the slice is small and collapses to one loop dimension
-  int64_t count_ = 0;
+  int64_t outer_ = 1, count_ = 0;
   FlatArg flat_args_[2];
   int moving_ = 0;
   char* base_ = nullptr;

@@ -54,15 +54,16 @@ enum class CompareOp : int { greater, less, equal };
 /// Elementwise kernel: args[0] is the output (or accumulator), the rest are inputs.
 using ElementwiseFn = void (*)(const LoopDims& dims, const LoopArg* args);
 
-/// One operand of a loop over ONE dimension: element pointer and element stride.
+/// One operand of a loop over at most two dimensions: element pointer, inner and outer strides.
 struct FlatArg {
   void* data = nullptr;
   int64_t stride = 0;
+  int64_t outer_stride = 0;
 };
-/// The flat twin of an elementwise kernel: the same computation over one loop dimension of n
-/// elements, with no planning and no parallel split (what a captured scan step replays for its
-/// small calls). Every operand is present: an absent one points at a zero with stride 0.
-using FlatFn = void (*)(int64_t n, const FlatArg* args);
+/// The flat twin of an elementwise kernel: the same computation over `outer` rows of n elements,
+/// with no planning and no parallel split (what a captured scan step replays for its small
+/// calls). Every operand is present: an absent one points at a zero with strides 0.
+using FlatFn = void (*)(int64_t outer, int64_t n, const FlatArg* args);
 
 /// Contraction z[b, m, n] (+)= Σ_k x[b, m, k] y[b, k, n] where each of b, m, n, k is a group of
 /// up to kMaxLoopRank dims with per-operand strides (a dim absent from an operand has stride 0).

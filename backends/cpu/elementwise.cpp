@@ -58,10 +58,12 @@ struct DerivKernel {
     run_all(d, args, std::make_index_sequence<kArity>{});
   }
   template <std::size_t... I>
-  static void flat_all(int64_t n, const detail::FlatArg* a, std::index_sequence<I...>) {
-    for_flat<Same<T, I>...>(n, a, F{});
+  static void flat_all(int64_t outer, int64_t n, const detail::FlatArg* a, std::index_sequence<I...>) {
+    for_flat<Same<T, I>...>(outer, n, a, F{});
   }
-  static void flat(int64_t n, const detail::FlatArg* a) { flat_all(n, a, std::make_index_sequence<kArity>{}); }
+  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
+    flat_all(outer, n, a, std::make_index_sequence<kArity>{});
+  }
 };
 
 #define TENAX_UNARY(name, f, df, saves)                                                           \

@@ -202,23 +202,29 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
                     });
 }
 
-/// The flat form of for_each (detail::FlatFn): one loop dimension, strides given, serial.
+/// The flat form of for_each (detail::FlatFn): `outer` rows of n elements, strides given, serial.
 template <class... Ts, class F, std::size_t... I>
-inline void for_flat_impl(int64_t n, const detail::FlatArg* a, F& f, std::index_sequence<I...> seq) {
-  std::tuple<Ts*...> ptr{static_cast<Ts*>(a[I].data)...};
+inline void for_flat_impl(int64_t outer, int64_t n, const detail::FlatArg* a, F& f, std::index_sequence<I...> seq) {
   const int64_t s[sizeof...(Ts)] = {a[I].stride...};
-  loop_detail::inner<Ts...>(n, ptr, s, f, seq);
+  if (outer == 1) {  // most calls: no row arithmetic
+    loop_detail::inner<Ts...>(n, std::tuple<Ts*...>{static_cast<Ts*>(a[I].data)...}, s, f, seq);
+    return;
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    std::tuple<Ts*...> ptr{static_cast<Ts*>(a[I].data) + o * a[I].outer_stride...};
+    loop_detail::inner<Ts...>(n, ptr, s, f, seq);
+  }
 }
 template <class... Ts, class F>
-inline void for_flat(int64_t n, const detail::FlatArg* a, F f) {
-  for_flat_impl<Ts...>(n, a, f, std::index_sequence_for<Ts...>{});
+inline void for_flat(int64_t outer, int64_t n, const detail::FlatArg* a, F f) {
+  for_flat_impl<Ts...>(outer, n, a, f, std::index_sequence_for<Ts...>{});
 }
 
 /// A kernel from a stateless functor F over element types Ts: the strided form and its flat twin.
 template <class F, class... Ts>
 struct Kernel {
   static void run(const detail::LoopDims& d, const detail::LoopArg* a) { for_each<Ts...>(d, a, F{}); }
-  static void flat(int64_t n, const detail::FlatArg* a) { for_flat<Ts...>(n, a, F{}); }
+  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) { for_flat<Ts...>(outer, n, a, F{}); }
   static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) { t.set(entry, &run, &flat); }
 };
 

@@ -53,9 +53,9 @@ struct Scale {
     const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
     for_each<T, T>(d, a, [s](T& y, T x) { y = x * s; });
   }
-  static void flat(int64_t n, const detail::FlatArg* a) {
+  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
     const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
-    for_flat<T, T>(n, a, [s](T& y, T x) { y = x * s; });
+    for_flat<T, T>(outer, n, a, [s](T& y, T x) { y = x * s; });
   }
 };
 template <class T>
@@ -64,9 +64,9 @@ struct Fill {
     const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
     for_each<T>(d, a, [v](T& y) { y = v; });
   }
-  static void flat(int64_t n, const detail::FlatArg* a) {
+  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
     const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
-    for_flat<T>(n, a, [v](T& y) { y = v; });
+    for_flat<T>(outer, n, a, [v](T& y) { y = v; });
   }
 };
 

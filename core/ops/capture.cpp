@@ -58,26 +58,28 @@ alignas(16) const double kZeros[2] = {0.0, 0.0};
 
 }  // namespace
 
-// Drops unit dims, then merges each dim into the next inner one when every operand's stride allows.
-bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride) {
-  count = 1;
-  for (int a = 0; a < n; ++a) stride[a] = 0;
-  bool started = false;
+// Drops unit dims, then merges each dim into the current (inner, then outer) one when every
+// operand's stride allows.
+bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, FlatLoop& out) {
+  out = FlatLoop();
+  int level = -1;  // -1: nothing yet, 0: building the inner dim, 1: the outer one
   for (int d = dims.rank - 1; d >= 0; --d) {
     const int64_t size = dims.sizes[d];
     if (size == 1) continue;
-    if (!started) {
-      for (int a = 0; a < n; ++a) stride[a] = args[a].data ? args[a].strides[d] : 0;
-      count = size;
-      started = true;
+    auto st = [&](int a) { return args[a].data ? args[a].strides[d] : int64_t{0}; };
+    bool merges = level >= 0;
+    for (int a = 0; a < n && merges; ++a)
+      merges = level == 0 ? st(a) == out.stride[a] * out.count : st(a) == out.outer_stride[a] * out.outer;
+    if (merges) {
+      (level == 0 ? out.count : out.outer) *= size;
       continue;
     }
-    for (int a = 0; a < n; ++a)
-      if (args[a].data && args[a].strides[d] != stride[a] * count) return false;
-    count *= size;
+    if (++level > 1) return false;
+    for (int a = 0; a < n; ++a) (level == 0 ? out.stride : out.outer_stride)[a] = st(a);
+    (level == 0 ? out.count : out.outer) = size;
   }
   for (int d = 0; d < dims.rank; ++d)
-    if (dims.sizes[d] == 0) count = 0;
+    if (dims.sizes[d] == 0) out.outer = 0;
   return true;
 }
 
@@ -295,7 +297,7 @@ FlatFn flat_twin(ElementwiseFn fn) {
 void KernelProgram::run(const char* what, int64_t position) const {
   for (const Call& c : calls_) {
     if (c.flat) {
-      c.flat(c.count, &flat_args_[static_cast<size_t>(c.first_arg)]);
+      c.flat(c.outer, c.count, &flat_args_[static_cast<size_t>(c.first_arg)]);
       continue;
     }
     if (c.fn) {
@@ -365,15 +367,16 @@ bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int sca
     strided[i] = args[i];
     if (i == scalar) strided[i].data = nullptr;
   }
-  int64_t count = 0, stride[8];
-  if (!collapse_loop(dims, strided, arity, count, stride)) return false;
+  FlatLoop loop;
+  if (!collapse_loop(dims, strided, arity, loop)) return false;
   KernelProgram::Call call;
   call.flat = flat;
-  call.count = count;
+  call.outer = loop.outer;
+  call.count = loop.count;
   call.first_arg = static_cast<int32_t>(program_.flat_args_.size());
   for (int i = 0; i < arity; ++i) {
-    FlatArg f{args[i].data, stride[i]};
-    if (!f.data) f = {const_cast<double*>(kZeros), 0};
+    FlatArg f{args[i].data, loop.stride[i], loop.outer_stride[i]};
+    if (!f.data) f = {const_cast<double*>(kZeros), 0, 0};
     program_.flat_args_.push_back(f);
     if (i == scalar) {
       program_.scalars_.push_back(*static_cast<const double*>(args[i].data));

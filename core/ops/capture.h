@@ -35,10 +35,10 @@ class KernelProgram {
     ElementwiseFn fn = nullptr;  ///< elementwise kernels; null for the others
     LoopDims dims;
     int32_t first_arg = 0;  ///< into args_, or into flat_args_ for a flat call
-    /// A small elementwise call whose loop collapsed to one dimension: its kernel's flat twin
-    /// over `count` elements (fn is then null).
+    /// A small elementwise call whose loop collapsed to two dimensions or fewer: its kernel's
+    /// flat twin over `outer` rows of `count` elements (fn is then null).
     FlatFn flat = nullptr;
-    int64_t count = 0;
+    int64_t outer = 1, count = 0;
     /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
     std::function<int64_t()> other;
     const char* kernel = "";  ///< for errors
@@ -100,9 +100,15 @@ void capture_into(KernelProgram& program, F&& f) {
 FlatFn flat_twin(ElementwiseFn fn);
 /// A call of at most this many elements is worth running flat (no planning, no parallel split).
 inline constexpr int64_t kFlatLimit = 4096;
-/// Collapses `dims` to one loop dimension for all `n` operands (null operands are ignored and get
-/// stride 0): count and per-operand strides. False when some dimension does not merge.
-bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, int64_t& count, int64_t* stride);
+/// A loop collapsed to at most two dimensions: `outer` rows of `count` elements.
+struct FlatLoop {
+  int64_t outer = 1, count = 1;
+  int64_t stride[8] = {}, outer_stride[8] = {};
+};
+/// Collapses `dims` to at most two loop dimensions for all `n` (<= 8) operands, merging each dim
+/// into the next inner one where every operand's strides allow (null operands get strides 0).
+/// False when three dimensions remain.
+bool collapse_loop(const LoopDims& dims, const LoopArg* args, int n, FlatLoop& out);
 
 /// The active capture on this thread, or null (read by kernels(), full() and Storage::allocate).
 inline thread_local KernelCapture* g_capture = nullptr;
