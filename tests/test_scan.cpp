@@ -230,6 +230,25 @@ TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   expect_scan_matches_unrolled(body, {randn(Axes{{"j", 3}}, 5)}, randn(Axes{{"t", 7}, {"j", 3}}, 6), ScanOptions{});
 }
 
+TEST(Scan, CompiledStepsReplayTransposedBroadcastAndReducedOperands) {
+  // Small calls replay through flat kernels over up to two loop dims: a transposed operand (P^T
+  // aligned by name), a row and a column broadcast, and a reduction into a broadcast adjoint.
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor& p = c[0];
+    Tensor pt = rename(rename(rename(p, "i", "tmp"), "j", "i"), "tmp", "j");
+    Tensor next = tanh((p + pt) * 0.3 + x[0] * c[1]);
+    Tensor col = sum(next * next, {"i"}) * 0.1;  // axes (j)
+    return std::make_pair(std::vector<Tensor>{next, c[1] + col}, std::vector<Tensor>{sum(next, {"j"})});
+  };
+  std::vector<Tensor> init{randn(Axes{{"i", 3}, {"j", 3}}, 7) * 0.5, randn(Axes{{"j", 3}}, 8) * 0.5};
+  Tensor xs = randn(Axes{{"i", 3}, {"t", 8}}, 9) * 0.5;
+  for (int64_t k : {1, 3}) {
+    ScanOptions o;
+    o.checkpoint_every = k;
+    expect_scan_matches_unrolled(body, init, xs, o);
+  }
+}
+
 TEST(Scan, AFailingFactorisationNamesTheStep) {
   // The matrix is positive definite while x_t > 0; x_5 < 0 breaks it at step 5 (a replayed step).
   std::vector<double> xv(8, 1.0);
