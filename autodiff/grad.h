@@ -29,7 +29,8 @@ struct VjpResult {
 VjpResult vjp(const Function& f, const std::vector<Tensor>& args);
 
 /// Forward mode: f(primals) and its directional derivative along `tangents` (one per primal,
-/// with the primal's axes; an undefined tangent is zero). Uses each op's JVP rule.
+/// with the primal's axes; an undefined tangent is zero). Uses each op's JVP rule. Tangents with
+/// extra (batch) axes compute several directional derivatives at once (see Tape::forward_tangent).
 std::pair<Tensor, Tensor> jvp(const Function& f, const std::vector<Tensor>& primals,
                               const std::vector<Tensor>& tangents);
 

@@ -108,6 +108,8 @@ std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor
   return result;
 }
 
+// Forward mode: per argument, ONE forward sweep whose tangent is the identity over (argument axes,
+// basis axes); ops whose JVP rule cannot take batch axes fall back to one sweep per element.
 std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor>& args) {
   Tape tape;
   tape.keep_all_residuals();
@@ -121,14 +123,35 @@ std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor
     check_host(args[k], "argument");
     const Axes& in = args[k].axes();
     const Axes named = argument_axes(y.axes(), in);
+    const int64_t n = args[k].numel();
+    AxisList basis_names, named_names = named.names();
+    Axes eye_axes = in;
+    for (int i = 0; i < in.rank(); ++i) {
+      const Name b("__jacobian_in_" + std::to_string(i));
+      basis_names.push_back(b);
+      eye_axes.push_back({b, in.size(i)});
+    }
+    std::vector<Tensor> tangents(args.size());
+    tangents[k] = zeros(eye_axes, args[k].dtype());
+    for (int64_t i = 0; i < n; ++i) set_one(tangents[k], i * n + i);
+    try {
+      const Tensor columns = tape.forward_tangent(y, watched, tangents);
+      Tensor j = rename(columns, basis_names, named_names);
+      AxisList order = y.axes().names();
+      for (Name a : named_names) order.push_back(a);
+      result.push_back(contiguous(transpose(j, order)));
+      continue;
+    } catch (const AutodiffError& err) {
+      if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
+    }
     Axes ax = y.axes();
     for (int i = 0; i < named.rank(); ++i) ax.push_back(named[i]);
     Tensor j = zeros(ax, y.dtype());
-    for (int64_t i = 0; i < args[k].numel(); ++i) {
-      std::vector<Tensor> tangents(args.size());
-      tangents[k] = zeros(in, args[k].dtype());
-      set_one(tangents[k], i);
-      const Tensor column = tape.forward_tangent(y, watched, tangents);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<Tensor> one(args.size());
+      one[k] = zeros(in, args[k].dtype());
+      set_one(one[k], i);
+      const Tensor column = tape.forward_tangent(y, watched, one);
       detail::copy_into(at_flat(j, named, i), column);
     }
     result.push_back(j);

@@ -1,6 +1,7 @@
 #pragma once
 // jacobian: the full derivative of a function of named tensors, by vectorised reverse mode (one
-// sweep with a batch of cotangents) or by forward mode.
+// sweep with a batch of cotangents) or by vectorised forward mode (one sweep with a batch of
+// tangents per argument).
 #include <vector>
 
 #include "tenax/autodiff/grad.h"
@@ -13,8 +14,10 @@ struct JacobianOptions {
     /// (vectorised VJPs). Where an op's VJP cannot take batch axes (the linear-algebra ops, map),
     /// it falls back to one sweep per output element on the same recorded tape.
     reverse,
-    /// One forward sweep per input element (JVP rules) on one recorded tape; cheaper than reverse
-    /// when the inputs have fewer elements than the output. Not vectorised yet.
+    /// Per argument, one forward sweep whose tangent carries the argument's basis as batch axes
+    /// (vectorised JVPs) on one recorded tape; cheaper than reverse when the inputs have fewer
+    /// elements than the output. Where an op's JVP cannot take batch axes (none of the registered
+    /// ops today), one sweep per argument element. scan and map nodes have no forward mode yet.
     forward,
   };
   Mode mode = Mode::reverse;

@@ -375,18 +375,39 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
                         " tangents");
   PauseRecording pause;
   std::vector<Tensor> tan(a_.vars.size());
+  Axes batch;  // axes every given tangent has beyond its primal's
+  bool first = true;
   for (size_t k = 0; k < inputs.size(); ++k) {
     int32_t v = var_of(inputs[k], "a primal");
     if (!tangents[k].defined()) continue;
-    if (!tangents[k].axes().same_set(inputs[k].axes()))
-      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + tangents[k].axes().describe() +
-                       " must have its primal's axes " + inputs[k].axes().describe());
+    const Axes& ta = tangents[k].axes();
+    const Axes& pa = inputs[k].axes();
+    Axes extra;
+    bool covers = true;
+    for (int i = 0; i < pa.rank(); ++i) {
+      const int j = ta.index_of(pa.name(i));
+      covers = covers && j >= 0 && ta.size(j) == pa.size(i);
+    }
+    for (int i = 0; i < ta.rank(); ++i)
+      if (!pa.contains(ta.name(i))) extra.push_back(ta[i]);
+    if (!covers)
+      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() + " must have its primal's axes " +
+                       pa.describe() + " (and may add batch axes)");
+    if (!first && !(extra.same_set(batch) && extra.rank() == batch.rank()))
+      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() + " has the batch axes " +
+                       extra.describe() + " but an earlier tangent has " + batch.describe() +
+                       "; every tangent must add the same batch axes");
+    batch = extra;
+    first = false;
     tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
   }
   for (const Record& r : a_.records) {
     if (r.op == &kCustomOp)
       throw AutodiffError(std::string("[jvp] forward mode through ") + a_.customs[static_cast<size_t>(r.attrs)].node->name() +
                           " is not supported yet; use reverse mode (grad, vjp)");
+    if (batch.rank() > 0 && !r.op->batched_jvp)
+      throw AutodiffError(std::string("[jvp] the JVP of '") + r.op->name + "' cannot take the batch axes " +
+                          batch.describe() + " of the tangents; compute one JVP per tangent instead");
     bool any = false;
     for (int i = 0; i < r.n_inputs; ++i) {
       int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
@@ -394,7 +415,7 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     }
     if (!any) continue;
     SweepContext ctx(*this, r, true, &tan);
-    if (r.op->view) {
+    if (r.op->view && batch.rank() == 0) {  // a view of the tangent (its rule would make the same)
       Tensor t = ctx.tangent(0);
       const Tensor* parent_tangent = &t;
       tan[static_cast<size_t>(r.out)] = r.op->forward(Inputs{&parent_tangent, 1}, attrs_of(r));
@@ -403,8 +424,10 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     }
   }
   const bool tracked = output.var() >= 0 && output.tape_serial() == serial_;
+  Axes out_axes = output.axes();
+  for (int i = 0; i < batch.rank(); ++i) out_axes.push_back(batch[i]);
   if (tracked && tan[static_cast<size_t>(output.var())].defined()) return tan[static_cast<size_t>(output.var())];
-  return zeros(output.axes(), output.dtype(), output.device());
+  return zeros(out_axes, output.dtype(), output.device());
 }
 
 TapeStats TapeImpl::stats() const {

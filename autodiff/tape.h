@@ -45,6 +45,9 @@ class Tape {
   [[nodiscard]] std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt,
                                              const Tensor& cotangent = Tensor());
   /// Forward sweep: tangents of `output` given tangents of watched `inputs` (zeros where absent).
+  /// Tangents may carry axes beyond their primals' (the same batch axes on every tangent given):
+  /// one JVP per index of those axes in the same sweep, the result getting them after the
+  /// output's; ops whose JVP rule cannot take batch axes (and scan/map nodes) raise AutodiffError.
   [[nodiscard]] Tensor forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
                                        const std::vector<Tensor>& tangents);
   /// Makes the tape keep every input and output (what forward_tangent needs). Call before recording.

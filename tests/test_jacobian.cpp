@@ -54,6 +54,31 @@ TEST(Jacobian, OpsWithoutBatchedVjpFallBackToOneSweepPerRow) {
   EXPECT_LT(mismatch(rev, fd_jacobian(f, args, 0, rev), 1e-7, 1e-8), 1.0);
 }
 
+TEST(Jacobian, ForwardModeIsOneBatchedSweepThroughLinearAlgebraAndRecurrences) {
+  // Every JVP rule takes the basis as batch axes (EveryOp.BatchedJvpEqualsOneJvpPerTangent): the
+  // forward-mode Jacobian of a chain through cholesky, triangular_solve, logdet, tridiagonal_solve
+  // and linear_recurrence equals reverse mode and finite differences.
+  Function f = [](const std::vector<Tensor>& a) {
+    const Tensor& x = a[0];  // (i=3)
+    Tensor eye = tensor(std::vector<double>{3, 0, 0, 0, 3, 0, 0, 0, 3}, Axes{{"i", 3}, {"j", 3}});
+    Tensor spd = x * rename(x, "i", "j") * 0.2 + eye;
+    Tensor l = cholesky(spd, "i", "j");
+    Tensor z = triangular_solve(l, x, "i", "j");  // (j)
+    Tensor lower = x * 0.1, upper = x * -0.2 + 0.05;
+    Tensor t = tridiagonal_solve(lower, exp(x) + 2.0, upper, rename(z, "j", "i"), "i");
+    Tensor r = linear_recurrence(tensor({0.5, 0.7, 0.9}, "i"), rename(t, "i", "k") * a[1], "k");  // (k, i)
+    return r * logdet(spd, "i", "j");
+  };
+  std::vector<Tensor> args{tensor({0.3, -0.4, 0.8}, "i"), randn(Axes{{"i", 3}}, 6)};
+  std::vector<Tensor> fwd = jacobian(f, args, {JacobianOptions::Mode::forward});
+  std::vector<Tensor> rev = jacobian(f, args);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(fwd[k].axes().describe(), rev[k].axes().describe());
+    EXPECT_LT(mismatch(fwd[k], rev[k], 1e-12, 1e-13), 1.0) << "argument " << k;
+    EXPECT_LT(mismatch(fwd[k], fd_jacobian(f, args, k, fwd[k]), 1e-6, 1e-7), 1.0) << "argument " << k;
+  }
+}
+
 TEST(Jacobian, ThroughScanAndLinearRecurrenceInOneBatchedSweep) {
   // Final state of x_t = lam * x_{t-1} + u_t over (t=6, h=2), w.r.t. lam (h) and u (t, h).
   std::vector<Tensor> args{tensor({0.9, -0.5}, "h"), randn(Axes{{"t", 6}, {"h", 2}}, 4)};

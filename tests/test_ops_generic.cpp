@@ -177,6 +177,51 @@ TEST_P(EveryOp, JvpMatchesFiniteDifferences) {
   }
 }
 
+// Forward mode with batched tangents (an extra axis "__b": three JVPs in one sweep, what the
+// forward-mode jacobian uses) equals one JVP per index of the batch axis; an op that declares
+// it cannot take batch axes says so.
+TEST_P(EveryOp, BatchedJvpEqualsOneJvpPerTangent) {
+  const OpDef& op = *GetParam();
+  if (!op.jvp) GTEST_SKIP() << op.name << " has a bool output: not differentiable by design";
+  const int64_t nb = 3;
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(4500 * c + 9);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> primals, batched;
+    std::vector<int> map;
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      if (is_floating(s.inputs[i].dtype())) {
+        primals.push_back(scramble(s.inputs[i], rng));
+        map.push_back(int(i));
+        const bool give = differentiable_input(op, primals.back(), int(i)) && (rng() % 4 != 0 || i == 0);
+        Axes ax = primals.back().axes();
+        ax.push_back({"__b", nb});
+        batched.push_back(give ? scramble(randn(ax, rng()), rng) : Tensor());
+      }
+    auto g = [&](const std::vector<Tensor>& p) {
+      std::vector<Tensor> full = s.inputs;
+      for (size_t k = 0; k < p.size(); ++k) full[static_cast<size_t>(map[k])] = p[k];
+      return run(op, full, s.attrs);
+    };
+    bool any = false;
+    for (const Tensor& t : batched) any |= t.defined();
+    if (!any) continue;
+    if (!op.batched_jvp) {
+      EXPECT_MESSAGE(testing::error_message<AutodiffError>([&] { (void)jvp(g, primals, batched); }),
+                     std::string("[jvp] the JVP of '") + op.name + "' cannot take the batch axes");
+      continue;
+    }
+    Tensor together = jvp(g, primals, batched).second;
+    ASSERT_TRUE(together.has_axis("__b")) << op.name << " lost the batch axis: " << together.axes().describe();
+    for (int64_t b = 0; b < nb; ++b) {
+      std::vector<Tensor> one;
+      for (const Tensor& t : batched) one.push_back(t.defined() ? select(t, "__b", b) : Tensor());
+      Tensor alone = jvp(g, primals, one).second;
+      EXPECT_LE(mismatch(select(together, "__b", b), alone, 1e-12, 1e-12), 1.0) << op.name << " case " << c << " b " << b;
+    }
+  }
+}
+
 // The batching rule through nmap: with an axis "w" mapped, every op on inputs that carry w (or, at
 // random, do not: a per-slice constant) equals the loop over w's slices, stacked.
 TEST_P(EveryOp, NmapEqualsPerSliceLoop) {

@@ -42,14 +42,15 @@ void unary_vjp(VjpContext& c) {
       loop_dims(ax), args);
 }
 
+// The JVPs loop over the output's axes and any batch axes the tangents add (forward_tangent).
 template <UnaryOp U>
 Tensor unary_jvp(JvpContext& c) {
   const Tensor& y = c.output();
-  Tensor out = zeros(y.axes(), y.dtype(), y.device());
-  const Axes& ax = y.axes();
+  const Axes ax = align_axes(c.tangent(0).axes(), y.axes(), "jvp");
+  Tensor out = empty(ax, y.dtype(), y.device());
   LoopArg args[4] = {loop_arg(out, ax), loop_arg(c.tangent(0), ax), loop_arg(c.input(0), ax),
                      loop_arg(y, ax)};
-  kernels(y.device()).deriv_acc[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](
+  kernels(y.device()).deriv_set[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](
       loop_dims(ax), args);
   return out;
 }
@@ -89,7 +90,9 @@ void binary_vjp(VjpContext& c) {
 template <BinaryOp B>
 Tensor binary_jvp(JvpContext& c) {
   const Tensor& y = c.output();
-  const Axes& ax = y.axes();
+  Axes ax = y.axes();
+  for (int side = 0; side < 2; ++side)
+    if (c.tangent(side).defined()) ax = align_axes(c.tangent(side).axes(), ax, "jvp");
   Tensor out = zeros(ax, y.dtype(), y.device());
   for (int side = 0; side < 2; ++side) {
     if (!c.tangent(side).defined()) continue;

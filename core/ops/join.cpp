@@ -74,12 +74,16 @@ void concat_vjp(VjpContext& c) {
   }
 }
 
-// Tangents of every input, zeros where a tangent is absent.
+// Tangents of every input, zeros (with the tangents' batch axes) where a tangent is absent.
 std::vector<Tensor> dense_tangents(JvpContext& c) {
+  Axes batch;
+  for (int k = 0; k < c.num_inputs() && batch.rank() == 0; ++k)
+    if (c.tangent(k).defined()) batch = batch_axes_of(c.tangent(k), c.input(k).axes());
   std::vector<Tensor> ts;
   for (int k = 0; k < c.num_inputs(); ++k)
-    ts.push_back(c.tangent(k).defined() ? c.tangent(k)
-                                        : zeros(c.input(k).axes(), c.input(k).dtype(), c.input(k).device()));
+    ts.push_back(c.tangent(k).defined()
+                     ? c.tangent(k)
+                     : zeros_with_batch(c.input(k).axes(), batch, c.input(k).dtype(), c.input(k).device()));
   return ts;
 }
 

@@ -64,7 +64,9 @@ Tensor transpose_forward(Inputs in, const Attrs& a) {
   }
   return Tensor(x.storage(), x.offset(), ax, st, x.dtype());
 }
-Tensor transpose_jvp(JvpContext& c) { return transpose(c.tangent(0), c.attrs().axes); }
+Tensor transpose_jvp(JvpContext& c) {
+  return transpose(c.tangent(0), with_remaining(c.attrs().axes, c.tangent(0).axes()));
+}
 OpSample transpose_sample(SampleRng& rng, DType dt) {
   Axes ax = random_axes(rng, 1 + int(rng() % 3));
   OpSample s{{random_values(rng, ax, dt, -1, 1)}, {}};

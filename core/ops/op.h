@@ -100,6 +100,9 @@ struct OpDef {
   /// The VJP rule accepts a cotangent with batch axes beyond the output's (several VJPs in one
   /// sweep: jacobian). Rules that loop over the output's own layout set this to false.
   bool batched_vjp = true;
+  /// The JVP rule accepts tangents with batch axes beyond their primals' (several JVPs in one
+  /// sweep: forward-mode jacobian). Checked for every op by the generic tests.
+  bool batched_jvp = true;
 };
 
 /// All registered ops, in registration order. Immutable after first use.

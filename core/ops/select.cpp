@@ -44,7 +44,7 @@ Tensor where_jvp(JvpContext& c) {
     for (int i = 0; i < y.rank(); ++i)
       if (!t.has_axis(y.axes().name(i))) extra.push_back(y.axes()[i]);
     return extra;
-  }()), y.axes().names());
+  }()), with_remaining(y.axes().names(), t.axes()));
 }
 
 OpSample where_sample(SampleRng& rng, DType dt) {
