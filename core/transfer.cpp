@@ -22,13 +22,8 @@ Tensor to(const Tensor& t, Device device) {
     throw DeviceError("[to] " + gpu.str() + " is not available (" + std::to_string(detail::cuda_device_count()) +
                       " CUDA devices visible" +
                       (detail::cuda_device_count() == 0 ? "; this build may lack the CUDA backend)" : ")"));
-  Tensor src = t;
-  if (!t.is_contiguous()) {
-    if (t.device().kind != Device::Kind::cpu)
-      throw DeviceError("[to] moving a strided view off " + t.device().str() +
-                        " needs a device-side copy, which this build lacks; move the whole tensor");
-    src = contiguous(t);
-  }
+  // A strided view is first made contiguous where it lives (host loop or device copy kernel).
+  const Tensor src = t.is_contiguous() ? t : contiguous(t);
   Tensor dst = empty(t.axes(), t.dtype(), device);
   const detail::TransferFn move = detail::kernels(gpu).transfer;
   if (!move) throw DeviceError("[to] no transfer function for " + gpu.str());

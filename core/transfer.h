@@ -7,9 +7,8 @@ namespace tenax {
 
 /// `t` on `device`: the same tensor when it is there already, otherwise a new contiguous tensor
 /// with the same axes and values (host <-> CUDA device, or device <-> device). The copy is
-/// complete when to() returns. A device tensor must be contiguous to move (device-side copies land
-/// with the CUDA kernels). Not differentiable yet: moving a tensor the tape tracks is an
-/// AutodiffError.
+/// complete when to() returns. A strided view is made contiguous first, on its own device. Not
+/// differentiable yet: moving a tensor the tape tracks is an AutodiffError.
 [[nodiscard]] Tensor to(const Tensor& t, Device device);
 
 }  // namespace tenax

@@ -1,7 +1,8 @@
 // CUDA backend entry points: device discovery, device memory (a stream-ordered allocator per
-// device), host <-> device transfers, and the kernel registration list. Only tridiagonal_solve
-// has a CUDA kernel so far; every other op on a CUDA tensor raises an error naming the op and the
-// device (never a silent trip to the host).
+// device), host <-> device transfers, and the kernel registration list: elementwise ops and their
+// reverse rules, reductions, copies, dot and tridiagonal_solve so far; an op without a CUDA kernel
+// (the small linear algebra, linear_recurrence) raises an error naming the op and the device
+// (never a silent trip to the host).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -103,6 +104,8 @@ Allocator* default_cuda_allocator(int index) {
 
 void register_cuda_kernels(KernelTable& t) {
   t.transfer = transfer;
+  register_cuda_elementwise(t);
+  register_cuda_contract(t);
   register_cuda_tridiagonal(t);
 }
 

@@ -5,5 +5,7 @@
 namespace tenax::detail {
 
 void register_cuda_tridiagonal(KernelTable& t);
+void register_cuda_elementwise(KernelTable& t);
+void register_cuda_contract(KernelTable& t);
 
 }  // namespace tenax::detail

@@ -210,7 +210,7 @@ namespace tenax {
 namespace {
 Tensor like(const Tensor& t, double v) {
   if (!t.defined()) throw Error("[operator] the tensor is undefined");
-  return scalar(v, t.dtype());
+  return full(Axes{}, v, t.dtype(), t.device());  // on t's device: no mixed-device op
 }
 }  // namespace
 

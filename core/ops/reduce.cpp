@@ -67,7 +67,7 @@ Tensor reduce_forward(Inputs in, const Attrs& a) {
   if (R == Reduce::max) return m;
   // logsumexp = m + log Σ exp(x - m), with the Σ fused into one pass (dst += 1 * exp(x - m)).
   Tensor s = zeros(out_axes, x.dtype(), x.device());
-  Tensor one = scalar(1.0, x.dtype());
+  Tensor one = full(Axes{}, 1.0, x.dtype(), x.device());
   const Axes& ax = x.axes();
   LoopArg args[4] = {loop_arg(s, ax), loop_arg(one, ax), loop_arg(x, ax), loop_arg(m, ax)};
   k.deriv_acc[int(DerivOp::softmax)][fi](loop_dims(ax), args);
@@ -107,7 +107,7 @@ Tensor reduce_jvp(JvpContext& c) {
     case Reduce::sum: return sum(t, axes);
     case Reduce::mean: return mean(t, axes);
     case Reduce::max:
-      return sum(where(equal(c.input(0), c.output()), t, scalar(0.0, t.dtype())), axes);
+      return sum(where(equal(c.input(0), c.output()), t, full(Axes{}, 0.0, t.dtype(), t.device())), axes);
     case Reduce::logsumexp: return sum(t * exp(c.input(0) - c.output()), axes);
   }
   return {};
