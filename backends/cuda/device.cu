@@ -1,8 +1,8 @@
 // CUDA backend entry points: device discovery, device memory (a stream-ordered allocator per
-// device), host <-> device transfers, and the kernel registration list: elementwise ops and their
-// reverse rules, reductions, copies, dot and tridiagonal_solve so far; an op without a CUDA kernel
-// (the small linear algebra, linear_recurrence) raises an error naming the op and the device
-// (never a silent trip to the host).
+// device), host <-> device transfers, and the kernel registration list (elementwise ops and their
+// reverse rules, reductions, copies, dot, the small linear algebra, linear_recurrence,
+// tridiagonal_solve). A missing kernel raises an error naming the op and the device (never a
+// silent trip to the host).
 #include <cuda_runtime.h>
 
 #include <array>
@@ -106,6 +106,8 @@ void register_cuda_kernels(KernelTable& t) {
   t.transfer = transfer;
   register_cuda_elementwise(t);
   register_cuda_contract(t);
+  register_cuda_linalg(t);
+  register_cuda_recurrence(t);
   register_cuda_tridiagonal(t);
 }
 

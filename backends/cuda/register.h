@@ -7,5 +7,7 @@ namespace tenax::detail {
 void register_cuda_tridiagonal(KernelTable& t);
 void register_cuda_elementwise(KernelTable& t);
 void register_cuda_contract(KernelTable& t);
+void register_cuda_linalg(KernelTable& t);
+void register_cuda_recurrence(KernelTable& t);
 
 }  // namespace tenax::detail

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "tenax/core/ops.h"
+#include "tenax/core/transfer.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
@@ -36,14 +37,16 @@ MatView mat(const Tensor& t, Name row, Name col) {
   return {t.data_ptr(), t.axes().size_of(row), t.stride(row), t.stride(col)};
 }
 
-// A (row, col) matrix of `inside` on the triangle (lower or upper, with diagonal), 0 elsewhere.
-Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, double diag, DType dt) {
+// A (row, col) matrix of `inside` on the triangle (lower or upper, with diagonal), 0 elsewhere, on
+// `device` (the device of the tensor it multiplies).
+Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, double diag, DType dt,
+                     Device device = Device::cpu()) {
   std::vector<double> v(static_cast<size_t>(n * n), 0.0);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j)
       v[static_cast<size_t>(i * n + j)] = i == j ? diag : ((lower ? i > j : i < j) ? inside : 0.0);
   Tensor m = tensor(v, Axes{{row, n}, {col, n}});
-  return dt == DType::f64 ? m : astype(m, dt);
+  return to(dt == DType::f64 ? m : astype(m, dt), device);
 }
 
 // ---- cholesky: attrs.axes = {row, col} ----
@@ -88,13 +91,13 @@ Tensor cholesky_jvp(JvpContext& c) {
   Square sq = square_axes(l, c.attrs(), "cholesky jvp");
   const Name r = sq.row, k = sq.col, tj = "__tenax_j", tk = "__tenax_k";
   const DType dt = l.dtype();
-  Tensor low = ta * triangle_mask(r, k, sq.n, true, 1.0, 1.0, dt);
-  Tensor strict = ta * triangle_mask(r, k, sq.n, true, 1.0, 0.0, dt);
+  Tensor low = ta * triangle_mask(r, k, sq.n, true, 1.0, 1.0, dt, l.device());
+  Tensor strict = ta * triangle_mask(r, k, sq.n, true, 1.0, 0.0, dt, l.device());
   Tensor ts = low + rename(strict, AxisList{r, k}, AxisList{k, r});
   Tensor x = triangular_solve(l, rename(ts, k, tk), r, k);             // X = L^{-1} tS: (col, tk)
   Tensor z = triangular_solve(l, rename(x, AxisList{tk, k}, AxisList{r, tj}), r, k);  // (tj, col)
   Tensor m = rename(z, tj, r);                                          // M over (row, col)
-  Tensor phi = m * triangle_mask(r, k, sq.n, true, 1.0, 0.5, dt);
+  Tensor phi = m * triangle_mask(r, k, sq.n, true, 1.0, 0.5, dt, l.device());
   Tensor tl = dot(l, rename(phi, AxisList{r, k}, AxisList{k, tj}), AxisList{k});
   return rename(tl, tj, k);
 }
@@ -194,7 +197,7 @@ void solve_vjp(VjpContext& c) {
     const Tensor& dst = c.adjoint(0);
     const double sign = -1.0;
     Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, sign,
-                                                       sign, t.dtype())
+                                                       sign, t.dtype(), t.device())
                                : outer * sign;
     accumulate(dst, scaled);
   }
@@ -209,7 +212,8 @@ Tensor solve_jvp(JvpContext& c) {
   Tensor rhs = c.tangent(1);
   if (c.tangent(0).defined()) {
     Tensor tt = c.tangent(0);
-    if (Triangular) tt = tt * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, 1.0, 1.0, t.dtype());
+    if (Triangular)
+      tt = tt * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, 1.0, 1.0, t.dtype(), t.device());
     Tensor prod = dot(tt, z, AxisList{out_axis});
     rhs = rhs.defined() ? rhs - prod : -prod;
   }

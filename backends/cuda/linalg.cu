@@ -1,0 +1,337 @@
+// CUDA batched small dense linear algebra: one thread per matrix running the same algorithms as
+// the CPU kernels (Cholesky, triangular solves, LU with partial pivoting for solve and logdet, the
+// Cholesky reverse rule), for the 2..64 sizes of state-space models; cuSOLVER's batched routines
+// are the route for large matrices. The per-matrix offsets are uploaded per call; the first failed
+// matrix (not positive definite, singular) comes back through one device word, so these calls
+// synchronise (their interface returns the failure).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "tenax/backends/cuda/register.h"
+#include "tenax/core/error.h"
+
+namespace tenax::detail {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw DeviceError(std::string("[") + what + "] " + cudaGetErrorString(e));
+}
+
+// Device scratch for one call, freed (stream-ordered) at scope exit.
+struct Scratch {
+  void* p = nullptr;
+  Scratch(std::size_t bytes, const char* what) {
+    check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread), what);
+  }
+  ~Scratch() { (void)cudaFreeAsync(p, cudaStreamPerThread); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+// The batch's offsets on the device (null where the host has none), the failure word after them,
+// set to LLONG_MAX; the destination's device made current.
+struct Upload {
+  Scratch buffer;
+  const int64_t* off[3] = {};
+  unsigned long long* failed = nullptr;
+  Upload(const MatBatch& b, const void* dst, const char* what)
+      : buffer((3 * static_cast<std::size_t>(b.count) + 1) * sizeof(int64_t), what) {
+    (void)dst;
+    auto* base = static_cast<int64_t*>(buffer.p);
+    const int64_t* host[3] = {b.offsets_a, b.offsets_b, b.offsets_c};
+    for (int k = 0; k < 3; ++k) {
+      if (!host[k]) continue;
+      int64_t* d = base + k * b.count;
+      check(cudaMemcpyAsync(d, host[k], static_cast<std::size_t>(b.count) * sizeof(int64_t), cudaMemcpyHostToDevice,
+                            cudaStreamPerThread),
+            what);
+      off[k] = d;
+    }
+    failed = reinterpret_cast<unsigned long long*>(base + 3 * b.count);
+    const unsigned long long none = static_cast<unsigned long long>(LLONG_MAX);
+    check(cudaMemcpyAsync(failed, &none, sizeof(none), cudaMemcpyHostToDevice, cudaStreamPerThread), what);
+  }
+  // Waits for the kernel; the first failed matrix or -1.
+  int64_t result(const char* what) const {
+    check(cudaGetLastError(), what);
+    unsigned long long f = 0;
+    check(cudaMemcpyAsync(&f, failed, sizeof(f), cudaMemcpyDeviceToHost, cudaStreamPerThread), what);
+    check(cudaStreamSynchronize(cudaStreamPerThread), what);
+    return f == static_cast<unsigned long long>(LLONG_MAX) ? -1 : static_cast<int64_t>(f);
+  }
+};
+
+void use_device_of(const void* p, const char* what) {
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
+  check(e, what);
+}
+
+int blocks_for(int64_t count) { return static_cast<int>((count + 127) / 128); }
+
+template <class T>
+struct Mat {
+  T* p;
+  int64_t rs, cs;
+  __device__ T& operator()(int64_t i, int64_t j) const { return p[i * rs + j * cs]; }
+};
+template <class T>
+__device__ Mat<T> at(MatView v, const int64_t* off, int64_t b) {
+  return {static_cast<T*>(v.data) + (off ? off[b] : 0), v.rs, v.cs};
+}
+
+__device__ inline void fail(unsigned long long* word, int64_t b) { atomicMin(word, static_cast<unsigned long long>(b)); }
+
+template <class T>
+__global__ void cholesky_k(MatView a, MatView l, int64_t count, const int64_t* oa, const int64_t* ob,
+                           unsigned long long* failed) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= count) return;
+  const int64_t n = a.n;
+  Mat<T> A = at<T>(a, oa, b), L = at<T>(l, ob, b);
+  for (int64_t j = 0; j < n; ++j) {
+    T s = A(j, j);
+    for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
+    if (!(s > T(0)) || !isfinite(s)) {
+      fail(failed, b);
+      return;
+    }
+    const T d = sqrt(s);
+    L(j, j) = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      T t = A(i, j);
+      for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
+      L(i, j) = t / d;
+    }
+    for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);
+  }
+}
+
+template <class T>
+int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
+  if (batch.count == 0) return -1;
+  use_device_of(l.data, "cholesky");
+  Upload up(batch, l.data, "cholesky");
+  cholesky_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(a, l, batch.count, up.off[0], up.off[1],
+                                                                         up.failed);
+  return up.result("cholesky");
+}
+
+template <class T>
+__global__ void tri_solve_k(MatView t, RhsView r, bool lower, int64_t count, const int64_t* oa, const int64_t* ob,
+                            unsigned long long* failed) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= count) return;
+  const int64_t n = t.n;
+  Mat<T> A = at<T>(t, oa, b);
+  T* rb = static_cast<T*>(r.data) + (ob ? ob[b] : 0);
+  for (int64_t i = 0; i < n; ++i)
+    if (A(i, i) == T(0)) {
+      fail(failed, b);
+      return;
+    }
+  for (int64_t c = 0; c < r.nrhs; ++c) {
+    T* z = rb + c * r.cs;
+    if (lower) {
+      for (int64_t i = 0; i < n; ++i) {
+        T s = z[i * r.rs];
+        for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * r.rs];
+        z[i * r.rs] = s / A(i, i);
+      }
+    } else {
+      for (int64_t i = n - 1; i >= 0; --i) {
+        T s = z[i * r.rs];
+        for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * r.rs];
+        z[i * r.rs] = s / A(i, i);
+      }
+    }
+  }
+}
+
+template <class T>
+int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
+  if (batch.count == 0) return -1;
+  use_device_of(r.data, "triangular_solve");
+  Upload up(batch, r.data, "triangular_solve");
+  tri_solve_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(t, r, lower, batch.count, up.off[0],
+                                                                          up.off[1], up.failed);
+  return up.result("triangular_solve");
+}
+
+// LU with partial pivoting of matrix A into lu (row-major n x n scratch) and piv; false if singular.
+template <class T>
+__device__ bool lu_factor(Mat<T> A, int64_t n, T* lu, int* piv) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) lu[i * n + j] = A(i, j);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t p = k;
+    for (int64_t i = k + 1; i < n; ++i)
+      if (fabs(lu[i * n + k]) > fabs(lu[p * n + k])) p = i;
+    piv[k] = static_cast<int>(p);
+    if (lu[p * n + k] == T(0) || !isfinite(lu[p * n + k])) return false;
+    if (p != k)
+      for (int64_t j = 0; j < n; ++j) {
+        const T s = lu[k * n + j];
+        lu[k * n + j] = lu[p * n + j];
+        lu[p * n + j] = s;
+      }
+    for (int64_t i = k + 1; i < n; ++i) {
+      const T f = lu[i * n + k] / lu[k * n + k];
+      lu[i * n + k] = f;
+      for (int64_t j = k + 1; j < n; ++j) lu[i * n + j] -= f * lu[k * n + j];
+    }
+  }
+  return true;
+}
+
+// Solves (LU) z = r for one column z (stride rs), in place.
+template <class T>
+__device__ void lu_solve_column(const T* lu, const int* piv, int64_t n, T* z, int64_t rs) {
+  for (int64_t k = 0; k < n; ++k)
+    if (piv[k] != k) {
+      const T s = z[k * rs];
+      z[k * rs] = z[piv[k] * rs];
+      z[piv[k] * rs] = s;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < i; ++k) z[i * rs] -= lu[i * n + k] * z[k * rs];
+  for (int64_t i = n - 1; i >= 0; --i) {
+    T s = z[i * rs];
+    for (int64_t k = i + 1; k < n; ++k) s -= lu[i * n + k] * z[k * rs];
+    z[i * rs] = s / lu[i * n + i];
+  }
+}
+
+template <class T>
+__global__ void solve_k(MatView a, RhsView r, int64_t count, const int64_t* oa, const int64_t* ob, T* scratch,
+                        int* pivots, unsigned long long* failed) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= count) return;
+  const int64_t n = a.n;
+  T* lu = scratch + b * n * n;
+  int* piv = pivots + b * n;
+  if (!lu_factor(at<T>(a, oa, b), n, lu, piv)) {
+    fail(failed, b);
+    return;
+  }
+  T* rb = static_cast<T*>(r.data) + (ob ? ob[b] : 0);
+  for (int64_t c = 0; c < r.nrhs; ++c) lu_solve_column(lu, piv, n, rb + c * r.cs, r.rs);
+}
+
+template <class T>
+int64_t solve(MatView a, RhsView r, const MatBatch& batch) {
+  if (batch.count == 0) return -1;
+  use_device_of(r.data, "solve");
+  Upload up(batch, r.data, "solve");
+  Scratch lu(static_cast<std::size_t>(batch.count * a.n * a.n) * sizeof(T), "solve");
+  Scratch piv(static_cast<std::size_t>(batch.count * a.n) * sizeof(int), "solve");
+  solve_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
+      a, r, batch.count, up.off[0], up.off[1], static_cast<T*>(lu.p), static_cast<int*>(piv.p), up.failed);
+  return up.result("solve");
+}
+
+template <class T>
+__global__ void logdet_k(MatView a, T* out, MatView inv_t, bool want, int64_t count, const int64_t* oa,
+                         const int64_t* ob, const int64_t* oc, T* scratch, int* pivots, unsigned long long* failed) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= count) return;
+  const int64_t n = a.n;
+  T* lu = scratch + b * n * n;
+  int* piv = pivots + b * n;
+  if (!lu_factor(at<T>(a, oa, b), n, lu, piv)) {
+    fail(failed, b);
+    return;
+  }
+  T s = T(0);
+  for (int64_t i = 0; i < n; ++i) s += log(fabs(lu[i * n + i]));
+  out[ob ? ob[b] : 0] = s;
+  if (!want) return;
+  // A^{-T}: column j of A^{-1} solves A z = e_j; it is row j of A^{-T}, written in place there.
+  Mat<T> R = at<T>(inv_t, oc, b);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < n; ++i) R(j, i) = i == j ? T(1) : T(0);
+    lu_solve_column(lu, piv, n, &R(j, 0), inv_t.cs);
+  }
+}
+
+template <class T>
+int64_t logdet(MatView a, void* out, MatView inv_t, bool want_inverse, const MatBatch& batch) {
+  if (batch.count == 0) return -1;
+  use_device_of(out, "logdet");
+  Upload up(batch, out, "logdet");
+  Scratch lu(static_cast<std::size_t>(batch.count * a.n * a.n) * sizeof(T), "logdet");
+  Scratch piv(static_cast<std::size_t>(batch.count * a.n) * sizeof(int), "logdet");
+  logdet_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
+      a, static_cast<T*>(out), inv_t, want_inverse, batch.count, up.off[0], up.off[1], up.off[2],
+      static_cast<T*>(lu.p), static_cast<int*>(piv.p), up.failed);
+  return up.result("logdet");
+}
+
+// Abar += reverse rule of Cholesky, as the CPU kernel: S = L^{-T} Φ(Lᵀ Lbar) L^{-1}; Abar_ij =
+// S_ij + S_ji below the diagonal, S_ii on it.
+template <class T>
+__global__ void cholesky_vjp_k(MatView l, MatView lbar, MatView abar, int64_t count, const int64_t* oa,
+                               const int64_t* ob, const int64_t* oc, double* scratch) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= count) return;
+  const int64_t n = l.n;
+  double* P = scratch + b * 2 * n * n;
+  double* S = P + n * n;
+  Mat<T> L = at<T>(l, oa, b), G = at<T>(lbar, ob, b), R = at<T>(abar, oc, b);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      if (j <= i)
+        for (int64_t k = i; k < n; ++k) s += double(L(k, i)) * double(G(k, j));
+      P[i * n + j] = j > i ? 0.0 : (i == j ? 0.5 * s : s);
+    }
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = n - 1; j >= 0; --j) {
+      double s = P[r * n + j];
+      for (int64_t k = j + 1; k < n; ++k) s -= S[r * n + k] * double(L(k, j));
+      S[r * n + j] = s / double(L(j, j));
+    }
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = n - 1; i >= 0; --i) {
+      double s = S[i * n + c];
+      for (int64_t k = i + 1; k < n; ++k) s -= double(L(k, i)) * S[k * n + c];
+      S[i * n + c] = s / double(L(i, i));
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      R(i, j) += static_cast<T>(i > j ? S[i * n + j] + S[j * n + i] : (i == j ? S[i * n + i] : 0.0));
+}
+
+template <class T>
+void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) {
+  if (batch.count == 0) return;
+  use_device_of(abar.data, "cholesky vjp");
+  Upload up(batch, abar.data, "cholesky vjp");
+  Scratch s(static_cast<std::size_t>(batch.count * 2 * l.n * l.n) * sizeof(double), "cholesky vjp");
+  cholesky_vjp_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
+      l, lbar, abar, batch.count, up.off[0], up.off[1], up.off[2], static_cast<double*>(s.p));
+  (void)up.result("cholesky vjp");
+}
+
+}  // namespace
+
+void register_cuda_linalg(KernelTable& t) {
+  t.cholesky[0] = cholesky<double>;
+  t.cholesky[1] = cholesky<float>;
+  t.cholesky_vjp[0] = cholesky_vjp<double>;
+  t.cholesky_vjp[1] = cholesky_vjp<float>;
+  t.tri_solve[0] = tri_solve<double>;
+  t.tri_solve[1] = tri_solve<float>;
+  t.solve[0] = solve<double>;
+  t.solve[1] = solve<float>;
+  t.logdet[0] = logdet<double>;
+  t.logdet[1] = logdet<float>;
+}
+
+}  // namespace tenax::detail
