@@ -84,25 +84,17 @@ class ThomasPanel {
  public:
   using V = xsimd::batch<T>;
   static constexpr int VS = static_cast<int>(V::size);
-  // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go 512 at a
-  // time (float64: each row of each operand a 4 KB run, c' and d' 800 KB at n = 100, in L2),
-  // with 512 / VS division chains in flight; 256 and 1024 measured the same for the solve, 256
-  // 10% slower for the gradient. Systems apart in memory go 32 at a time through row-interleaved
-  // tiles (L1/L2).
-  static constexpr int kWide = 512;
+  // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go up to 4096
+  // at a time, as many as keep c' and d' within 8 MiB (in L3; float64 at n = 100: 4096 systems,
+  // 6.4 MiB): each row of each operand is then a run of up to 32 KB, long enough for the hardware
+  // prefetchers (runs of 2 / 4 / 8 KB measured 33 ms at n = 100, 16–64 KB 26–28 ms). Systems apart
+  // in memory go 32 at a time through row-interleaved tiles (L1/L2).
+  static constexpr int kWide = 4096;
+  static constexpr int64_t kWideScratch = int64_t{8} << 20;
   static constexpr int kNarrow = 32;
 
-  ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch) : a_(a), n_(a.n), P_(width) {
-    // tiles for the five operands, then c' and d' of the forward sweep; the buffer is the
-    // thread's, kept from call to call (a scan step calls this every step), and only grows
-    const auto need = static_cast<size_t>(7 * n_ * P_ + VS);
-    if (scratch.size() < need) scratch.resize(need);
-    T* p = scratch.data();
-    while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
-    for (int o = 0; o < Op::count; ++o) tile_[o] = p + o * n_ * P_;
-    cp_ = p + 5 * n_ * P_;
-    dp_ = p + 6 * n_ * P_;
-  }
+  ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch)
+      : a_(a), n_(a.n), P_(width), scratch_(scratch) {}
 
   // Solves systems [first, first + count) (count <= width); returns the first failure or -1.
   int64_t solve(int64_t first, int count) {
@@ -137,11 +129,12 @@ class ThomasPanel {
   }
 
  private:
-  enum class Mode { unit, broadcast, tile };
+  enum class Mode { unit, broadcast, tile, none };  // none: x not written (the fused reverse rule)
   using Mask = typename V::batch_bool_type;
 
+  // Whether the sweep's operands (x is only written afterwards) are all runs of adjacent systems.
   [[nodiscard]] bool all_unit() const {
-    for (int o = 0; o < Op::count; ++o)
+    for (int o = 0; o < Op::x; ++o)
       if (mode_[o] != Mode::unit) return false;
     return true;
   }
@@ -304,10 +297,27 @@ class ThomasPanel {
     return -1;
   }
 
+  // c' and d' of the forward sweep, then (only when some operand needs one) a row-interleaved tile
+  // per operand. The buffer is the thread's, kept from call to call (a scan step calls this every
+  // step), and only grows; pointers are set here, at the start of each panel.
+  void lay_out(bool tiles) {
+    // d' starts kSkew elements past a multiple of c''s size: rows i of c' and d' (read together)
+    // would otherwise sit a large power-of-two-ish distance apart, in the same cache sets.
+    constexpr int64_t kSkew = 72;
+    const auto need = static_cast<size_t>((tiles ? 7 : 2) * n_ * P_ + kSkew + VS);
+    if (scratch_.size() < need) scratch_.resize(need);
+    T* p = scratch_.data();
+    while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
+    cp_ = p;
+    dp_ = p + n_ * P_ + kSkew;
+    for (int o = 0; o < Op::count; ++o) tile_[o] = tiles ? dp_ + (1 + o) * n_ * P_ : nullptr;
+  }
+
   void bind(int64_t first, int count) {
+    bool tiles = false;
     for (int o = 0; o < Op::count; ++o) {
-      if (o == Op::x && !a_.out) {  // the fused reverse rule keeps λ in the panel
-        mode_[o] = Mode::tile;
+      if (o == Op::x && !a_.out) {  // the fused reverse rule keeps λ in d'
+        mode_[o] = Mode::none;
         continue;
       }
       const int64_t* off = a_.off[o] + first;
@@ -318,8 +328,11 @@ class ThomasPanel {
         same = same && off[w] == off[0];
       }
       mode_[o] = unit ? Mode::unit : (same && o != Op::x) ? Mode::broadcast : Mode::tile;
-      if (mode_[o] == Mode::tile && o != Op::x) gather(o, off, count);
+      tiles = tiles || mode_[o] == Mode::tile;
     }
+    lay_out(tiles);  // (re)points into the thread's scratch, which another panel may have grown
+    for (int o = 0; o < Op::x; ++o)
+      if (mode_[o] == Mode::tile) gather(o, a_.off[o] + first, count);
   }
 
   // Row-interleaves operand o of `count` systems into its tile; padding lanes (up to the next
@@ -349,6 +362,7 @@ class ThomasPanel {
       case Mode::broadcast:
         return V(base_[o][i * a_.step[o]]);
       case Mode::tile:
+      case Mode::none:
         break;
     }
     return V::load_aligned(tile_[o] + i * P_ + v * VS);
@@ -364,7 +378,7 @@ class ThomasPanel {
   void store_x(int64_t i, int v, const V& x) {
     if (mode_[Op::x] == Mode::unit)
       stream_store(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x] + v * VS, x);
-    else
+    else if (mode_[Op::x] == Mode::tile)
       x.store_aligned(tile_[Op::x] + i * P_ + v * VS);
   }
   void scatter_x(int64_t first, int count) {
@@ -386,6 +400,7 @@ class ThomasPanel {
   int P_;
   Mode mode_[Op::count] = {};
   const T* base_[Op::count] = {};
+  std::vector<T>& scratch_;
   T* tile_[Op::count] = {};
   T* cp_ = nullptr;
   T* dp_ = nullptr;
@@ -431,22 +446,47 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
 
 // ---- dispatch over blocks of systems ----
 
-// Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost).
+// Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost) for
+// every operand that varies by system, as wide as keeps c' and d' within kWideScratch bytes.
 template <class T>
 int panel_width(const TridiagonalArgs& a) {
-  const bool adjacent = a.systems > 1 && a.off[Op::rhs][1] == a.off[Op::rhs][0] + 1;
-  return adjacent ? ThomasPanel<T>::kWide : ThomasPanel<T>::kNarrow;
+  using P = ThomasPanel<T>;
+  bool adjacent = a.systems > 1;
+  for (int o = 0; o < Op::count && adjacent; ++o) {
+    if (o == Op::x && !a.out) continue;
+    const int64_t d = a.off[o][1] - a.off[o][0];
+    adjacent = d == 1 || (d == 0 && o != Op::x);
+  }
+  if (!adjacent) return P::kNarrow;
+  const int64_t fit = P::kWideScratch / (2 * a.n * static_cast<int64_t>(sizeof(T))) / P::VS * P::VS;
+  return static_cast<int>(std::clamp<int64_t>(fit, P::kNarrow, P::kWide));
 }
 
 template <class T>
 int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   thread_local std::vector<T> scratch;
-  // No wider than the range (rounded to whole vectors): a few systems need no 512-wide panel.
+  // No wider than the range (rounded to whole vectors): a few systems need no wide panel.
   constexpr int64_t VS = ThomasPanel<T>::VS;
   const int width = static_cast<int>(std::min<int64_t>(panel_width<T>(a), (end - begin + VS - 1) / VS * VS));
   ThomasPanel<T> panel(a, width, scratch);
   for (int64_t s = begin; s < end; s += width) {
-    const int64_t failed = panel.solve(s, static_cast<int>(std::min<int64_t>(width, end - s)));
+    int count = static_cast<int>(std::min<int64_t>(width, end - s));
+    // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
+    // own: tiles as wide as the wide panel would not fit any cache.
+    if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
+      const int whole = count / VS * VS;
+      if (whole > 0) {
+        const int64_t failed = panel.solve(s, whole);
+        if (failed >= 0) return failed;
+      }
+      ThomasPanel<T> tail(a, ThomasPanel<T>::kNarrow, scratch);
+      for (int64_t t = s + whole; t < s + count; t += ThomasPanel<T>::kNarrow) {
+        const int64_t failed = tail.solve(t, static_cast<int>(std::min<int64_t>(ThomasPanel<T>::kNarrow, s + count - t)));
+        if (failed >= 0) return failed;
+      }
+      continue;
+    }
+    const int64_t failed = panel.solve(s, count);
     if (failed >= 0) return failed;
   }
   return -1;
