@@ -1,11 +1,13 @@
-// CPU batched small dense linear algebra. Cholesky and triangular solves are direct loops (per-call
-// LAPACK overhead dominates at the 2..16 sizes of state-space models); LU solve and log-determinant
+// CPU batched small dense linear algebra. Cholesky, triangular solves and the Cholesky reverse rule
+// are the direct loops of backends/small_linalg.h (per-call LAPACK overhead dominates at the 2..16
+// sizes of state-space models; the CUDA backend runs the same loops); LU solve and log-determinant
 // call LAPACK getrf/getrs on a packed column-major copy.
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "tenax/backends/cpu/register.h"
+#include "tenax/backends/small_linalg.h"
 
 extern "C" {
 void dgetrf_(const int* m, const int* n, double* a, const int* lda, int* ipiv, int* info);
@@ -22,6 +24,7 @@ namespace {
 using detail::MatBatch;
 using detail::MatView;
 using detail::RhsView;
+namespace small = detail::small;
 
 template <class T>
 struct M {
@@ -37,91 +40,26 @@ M<T> at(MatView v, const int64_t* offsets, int64_t b) {
 
 template <class T>
 int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
-  const int64_t n = a.n;
-  for (int64_t b = 0; b < batch.count; ++b) {
-    M<T> A = at<T>(a, batch.offsets_a, b), L = at<T>(l, batch.offsets_b, b);
-    for (int64_t j = 0; j < n; ++j) {
-      T s = A(j, j);
-      for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
-      if (!(s > T(0)) || !std::isfinite(s)) return b;
-      const T d = std::sqrt(s);
-      L(j, j) = d;
-      for (int64_t i = j + 1; i < n; ++i) {
-        T t = A(i, j);
-        for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
-        L(i, j) = t / d;
-      }
-      for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);
-    }
-  }
+  for (int64_t b = 0; b < batch.count; ++b)
+    if (!small::cholesky<T>(at<T>(a, batch.offsets_a, b), at<T>(l, batch.offsets_b, b), a.n)) return b;
   return -1;
 }
 
-// Abar from L and Lbar, A read through its lower triangle:
-// S = L^{-T} Φ(Lᵀ Lbar) L^{-1} (Φ: lower triangle, halved diagonal); Abar_ij = S_ij + S_ji below
-// the diagonal, S_ii on it, 0 above.
 template <class T>
 void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) {
   const int64_t n = l.n;
   thread_local std::vector<double> buf;
   buf.assign(static_cast<size_t>(2 * n * n), 0.0);
-  double* P = buf.data();
-  double* S = P + n * n;
-  for (int64_t b = 0; b < batch.count; ++b) {
-    M<T> L = at<T>(l, batch.offsets_a, b), G = at<T>(lbar, batch.offsets_b, b),
-         R = at<T>(abar, batch.offsets_c, b);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j <= i; ++j) {
-        double s = 0;
-        for (int64_t k = i; k < n; ++k) s += double(L(k, i)) * double(G(k, j));  // L lower: k >= i
-        P[i * n + j] = i == j ? 0.5 * s : s;
-      }
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = i + 1; j < n; ++j) P[i * n + j] = 0;
-    // Y = P L^{-1}: each row y of Y solves y L = p, i.e. back substitution on Lᵀ.
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = n - 1; j >= 0; --j) {
-        double s = P[r * n + j];
-        for (int64_t k = j + 1; k < n; ++k) s -= S[r * n + k] * double(L(k, j));
-        S[r * n + j] = s / double(L(j, j));
-      }
-    // S = L^{-T} Y: each column solves Lᵀ s = y (back substitution), in place.
-    for (int64_t c = 0; c < n; ++c)
-      for (int64_t i = n - 1; i >= 0; --i) {
-        double s = S[i * n + c];
-        for (int64_t k = i + 1; k < n; ++k) s -= double(L(k, i)) * S[k * n + c];
-        S[i * n + c] = s / double(L(i, i));
-      }
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t j = 0; j < n; ++j)
-        R(i, j) += static_cast<T>(i > j ? S[i * n + j] + S[j * n + i] : (i == j ? S[i * n + i] : 0.0));
-  }
+  for (int64_t b = 0; b < batch.count; ++b)
+    small::cholesky_vjp<T>(at<T>(l, batch.offsets_a, b), at<T>(lbar, batch.offsets_b, b),
+                           at<T>(abar, batch.offsets_c, b), n, buf.data(), buf.data() + n * n);
 }
 
 template <class T>
 int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
-  const int64_t n = t.n;
   for (int64_t b = 0; b < batch.count; ++b) {
-    M<T> A = at<T>(t, batch.offsets_a, b);
     T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
-    for (int64_t i = 0; i < n; ++i)
-      if (A(i, i) == T(0)) return b;
-    for (int64_t c = 0; c < r.nrhs; ++c) {
-      T* z = rb + c * r.cs;
-      if (lower) {
-        for (int64_t i = 0; i < n; ++i) {
-          T s = z[i * r.rs];
-          for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * r.rs];
-          z[i * r.rs] = s / A(i, i);
-        }
-      } else {
-        for (int64_t i = n - 1; i >= 0; --i) {
-          T s = z[i * r.rs];
-          for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * r.rs];
-          z[i * r.rs] = s / A(i, i);
-        }
-      }
-    }
+    if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), t.n, lower, rb, r.nrhs, r.rs, r.cs)) return b;
   }
   return -1;
 }

@@ -3,10 +3,11 @@
 // no copies); cuBLAS strided-batched gemm for large single-dim groups is the next step.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
-#include "tenax/core/error.h"
 
 namespace tenax::detail {
 namespace {
@@ -57,19 +58,11 @@ void contract(const ContractArgs& a) {
   const int64_t B = group_size(a.batch), M = group_size(a.m), N = group_size(a.n), K = group_size(a.k);
   const int64_t total = B * M * N;
   if (total == 0) return;
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, a.z);
-  if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw DeviceError(std::string("[dot] ") + cudaGetErrorString(e));
-  }
-  const int block = 256;
-  const int64_t blocks = (total + block - 1) / block;
-  contract_kernel<T><<<static_cast<int>(blocks < 65535 ? blocks : 65535), block, 0, cudaStreamPerThread>>>(a, M, N, K,
-                                                                                                          total);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) throw DeviceError(std::string("[dot] CUDA kernel launch: ") + cudaGetErrorString(e));
+  cuda::use_device_of(a.z, "dot");
+  constexpr int kBlock = 256;
+  const int grid = std::min(cuda::blocks_for(total, kBlock), 65535);  // grid-stride beyond
+  contract_kernel<T><<<grid, kBlock, 0, cudaStreamPerThread>>>(a, M, N, K, total);
+  cuda::check_launch("dot");
 }
 
 }  // namespace

@@ -6,14 +6,15 @@
 // the stream-ordered allocator and the transfers; nothing here synchronises.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
-#include "tenax/core/error.h"
 
 namespace tenax::detail {
 namespace {
@@ -31,21 +32,8 @@ struct Loop {
   int64_t strides[N][kMaxLoopRank] = {};
 };
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw DeviceError(std::string("[") + what + "] CUDA kernel launch: " + cudaGetErrorString(e));
-}
-
-// Makes the destination's device current (kernels receive raw pointers only).
-void use_device_of(const void* p, const char* what) {
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    throw DeviceError(std::string("[") + what + "] " + cudaGetErrorString(e));
-  }
-}
+using cuda::check_launch;
+using cuda::use_device_of;
 
 template <int N>
 Loop<N> pack(const LoopDims& d, const LoopArg* a) {
@@ -129,10 +117,9 @@ void launch(const LoopDims& d, const LoopArg* a, F f, const char* what) {
   Loop<N> l = pack<N>(d, a);
   if (l.total == 0) return;
   use_device_of(a[0].data, what);
-  const int block = 256;
-  const int64_t blocks = (l.total + block - 1) / block;
-  const int grid = static_cast<int>(blocks < 65535 ? blocks : 65535);
-  loop_kernel<P, F, Out, Ins...><<<grid, block, 0, cudaStreamPerThread>>>(l, f);
+  constexpr int kBlock = 256;
+  const int grid = std::min(cuda::blocks_for(l.total, kBlock), 65535);  // grid-stride beyond
+  loop_kernel<P, F, Out, Ins...><<<grid, kBlock, 0, cudaStreamPerThread>>>(l, f);
   check_launch(what);
 }
 

@@ -1,6 +1,7 @@
-// CUDA batched small dense linear algebra: one thread per matrix running the same algorithms as
-// the CPU kernels (Cholesky, triangular solves, LU with partial pivoting for solve and logdet, the
-// Cholesky reverse rule), for the 2..64 sizes of state-space models; cuSOLVER's batched routines
+// CUDA batched small dense linear algebra: one thread per matrix running the algorithms the CPU
+// kernels run (Cholesky, triangular solves and the Cholesky reverse rule from
+// backends/small_linalg.h; LU with partial pivoting for solve and logdet, where the CPU calls
+// LAPACK), for the 2..64 sizes of state-space models; cuSOLVER's batched routines
 // are the route for large matrices. The per-matrix offsets are uploaded per call; the first failed
 // matrix (not positive definite, singular) comes back through one device word, so these calls
 // synchronise (their interface returns the failure).
@@ -10,17 +11,17 @@
 #include <cstdint>
 #include <string>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
-#include "tenax/core/error.h"
+#include "tenax/backends/small_linalg.h"
 
 namespace tenax::detail {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();
-  throw DeviceError(std::string("[") + what + "] " + cudaGetErrorString(e));
-}
+using cuda::check;
+using cuda::use_device_of;
+constexpr int kBlock = 128;
+int blocks_for(int64_t count) { return cuda::blocks_for(count, kBlock); }
 
 // Device scratch for one call, freed (stream-ordered) at scope exit.
 struct Scratch {
@@ -33,15 +34,20 @@ struct Scratch {
   Scratch& operator=(const Scratch&) = delete;
 };
 
+// Makes the device of a pointer current on construction (before the members after it allocate).
+struct OnDeviceOf {
+  OnDeviceOf(const void* p, const char* what) { use_device_of(p, what); }
+};
+
 // The batch's offsets on the device (null where the host has none), the failure word after them,
 // set to LLONG_MAX; the destination's device made current.
 struct Upload {
+  OnDeviceOf device;
   Scratch buffer;
   const int64_t* off[3] = {};
   unsigned long long* failed = nullptr;
   Upload(const MatBatch& b, const void* dst, const char* what)
-      : buffer((3 * static_cast<std::size_t>(b.count) + 1) * sizeof(int64_t), what) {
-    (void)dst;
+      : device(dst, what), buffer((3 * static_cast<std::size_t>(b.count) + 1) * sizeof(int64_t), what) {
     auto* base = static_cast<int64_t*>(buffer.p);
     const int64_t* host[3] = {b.offsets_a, b.offsets_b, b.offsets_c};
     for (int k = 0; k < 3; ++k) {
@@ -66,20 +72,11 @@ struct Upload {
   }
 };
 
-void use_device_of(const void* p, const char* what) {
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, p);
-  if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
-  check(e, what);
-}
-
-int blocks_for(int64_t count) { return static_cast<int>((count + 127) / 128); }
-
 template <class T>
 struct Mat {
   T* p;
   int64_t rs, cs;
-  __device__ T& operator()(int64_t i, int64_t j) const { return p[i * rs + j * cs]; }
+  __host__ __device__ T& operator()(int64_t i, int64_t j) const { return p[i * rs + j * cs]; }
 };
 template <class T>
 __device__ Mat<T> at(MatView v, const int64_t* off, int64_t b) {
@@ -92,33 +89,14 @@ template <class T>
 __global__ void cholesky_k(MatView a, MatView l, int64_t count, const int64_t* oa, const int64_t* ob,
                            unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= count) return;
-  const int64_t n = a.n;
-  Mat<T> A = at<T>(a, oa, b), L = at<T>(l, ob, b);
-  for (int64_t j = 0; j < n; ++j) {
-    T s = A(j, j);
-    for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
-    if (!(s > T(0)) || !isfinite(s)) {
-      fail(failed, b);
-      return;
-    }
-    const T d = sqrt(s);
-    L(j, j) = d;
-    for (int64_t i = j + 1; i < n; ++i) {
-      T t = A(i, j);
-      for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
-      L(i, j) = t / d;
-    }
-    for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);
-  }
+  if (b < count && !small::cholesky<T>(at<T>(a, oa, b), at<T>(l, ob, b), a.n)) fail(failed, b);
 }
 
 template <class T>
 int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
   if (batch.count == 0) return -1;
-  use_device_of(l.data, "cholesky");
   Upload up(batch, l.data, "cholesky");
-  cholesky_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(a, l, batch.count, up.off[0], up.off[1],
+  cholesky_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(a, l, batch.count, up.off[0], up.off[1],
                                                                          up.failed);
   return up.result("cholesky");
 }
@@ -128,38 +106,15 @@ __global__ void tri_solve_k(MatView t, RhsView r, bool lower, int64_t count, con
                             unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= count) return;
-  const int64_t n = t.n;
-  Mat<T> A = at<T>(t, oa, b);
   T* rb = static_cast<T*>(r.data) + (ob ? ob[b] : 0);
-  for (int64_t i = 0; i < n; ++i)
-    if (A(i, i) == T(0)) {
-      fail(failed, b);
-      return;
-    }
-  for (int64_t c = 0; c < r.nrhs; ++c) {
-    T* z = rb + c * r.cs;
-    if (lower) {
-      for (int64_t i = 0; i < n; ++i) {
-        T s = z[i * r.rs];
-        for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * r.rs];
-        z[i * r.rs] = s / A(i, i);
-      }
-    } else {
-      for (int64_t i = n - 1; i >= 0; --i) {
-        T s = z[i * r.rs];
-        for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * r.rs];
-        z[i * r.rs] = s / A(i, i);
-      }
-    }
-  }
+  if (!small::triangular_solve<T>(at<T>(t, oa, b), t.n, lower, rb, r.nrhs, r.rs, r.cs)) fail(failed, b);
 }
 
 template <class T>
 int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   if (batch.count == 0) return -1;
-  use_device_of(r.data, "triangular_solve");
   Upload up(batch, r.data, "triangular_solve");
-  tri_solve_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(t, r, lower, batch.count, up.off[0],
+  tri_solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(t, r, lower, batch.count, up.off[0],
                                                                           up.off[1], up.failed);
   return up.result("triangular_solve");
 }
@@ -208,31 +163,48 @@ __device__ void lu_solve_column(const T* lu, const int* piv, int64_t n, T* z, in
   }
 }
 
+// Factors matrix b into its slice of the per-call scratch (lu, piv point there); a singular
+// matrix is recorded as failed and gives false.
+template <class T>
+__device__ bool factor(MatView a, const int64_t* oa, int64_t b, T* scratch, int* pivots, T*& lu, int*& piv,
+                       unsigned long long* failed) {
+  lu = scratch + b * a.n * a.n;
+  piv = pivots + b * a.n;
+  if (lu_factor(at<T>(a, oa, b), a.n, lu, piv)) return true;
+  fail(failed, b);
+  return false;
+}
+
 template <class T>
 __global__ void solve_k(MatView a, RhsView r, int64_t count, const int64_t* oa, const int64_t* ob, T* scratch,
                         int* pivots, unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= count) return;
+  T* lu = nullptr;
+  int* piv = nullptr;
+  if (b >= count || !factor(a, oa, b, scratch, pivots, lu, piv, failed)) return;
   const int64_t n = a.n;
-  T* lu = scratch + b * n * n;
-  int* piv = pivots + b * n;
-  if (!lu_factor(at<T>(a, oa, b), n, lu, piv)) {
-    fail(failed, b);
-    return;
-  }
   T* rb = static_cast<T*>(r.data) + (ob ? ob[b] : 0);
   for (int64_t c = 0; c < r.nrhs; ++c) lu_solve_column(lu, piv, n, rb + c * r.cs, r.rs);
 }
 
+// Per matrix: an n x n LU factor and n pivots.
+template <class T>
+struct LuScratch {
+  Scratch lu, piv;
+  LuScratch(int64_t count, int64_t n, const char* what)
+      : lu(static_cast<std::size_t>(count * n * n) * sizeof(T), what),
+        piv(static_cast<std::size_t>(count * n) * sizeof(int), what) {}
+  [[nodiscard]] T* factors() const { return static_cast<T*>(lu.p); }
+  [[nodiscard]] int* pivots() const { return static_cast<int*>(piv.p); }
+};
+
 template <class T>
 int64_t solve(MatView a, RhsView r, const MatBatch& batch) {
   if (batch.count == 0) return -1;
-  use_device_of(r.data, "solve");
   Upload up(batch, r.data, "solve");
-  Scratch lu(static_cast<std::size_t>(batch.count * a.n * a.n) * sizeof(T), "solve");
-  Scratch piv(static_cast<std::size_t>(batch.count * a.n) * sizeof(int), "solve");
-  solve_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
-      a, r, batch.count, up.off[0], up.off[1], static_cast<T*>(lu.p), static_cast<int*>(piv.p), up.failed);
+  LuScratch<T> s(batch.count, a.n, "solve");
+  solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(a, r, batch.count, up.off[0], up.off[1],
+                                                                         s.factors(), s.pivots(), up.failed);
   return up.result("solve");
 }
 
@@ -240,14 +212,10 @@ template <class T>
 __global__ void logdet_k(MatView a, T* out, MatView inv_t, bool want, int64_t count, const int64_t* oa,
                          const int64_t* ob, const int64_t* oc, T* scratch, int* pivots, unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= count) return;
+  T* lu = nullptr;
+  int* piv = nullptr;
+  if (b >= count || !factor(a, oa, b, scratch, pivots, lu, piv, failed)) return;
   const int64_t n = a.n;
-  T* lu = scratch + b * n * n;
-  int* piv = pivots + b * n;
-  if (!lu_factor(at<T>(a, oa, b), n, lu, piv)) {
-    fail(failed, b);
-    return;
-  }
   T s = T(0);
   for (int64_t i = 0; i < n; ++i) s += log(fabs(lu[i * n + i]));
   out[ob ? ob[b] : 0] = s;
@@ -263,18 +231,15 @@ __global__ void logdet_k(MatView a, T* out, MatView inv_t, bool want, int64_t co
 template <class T>
 int64_t logdet(MatView a, void* out, MatView inv_t, bool want_inverse, const MatBatch& batch) {
   if (batch.count == 0) return -1;
-  use_device_of(out, "logdet");
   Upload up(batch, out, "logdet");
-  Scratch lu(static_cast<std::size_t>(batch.count * a.n * a.n) * sizeof(T), "logdet");
-  Scratch piv(static_cast<std::size_t>(batch.count * a.n) * sizeof(int), "logdet");
-  logdet_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
-      a, static_cast<T*>(out), inv_t, want_inverse, batch.count, up.off[0], up.off[1], up.off[2],
-      static_cast<T*>(lu.p), static_cast<int*>(piv.p), up.failed);
+  LuScratch<T> s(batch.count, a.n, "logdet");
+  logdet_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(
+      a, static_cast<T*>(out), inv_t, want_inverse, batch.count, up.off[0], up.off[1], up.off[2], s.factors(),
+      s.pivots(), up.failed);
   return up.result("logdet");
 }
 
-// Abar += reverse rule of Cholesky, as the CPU kernel: S = L^{-T} Φ(Lᵀ Lbar) L^{-1}; Abar_ij =
-// S_ij + S_ji below the diagonal, S_ii on it.
+// Abar += the reverse rule of Cholesky (backends/small_linalg.h), 2 n^2 doubles of scratch each.
 template <class T>
 __global__ void cholesky_vjp_k(MatView l, MatView lbar, MatView abar, int64_t count, const int64_t* oa,
                                const int64_t* ob, const int64_t* oc, double* scratch) {
@@ -282,39 +247,15 @@ __global__ void cholesky_vjp_k(MatView l, MatView lbar, MatView abar, int64_t co
   if (b >= count) return;
   const int64_t n = l.n;
   double* P = scratch + b * 2 * n * n;
-  double* S = P + n * n;
-  Mat<T> L = at<T>(l, oa, b), G = at<T>(lbar, ob, b), R = at<T>(abar, oc, b);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      if (j <= i)
-        for (int64_t k = i; k < n; ++k) s += double(L(k, i)) * double(G(k, j));
-      P[i * n + j] = j > i ? 0.0 : (i == j ? 0.5 * s : s);
-    }
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t j = n - 1; j >= 0; --j) {
-      double s = P[r * n + j];
-      for (int64_t k = j + 1; k < n; ++k) s -= S[r * n + k] * double(L(k, j));
-      S[r * n + j] = s / double(L(j, j));
-    }
-  for (int64_t c = 0; c < n; ++c)
-    for (int64_t i = n - 1; i >= 0; --i) {
-      double s = S[i * n + c];
-      for (int64_t k = i + 1; k < n; ++k) s -= double(L(k, i)) * S[k * n + c];
-      S[i * n + c] = s / double(L(i, i));
-    }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < n; ++j)
-      R(i, j) += static_cast<T>(i > j ? S[i * n + j] + S[j * n + i] : (i == j ? S[i * n + i] : 0.0));
+  small::cholesky_vjp<T>(at<T>(l, oa, b), at<T>(lbar, ob, b), at<T>(abar, oc, b), n, P, P + n * n);
 }
 
 template <class T>
 void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) {
   if (batch.count == 0) return;
-  use_device_of(abar.data, "cholesky vjp");
   Upload up(batch, abar.data, "cholesky vjp");
   Scratch s(static_cast<std::size_t>(batch.count * 2 * l.n * l.n) * sizeof(double), "cholesky vjp");
-  cholesky_vjp_k<T><<<blocks_for(batch.count), 128, 0, cudaStreamPerThread>>>(
+  cholesky_vjp_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(
       l, lbar, abar, batch.count, up.off[0], up.off[1], up.off[2], static_cast<double*>(s.p));
   (void)up.result("cholesky vjp");
 }

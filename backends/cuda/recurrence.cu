@@ -6,17 +6,15 @@
 #include <cstdint>
 #include <string>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
-#include "tenax/core/error.h"
 
 namespace tenax::detail {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  (void)cudaGetLastError();
-  throw DeviceError(std::string("[") + what + "] " + cudaGetErrorString(e));
-}
+using cuda::check;
+using cuda::use_device_of;
+constexpr int kBlock = 128;
 
 // Lane offset arrays on the device for one call (stream-ordered, freed at scope exit).
 struct Lanes {
@@ -38,15 +36,6 @@ struct Lanes {
   [[nodiscard]] const int64_t* at(int i) const { return p + i * lanes; }
 };
 
-void use_device_of(const void* ptr, const char* what) {
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, ptr);
-  if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
-  check(e, what);
-}
-
-int blocks_for(int64_t n) { return static_cast<int>((n + 127) / 128); }
-
 template <class T>
 __global__ void recurrence_k(RecurrenceArgs r, const int64_t* oa, const int64_t* ob, const int64_t* ox) {
   const int64_t l = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -67,8 +56,8 @@ void recurrence(const RecurrenceArgs& r) {
   use_device_of(r.x, "linear_recurrence");
   const int64_t* host[3] = {r.off_a, r.off_b, r.off_x};
   Lanes lanes(host, 3, r.lanes, "linear_recurrence");
-  recurrence_k<T><<<blocks_for(r.lanes), 128, 0, cudaStreamPerThread>>>(r, lanes.at(0), lanes.at(1), lanes.at(2));
-  check(cudaGetLastError(), "linear_recurrence");
+  recurrence_k<T><<<cuda::blocks_for(r.lanes, kBlock), kBlock, 0, cudaStreamPerThread>>>(r, lanes.at(0), lanes.at(1), lanes.at(2));
+  cuda::check_launch("linear_recurrence");
 }
 
 template <class T>
@@ -107,9 +96,9 @@ void recurrence_vjp(const RecurrenceVjpArgs& r) {
   use_device_of(r.g, "linear_recurrence vjp");
   const int64_t* host[5] = {r.fwd.off_a, r.fwd.off_x, r.off_g, r.off_da, r.off_db};
   Lanes lanes(host, 5, r.fwd.lanes, "linear_recurrence vjp");
-  recurrence_vjp_k<T><<<blocks_for(r.fwd.lanes), 128, 0, cudaStreamPerThread>>>(
+  recurrence_vjp_k<T><<<cuda::blocks_for(r.fwd.lanes, kBlock), kBlock, 0, cudaStreamPerThread>>>(
       r, lanes.at(0), lanes.at(1), lanes.at(2), lanes.at(3), lanes.at(4));
-  check(cudaGetLastError(), "linear_recurrence vjp");
+  cuda::check_launch("linear_recurrence vjp");
 }
 
 }  // namespace

@@ -1,0 +1,111 @@
+#pragma once
+// Library-internal: the per-matrix algorithms of the small dense linear algebra, written once for
+// both backends (host loops on the CPU, one thread per matrix on CUDA): Cholesky, triangular
+// solves with several right-hand sides, the Cholesky reverse rule. M is an accessor with
+// operator()(i, j) returning T&; no allocation, no library calls.
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TENAX_HOST_DEVICE __host__ __device__
+#else
+#define TENAX_HOST_DEVICE
+#endif
+
+namespace tenax::detail::small {
+
+template <class T>
+TENAX_HOST_DEVICE inline T square_root(T v) {
+#if defined(__CUDA_ARCH__)
+  return sqrt(v);
+#else
+  return std::sqrt(v);
+#endif
+}
+template <class T>
+TENAX_HOST_DEVICE inline bool finite(T v) {
+#if defined(__CUDA_ARCH__)
+  return isfinite(v);
+#else
+  return std::isfinite(v);
+#endif
+}
+
+/// L = chol(A) from A's lower triangle, zeros written above the diagonal; false when A is not
+/// positive definite (a pivot <= 0 or not finite).
+template <class T, class M>
+TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    T s = A(j, j);
+    for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
+    if (!(s > T(0)) || !finite(s)) return false;
+    const T d = square_root(s);
+    L(j, j) = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      T t = A(i, j);
+      for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
+      L(i, j) = t / d;
+    }
+    for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);
+  }
+  return true;
+}
+
+/// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
+/// T lower or upper triangular; false when T has a zero on its diagonal.
+template <class T, class M>
+TENAX_HOST_DEVICE bool triangular_solve(const M& A, int64_t n, bool lower, T* r, int64_t nrhs, int64_t rs,
+                                        int64_t cs) {
+  for (int64_t i = 0; i < n; ++i)
+    if (A(i, i) == T(0)) return false;
+  for (int64_t c = 0; c < nrhs; ++c) {
+    T* z = r + c * cs;
+    if (lower) {
+      for (int64_t i = 0; i < n; ++i) {
+        T s = z[i * rs];
+        for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * rs];
+        z[i * rs] = s / A(i, i);
+      }
+    } else {
+      for (int64_t i = n - 1; i >= 0; --i) {
+        T s = z[i * rs];
+        for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * rs];
+        z[i * rs] = s / A(i, i);
+      }
+    }
+  }
+  return true;
+}
+
+/// Abar += the reverse rule of Cholesky from L and Lbar, A read through its lower triangle:
+/// S = L^{-T} Φ(Lᵀ Lbar) L^{-1} (Φ: lower triangle, halved diagonal); Abar_ij = S_ij + S_ji below
+/// the diagonal, S_ii on it, 0 above. P and S: n x n double scratch each.
+template <class T, class M>
+TENAX_HOST_DEVICE void cholesky_vjp(const M& L, const M& G, const M& R, int64_t n, double* P, double* S) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      if (j <= i)
+        for (int64_t k = i; k < n; ++k) s += double(L(k, i)) * double(G(k, j));  // L lower: k >= i
+      P[i * n + j] = j > i ? 0.0 : (i == j ? 0.5 * s : s);
+    }
+  // Y = P L^{-1}: each row y of Y solves y L = p, i.e. back substitution on Lᵀ.
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = n - 1; j >= 0; --j) {
+      double s = P[r * n + j];
+      for (int64_t k = j + 1; k < n; ++k) s -= S[r * n + k] * double(L(k, j));
+      S[r * n + j] = s / double(L(j, j));
+    }
+  // S = L^{-T} Y: each column solves Lᵀ s = y (back substitution), in place.
+  for (int64_t c = 0; c < n; ++c)
+    for (int64_t i = n - 1; i >= 0; --i) {
+      double s = S[i * n + c];
+      for (int64_t k = i + 1; k < n; ++k) s -= double(L(k, i)) * S[k * n + c];
+      S[i * n + c] = s / double(L(i, i));
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      R(i, j) += static_cast<T>(i > j ? S[i * n + j] + S[j * n + i] : (i == j ? S[i * n + i] : 0.0));
+}
+
+}  // namespace tenax::detail::small
