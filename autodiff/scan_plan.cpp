@@ -224,8 +224,8 @@ namespace {
 class PlanVjpContext final : public VjpContext {
  public:
   PlanVjpContext(const ScanPlan& plan, const PlanOp& p, const PlanRef* in, const Attrs& attrs,
-                 const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                 const Axes& batch, std::vector<char>* fresh)
+                 const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
+                 const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh)
       : plan_(plan),
         p_(p),
         in_(in),
@@ -288,8 +288,8 @@ class PlanVjpContext final : public VjpContext {
 
 }  // namespace
 
-void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                        const Axes& batch, std::vector<char>* fresh) const {
+void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
+                        const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh) const {
   for (size_t k = ops_.size(); k-- > 0;) {
     const PlanOp& p = ops_[k];
     if (!p.op->vjp || p.op->view || !adjoints[static_cast<size_t>(p.out)].defined()) continue;
@@ -297,8 +297,8 @@ void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& 
     if (batch.rank() > 0 && !p.op->batched_vjp)
       throw AutodiffError(std::string("[scan] the VJP of '") + p.op->name + "' in the body cannot take the batch axes " +
                           batch.describe() + " of the cotangent; compute one VJP per cotangent instead");
-    PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)], attrs_[static_cast<size_t>(p.attrs)],
-                       values, adjoints, needs, batch, fresh);
+    PlanVjpContext ctx(*this, p, &inputs_[static_cast<size_t>(p.first_input)],
+                       attrs_[static_cast<size_t>(p.attrs)], values, adjoints, needs, batch, fresh);
     p.op->vjp(ctx);
     if (check_finite_enabled())
       for (int i = 0; i < p.n_inputs; ++i) {

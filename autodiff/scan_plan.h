@@ -69,18 +69,18 @@ class ScanPlan {
   /// `fresh` (optional, per variable): adjoints allocated but not yet written (see allocate);
   /// a rule writing one whole clears its flag, one accumulating zeroes it first, and an op whose
   /// output adjoint is still fresh contributes nothing and is skipped.
-  void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, const std::vector<char>& needs,
-                const Axes& batch, std::vector<char>* fresh = nullptr) const;
+  void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
+                const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh = nullptr) const;
 
   /// The adjoint of variable v (its axes, then `batch`), allocated zeroed (or as a view of its
   /// parent's) on first use. With `fresh`: an adjoint flagged fresh (or the fresh parent of a
   /// view) is zero-filled now and unflagged, so that it can be accumulated into.
-  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v, const Axes& batch,
-                  std::vector<char>* fresh = nullptr) const;
+  Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
+                  const Axes& batch, std::vector<char>* fresh = nullptr) const;
   /// Allocates v's adjoint without initialising it and flags it fresh (a view: its parent's,
   /// allocated so, viewed).
-  void allocate(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v, const Axes& batch,
-                std::vector<char>& fresh) const;
+  void allocate(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
+                const Axes& batch, std::vector<char>& fresh) const;
 
   [[nodiscard]] const PlanVar& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
   /// The variable v is a view of (its adjoint aliases that one's), or -1.

@@ -34,7 +34,8 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
   base_ = static_cast<char*>(slice.data_ptr());
   stride_bytes_ = whole.stride(over) * static_cast<int64_t>(itemsize(whole.dtype()));
   FlatLoop loop;
-  if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit && collapse_loop(dims_, args_, 2, loop)) {
+  if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit &&
+      collapse_loop(dims_, args_, 2, loop)) {
     flat_ = flat_twin(fn_);
     outer_ = loop.outer;
     count_ = loop.count;
@@ -171,7 +172,8 @@ void StepProgram::backward(int64_t s) {
       for (size_t k = 0; k < ys_bar_.size(); ++k) {
         const auto v = static_cast<size_t>(p.y_out()[k].var);
         if (ys_bar_[k].defined() && p.y_out()[k].var >= 0 && needs_[v] && !fresh[v])
-          (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh);  // zero a fresh parent
+          (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_,
+                          &fresh);  // zero a fresh parent
       }
     });
     for (size_t k = 0; k < ys_bar_.size(); ++k) {

@@ -391,8 +391,8 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     for (int i = 0; i < ta.rank(); ++i)
       if (!pa.contains(ta.name(i))) extra.push_back(ta[i]);
     if (!covers)
-      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() + " must have its primal's axes " +
-                       pa.describe() + " (and may add batch axes)");
+      throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() +
+                       " must have its primal's axes " + pa.describe() + " (and may add batch axes)");
     if (!first && !(extra.same_set(batch) && extra.rank() == batch.rank()))
       throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() + " has the batch axes " +
                        extra.describe() + " but an earlier tangent has " + batch.describe() +

@@ -66,7 +66,8 @@ TEST(FreshAdjoints, FirstWriterAssignsLaterOnesAccumulate) {
   auto check = [&](auto f, auto expect) {
     poison_pool(n);
     Tensor g = grad([&](const std::vector<Tensor>& p) { return f(p[0]); }, {x0})[0];
-    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(g.at({{"i", i}}), expect(size_t(i)), 1e-12) << "element " << i;
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_NEAR(g.at({{"i", i}}), expect(size_t(i)), 1e-12) << "element " << i;
   };
   // One op taking x twice (both sides accumulate), and dot(x, x).
   check([](const Tensor& x) { return sum(x * x); }, [&](size_t i) { return 2 * xv[i]; });
@@ -82,10 +83,11 @@ TEST(FreshAdjoints, FirstWriterAssignsLaterOnesAccumulate) {
   // A reduction into x (x broadcast over j): the fresh adjoint is zero-filled, then summed into.
   check([&](const Tensor& x) { return sum(x * b); }, [&](size_t) { return sum(b).item(); });
   // A chain where every adjoint is written once.
-  check([](const Tensor& x) { return sum(tanh(exp(x) * 2.0)); }, [&](size_t i) {
-    const double t = std::tanh(2 * std::exp(xv[i]));
-    return (1 - t * t) * 2 * std::exp(xv[i]);
-  });
+  check([](const Tensor& x) { return sum(tanh(exp(x) * 2.0)); },
+        [&](size_t i) {
+          const double t = std::tanh(2 * std::exp(xv[i]));
+          return (1 - t * t) * 2 * std::exp(xv[i]);
+        });
 }
 
 TEST(Grad, UnusedArgumentGetsZeros) {

@@ -52,7 +52,8 @@ TEST_F(Cuda, MixedDevicesFailLoudlyAndResultsStayOnTheDevice) {
   // needs an explicit move.
   const Tensor y = sum(exp(g) * 0.5, {"i"});
   EXPECT_EQ(y.device(), Device::cuda(0));
-  EXPECT_MESSAGE(testing::error_message<DeviceError>([&] { (void)y.item(); }), "move it with to(Device::cpu()) first");
+  EXPECT_MESSAGE(testing::error_message<DeviceError>([&] { (void)y.item(); }),
+                 "move it with to(Device::cpu()) first");
   EXPECT_NEAR(to(y, Device::cpu()).item(), sum(exp(h) * 0.5, {"i"}).item(), 1e-12);
   // A strided device view moves back as its logical values (made contiguous on the device).
   const Tensor m = to(randn(Axes{{"a", 3}, {"b", 5}}, 2), Device::cuda(0));

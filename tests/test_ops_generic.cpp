@@ -212,12 +212,14 @@ TEST_P(EveryOp, BatchedJvpEqualsOneJvpPerTangent) {
       continue;
     }
     Tensor together = jvp(g, primals, batched).second;
-    ASSERT_TRUE(together.has_axis("__b")) << op.name << " lost the batch axis: " << together.axes().describe();
+    ASSERT_TRUE(together.has_axis("__b"))
+        << op.name << " lost the batch axis: " << together.axes().describe();
     for (int64_t b = 0; b < nb; ++b) {
       std::vector<Tensor> one;
       for (const Tensor& t : batched) one.push_back(t.defined() ? select(t, "__b", b) : Tensor());
       Tensor alone = jvp(g, primals, one).second;
-      EXPECT_LE(mismatch(select(together, "__b", b), alone, 1e-12, 1e-12), 1.0) << op.name << " case " << c << " b " << b;
+      EXPECT_LE(mismatch(select(together, "__b", b), alone, 1e-12, 1e-12), 1.0)
+          << op.name << " case " << c << " b " << b;
     }
   }
 }

@@ -260,7 +260,9 @@ TEST(Tridiagonal, FusedRuleWritesFreshAdjointsAndAddsForARepeatedOperand) {
     std::vector<Tensor> junk;
     for (int k = 0; k < 16; ++k) junk.push_back(full(ax, std::nan(""), DType::f64));
   }
-  auto loss_op = [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[0], a[2], "i")); };
+  auto loss_op = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[0], a[2], "i"));
+  };
   auto loss_scan = [&](const std::vector<Tensor>& a) {
     return sum(w * testing::thomas_by_scan(a[0], a[1], a[0], a[2], "i"));
   };

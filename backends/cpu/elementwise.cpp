@@ -66,37 +66,35 @@ struct DerivKernel {
   }
 };
 
-#define TENAX_UNARY(name, f, df, saves)                                                           \
-  template <class T>                                                                              \
-  struct Fwd_##name {                                                                             \
-    void operator()(T& y, T x) const { y = (f); }                                                 \
-  };                                                                                              \
-  template <class T, bool kAcc>                                                                   \
-  struct Deriv_##name {                                                                           \
-    void operator()(T& dst, T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const {              \
-      put<kAcc>(dst, g * (df));                                                                   \
-    }                                                                                             \
+#define TENAX_UNARY(name, f, df, saves)                                              \
+  template <class T>                                                                 \
+  struct Fwd_##name {                                                                \
+    void operator()(T& y, T x) const { y = (f); }                                    \
+  };                                                                                 \
+  template <class T, bool kAcc>                                                      \
+  struct Deriv_##name {                                                              \
+    void operator()(T& dst, T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const { \
+      put<kAcc>(dst, g * (df));                                                      \
+    }                                                                                \
   };
 #include "tenax/core/ops/elementwise.def"
 
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
-  template <class T>                                                                              \
-  struct Fwd_##name {                                                                             \
-    void operator()(T& y, T a, T b) const { y = (f); }                                            \
-  };                                                                                              \
-  template <class T, bool kAcc>                                                                   \
-  struct Deriv_##name##_a {                                                                       \
-    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b,                      \
-                    [[maybe_unused]] T y) const {                                                 \
-      put<kAcc>(dst, g * (dfa));                                                                  \
-    }                                                                                             \
-  };                                                                                              \
-  template <class T, bool kAcc>                                                                   \
-  struct Deriv_##name##_b {                                                                       \
-    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b,                      \
-                    [[maybe_unused]] T y) const {                                                 \
-      put<kAcc>(dst, g * (dfb));                                                                  \
-    }                                                                                             \
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                             \
+  template <class T>                                                                                       \
+  struct Fwd_##name {                                                                                      \
+    void operator()(T& y, T a, T b) const { y = (f); }                                                     \
+  };                                                                                                       \
+  template <class T, bool kAcc>                                                                            \
+  struct Deriv_##name##_a {                                                                                \
+    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T y) const { \
+      put<kAcc>(dst, g * (dfa));                                                                           \
+    }                                                                                                      \
+  };                                                                                                       \
+  template <class T, bool kAcc>                                                                            \
+  struct Deriv_##name##_b {                                                                                \
+    void operator()(T& dst, T g, [[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T y) const { \
+      put<kAcc>(dst, g * (dfb));                                                                           \
+    }                                                                                                      \
   };
 #include "tenax/core/ops/elementwise.def"
 
@@ -139,13 +137,13 @@ void register_elementwise(detail::KernelTable& t) {
   using detail::BinaryOp;
   using detail::DerivOp;
   using detail::UnaryOp;
-#define TENAX_UNARY(name, f, df, saves)                                  \
-  forward_entry<Fwd_##name>(t, t.unary[int(UnaryOp::name)], std::make_index_sequence<2>{});        \
+#define TENAX_UNARY(name, f, df, saves)                                                     \
+  forward_entry<Fwd_##name>(t, t.unary[int(UnaryOp::name)], std::make_index_sequence<2>{}); \
   deriv_entry<Deriv_##name, 4>(t, DerivOp::unary_##name);
 #include "tenax/core/ops/elementwise.def"
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                           \
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                \
   forward_entry<Fwd_##name>(t, t.binary[int(BinaryOp::name)], std::make_index_sequence<3>{}); \
-  deriv_entry<Deriv_##name##_a, 5>(t, DerivOp::name##_a);                \
+  deriv_entry<Deriv_##name##_a, 5>(t, DerivOp::name##_a);                                     \
   deriv_entry<Deriv_##name##_b, 5>(t, DerivOp::name##_b);
 #include "tenax/core/ops/elementwise.def"
   deriv_entry<DerivOne, 2>(t, DerivOp::one);

@@ -59,7 +59,8 @@ template <class T>
 int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   for (int64_t b = 0; b < batch.count; ++b) {
     T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
-    if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), t.n, lower, rb, r.nrhs, r.rs, r.cs)) return b;
+    if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), t.n, lower, rb, r.nrhs, r.rs, r.cs))
+      return b;
   }
   return -1;
 }

@@ -204,7 +204,8 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
 
 /// The flat form of for_each (detail::FlatFn): `outer` rows of n elements, strides given, serial.
 template <class... Ts, class F, std::size_t... I>
-inline void for_flat_impl(int64_t outer, int64_t n, const detail::FlatArg* a, F& f, std::index_sequence<I...> seq) {
+inline void for_flat_impl(int64_t outer, int64_t n, const detail::FlatArg* a, F& f,
+                          std::index_sequence<I...> seq) {
   const int64_t s[sizeof...(Ts)] = {a[I].stride...};
   if (outer == 1) {  // most calls: no row arithmetic
     loop_detail::inner<Ts...>(n, std::tuple<Ts*...>{static_cast<Ts*>(a[I].data)...}, s, f, seq);

@@ -234,18 +234,23 @@ class ThomasPanel {
       for (int64_t i = 0; i < n; ++i) {
         const T* lam = dp_ + i * P_;
         const T* xi = x + i * sx;
-        if (T* r = base[S::adj_rhs]) put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
+        if (T* r = base[S::adj_rhs])
+          put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
         if (T* d = base[S::adj_diag])
           put(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
         if (T* l = base[S::adj_lower]) {
           l += i * j.step[S::adj_lower];
-          if (i > 0) put(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
-          else if (set_l) put(l, count, true, zero);
+          if (i > 0)
+            put(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
+          else if (set_l)
+            put(l, count, true, zero);
         }
         if (T* u = base[S::adj_upper]) {
           u += i * j.step[S::adj_upper];
-          if (i + 1 < n) put(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
-          else if (set_u) put(u, count, true, zero);
+          if (i + 1 < n)
+            put(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
+          else if (set_u)
+            put(u, count, true, zero);
         }
       }
       return;
@@ -260,7 +265,8 @@ class ThomasPanel {
       if (j.adj[S::adj_rhs - 1])
         put(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
       if (j.adj[S::adj_diag - 1])
-        put(at(S::adj_diag), n, j.step[S::adj_diag], set_d, [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
+        put(at(S::adj_diag), n, j.step[S::adj_diag], set_d,
+            [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
       if (j.adj[S::adj_lower - 1]) {
         T* l = at(S::adj_lower);
         const int64_t st = j.step[S::adj_lower];
@@ -481,7 +487,8 @@ int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
       }
       ThomasPanel<T> tail(a, ThomasPanel<T>::kNarrow, scratch);
       for (int64_t t = s + whole; t < s + count; t += ThomasPanel<T>::kNarrow) {
-        const int64_t failed = tail.solve(t, static_cast<int>(std::min<int64_t>(ThomasPanel<T>::kNarrow, s + count - t)));
+        const int64_t failed =
+            tail.solve(t, static_cast<int>(std::min<int64_t>(ThomasPanel<T>::kNarrow, s + count - t)));
         if (failed >= 0) return failed;
       }
       continue;

@@ -28,7 +28,8 @@ inline void use_device_of(const void* p, const char* what) {
 /// Throws if the last launch failed.
 inline void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw DeviceError(std::string("[") + what + "] CUDA kernel launch: " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("[") + what + "] CUDA kernel launch: " + cudaGetErrorString(e));
 }
 
 /// Blocks of `block` threads covering n items (one item per thread).

@@ -13,7 +13,8 @@ namespace tenax::detail {
 namespace {
 
 // Offsets of flat index i of group g into x, y and z (row-major over the group's dims).
-__device__ inline void group_offsets(const ContractGroup& g, int64_t i, int64_t& ox, int64_t& oy, int64_t& oz) {
+__device__ inline void group_offsets(const ContractGroup& g, int64_t i, int64_t& ox, int64_t& oy,
+                                     int64_t& oz) {
   ox = oy = oz = 0;
   for (int d = g.rank - 1; d >= 0; --d) {
     const int64_t j = i % g.sizes[d];

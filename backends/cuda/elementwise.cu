@@ -78,11 +78,16 @@ __device__ inline void atomic_max(float* p, float v) {
 
 template <Put P, class T>
 __device__ inline void put(T* dst, T v) {
-  if constexpr (P == Put::assign) *dst = v;
-  else if constexpr (P == Put::add) *dst += v;
-  else if constexpr (P == Put::atomic_add) atomicAdd(dst, v);
-  else if constexpr (P == Put::atomic_max) atomic_max(dst, v);
-  else *dst = v > *dst ? v : *dst;
+  if constexpr (P == Put::assign)
+    *dst = v;
+  else if constexpr (P == Put::add)
+    *dst += v;
+  else if constexpr (P == Put::atomic_add)
+    atomicAdd(dst, v);
+  else if constexpr (P == Put::atomic_max)
+    atomic_max(dst, v);
+  else
+    *dst = v > *dst ? v : *dst;
 }
 
 // out[i] (put)= f(in1[i], in2[i], ...) over the loop; Out and Ins are the element types.
@@ -98,7 +103,8 @@ __global__ void loop_kernel(Loop<1 + sizeof...(Ins)> l, F f) {
   constexpr int N = 1 + sizeof...(Ins);
   constexpr size_t sizes[N] = {sizeof(Out), sizeof(Ins)...};
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < l.total; idx += step) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < l.total;
+       idx += step) {
     int64_t off[N] = {};
     int64_t rem = idx;
     for (int d = l.rank - 1; d >= 0; --d) {
@@ -126,8 +132,10 @@ void launch(const LoopDims& d, const LoopArg* a, F f, const char* what) {
 // An accumulating kernel: atomics when the destination is reduced into.
 template <class F, class Out, class... Ins>
 void launch_acc(const LoopDims& d, const LoopArg* a, F f, const char* what) {
-  if (reduces(d, a[0])) launch<Put::atomic_add, F, Out, Ins...>(d, a, f, what);
-  else launch<Put::add, F, Out, Ins...>(d, a, f, what);
+  if (reduces(d, a[0]))
+    launch<Put::atomic_add, F, Out, Ins...>(d, a, f, what);
+  else
+    launch<Put::add, F, Out, Ins...>(d, a, f, what);
 }
 
 // Unused residual operands of a reverse rule arrive null: they read a zero through zero strides.
@@ -165,35 +173,33 @@ const T* device_zero(const void* dst) {
 
 // ---- functors: values computed from the inputs (the store mode is the kernel's) ----
 
-#define TENAX_UNARY(name, f, df, saves)                                                  \
-  template <class T>                                                                     \
-  struct Fwd_##name {                                                                    \
-    __device__ T operator()(T x) const { return (f); }                                   \
-  };                                                                                     \
-  template <class T>                                                                     \
-  struct D_##name {                                                                      \
-    __device__ T operator()(T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const {     \
-      return g * (df);                                                                   \
-    }                                                                                    \
+#define TENAX_UNARY(name, f, df, saves)                                                                 \
+  template <class T>                                                                                    \
+  struct Fwd_##name {                                                                                   \
+    __device__ T operator()(T x) const { return (f); }                                                  \
+  };                                                                                                    \
+  template <class T>                                                                                    \
+  struct D_##name {                                                                                     \
+    __device__ T operator()(T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const { return g * (df); } \
   };
 #include "tenax/core/ops/elementwise.def"
 
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                            \
-  template <class T>                                                                                      \
-  struct Fwd_##name {                                                                                     \
-    __device__ T operator()(T a, T b) const { return (f); }                                               \
-  };                                                                                                      \
-  template <class T>                                                                                      \
-  struct D_##name##_a {                                                                                   \
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                             \
+  template <class T>                                                                                       \
+  struct Fwd_##name {                                                                                      \
+    __device__ T operator()(T a, T b) const { return (f); }                                                \
+  };                                                                                                       \
+  template <class T>                                                                                       \
+  struct D_##name##_a {                                                                                    \
     __device__ T operator()(T g, [[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T y) const { \
-      return g * (dfa);                                                                                   \
-    }                                                                                                     \
-  };                                                                                                      \
-  template <class T>                                                                                      \
-  struct D_##name##_b {                                                                                   \
+      return g * (dfa);                                                                                    \
+    }                                                                                                      \
+  };                                                                                                       \
+  template <class T>                                                                                       \
+  struct D_##name##_b {                                                                                    \
     __device__ T operator()(T g, [[maybe_unused]] T a, [[maybe_unused]] T b, [[maybe_unused]] T y) const { \
-      return g * (dfb);                                                                                   \
-    }                                                                                                     \
+      return g * (dfb);                                                                                    \
+    }                                                                                                      \
   };
 #include "tenax/core/ops/elementwise.def"
 
@@ -259,21 +265,27 @@ template <template <class> class F, class T, bool kAcc>
 void deriv3(const LoopDims& d, const LoopArg* in) {
   LoopArg a[4] = {in[0], in[1], in[2], in[3]};
   fill_missing<4>(a, device_zero<T>(in[0].data));
-  if (kAcc) launch_acc<F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
-  else launch<Put::assign, F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
+  if (kAcc)
+    launch_acc<F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
+  else
+    launch<Put::assign, F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
 }
 // Reverse rules of binary ops: args dst, g, a, b, y.
 template <template <class> class F, class T, bool kAcc>
 void deriv4(const LoopDims& d, const LoopArg* in) {
   LoopArg a[5] = {in[0], in[1], in[2], in[3], in[4]};
   fill_missing<5>(a, device_zero<T>(in[0].data));
-  if (kAcc) launch_acc<F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
-  else launch<Put::assign, F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
+  if (kAcc)
+    launch_acc<F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
+  else
+    launch<Put::assign, F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
 }
 template <class T, bool kAcc>
 void deriv_one(const LoopDims& d, const LoopArg* a) {
-  if (kAcc) launch_acc<DOne<T>, T, T>(d, a, DOne<T>{}, "vjp");
-  else launch<Put::assign, DOne<T>, T, T>(d, a, DOne<T>{}, "vjp");
+  if (kAcc)
+    launch_acc<DOne<T>, T, T>(d, a, DOne<T>{}, "vjp");
+  else
+    launch<Put::assign, DOne<T>, T, T>(d, a, DOne<T>{}, "vjp");
 }
 template <class T>
 void copy(const LoopDims& d, const LoopArg* a) {
@@ -285,8 +297,10 @@ void acc(const LoopDims& d, const LoopArg* a) {
 }
 template <class T>
 void max_acc(const LoopDims& d, const LoopArg* a) {
-  if (reduces(d, a[0])) launch<Put::atomic_max, Identity<T>, T, T>(d, a, Identity<T>{}, "max");
-  else launch<Put::max, Identity<T>, T, T>(d, a, Identity<T>{}, "max");
+  if (reduces(d, a[0]))
+    launch<Put::atomic_max, Identity<T>, T, T>(d, a, Identity<T>{}, "max");
+  else
+    launch<Put::max, Identity<T>, T, T>(d, a, Identity<T>{}, "max");
 }
 template <class T>
 void scale(const LoopDims& d, const LoopArg* a) {
@@ -314,24 +328,24 @@ void compare(const LoopDims& d, const LoopArg* a) {
 }  // namespace
 
 void register_cuda_elementwise(KernelTable& t) {
-#define TENAX_UNARY(name, f, df, saves)                                                           \
-  t.unary[int(UnaryOp::name)][0] = unary<Fwd_##name, double>;                                     \
-  t.unary[int(UnaryOp::name)][1] = unary<Fwd_##name, float>;                                      \
-  t.deriv_acc[int(DerivOp::unary_##name)][0] = deriv3<D_##name, double, true>;                    \
-  t.deriv_acc[int(DerivOp::unary_##name)][1] = deriv3<D_##name, float, true>;                     \
-  t.deriv_set[int(DerivOp::unary_##name)][0] = deriv3<D_##name, double, false>;                   \
+#define TENAX_UNARY(name, f, df, saves)                                         \
+  t.unary[int(UnaryOp::name)][0] = unary<Fwd_##name, double>;                   \
+  t.unary[int(UnaryOp::name)][1] = unary<Fwd_##name, float>;                    \
+  t.deriv_acc[int(DerivOp::unary_##name)][0] = deriv3<D_##name, double, true>;  \
+  t.deriv_acc[int(DerivOp::unary_##name)][1] = deriv3<D_##name, float, true>;   \
+  t.deriv_set[int(DerivOp::unary_##name)][0] = deriv3<D_##name, double, false>; \
   t.deriv_set[int(DerivOp::unary_##name)][1] = deriv3<D_##name, float, false>;
 #include "tenax/core/ops/elementwise.def"
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
-  t.binary[int(BinaryOp::name)][0] = binary<Fwd_##name, double>;                                  \
-  t.binary[int(BinaryOp::name)][1] = binary<Fwd_##name, float>;                                   \
-  t.deriv_acc[int(DerivOp::name##_a)][0] = deriv4<D_##name##_a, double, true>;                    \
-  t.deriv_acc[int(DerivOp::name##_a)][1] = deriv4<D_##name##_a, float, true>;                     \
-  t.deriv_set[int(DerivOp::name##_a)][0] = deriv4<D_##name##_a, double, false>;                   \
-  t.deriv_set[int(DerivOp::name##_a)][1] = deriv4<D_##name##_a, float, false>;                    \
-  t.deriv_acc[int(DerivOp::name##_b)][0] = deriv4<D_##name##_b, double, true>;                    \
-  t.deriv_acc[int(DerivOp::name##_b)][1] = deriv4<D_##name##_b, float, true>;                     \
-  t.deriv_set[int(DerivOp::name##_b)][0] = deriv4<D_##name##_b, double, false>;                   \
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                  \
+  t.binary[int(BinaryOp::name)][0] = binary<Fwd_##name, double>;                \
+  t.binary[int(BinaryOp::name)][1] = binary<Fwd_##name, float>;                 \
+  t.deriv_acc[int(DerivOp::name##_a)][0] = deriv4<D_##name##_a, double, true>;  \
+  t.deriv_acc[int(DerivOp::name##_a)][1] = deriv4<D_##name##_a, float, true>;   \
+  t.deriv_set[int(DerivOp::name##_a)][0] = deriv4<D_##name##_a, double, false>; \
+  t.deriv_set[int(DerivOp::name##_a)][1] = deriv4<D_##name##_a, float, false>;  \
+  t.deriv_acc[int(DerivOp::name##_b)][0] = deriv4<D_##name##_b, double, true>;  \
+  t.deriv_acc[int(DerivOp::name##_b)][1] = deriv4<D_##name##_b, float, true>;   \
+  t.deriv_set[int(DerivOp::name##_b)][0] = deriv4<D_##name##_b, double, false>; \
   t.deriv_set[int(DerivOp::name##_b)][1] = deriv4<D_##name##_b, float, false>;
 #include "tenax/core/ops/elementwise.def"
   t.deriv_acc[int(DerivOp::one)][0] = deriv_one<double, true>;

@@ -53,8 +53,8 @@ struct Upload {
     for (int k = 0; k < 3; ++k) {
       if (!host[k]) continue;
       int64_t* d = base + k * b.count;
-      check(cudaMemcpyAsync(d, host[k], static_cast<std::size_t>(b.count) * sizeof(int64_t), cudaMemcpyHostToDevice,
-                            cudaStreamPerThread),
+      check(cudaMemcpyAsync(d, host[k], static_cast<std::size_t>(b.count) * sizeof(int64_t),
+                            cudaMemcpyHostToDevice, cudaStreamPerThread),
             what);
       off[k] = d;
     }
@@ -83,7 +83,9 @@ __device__ Mat<T> at(MatView v, const int64_t* off, int64_t b) {
   return {static_cast<T*>(v.data) + (off ? off[b] : 0), v.rs, v.cs};
 }
 
-__device__ inline void fail(unsigned long long* word, int64_t b) { atomicMin(word, static_cast<unsigned long long>(b)); }
+__device__ inline void fail(unsigned long long* word, int64_t b) {
+  atomicMin(word, static_cast<unsigned long long>(b));
+}
 
 template <class T>
 __global__ void cholesky_k(MatView a, MatView l, int64_t count, const int64_t* oa, const int64_t* ob,
@@ -96,14 +98,14 @@ template <class T>
 int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
   if (batch.count == 0) return -1;
   Upload up(batch, l.data, "cholesky");
-  cholesky_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(a, l, batch.count, up.off[0], up.off[1],
-                                                                         up.failed);
+  cholesky_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(a, l, batch.count, up.off[0],
+                                                                             up.off[1], up.failed);
   return up.result("cholesky");
 }
 
 template <class T>
-__global__ void tri_solve_k(MatView t, RhsView r, bool lower, int64_t count, const int64_t* oa, const int64_t* ob,
-                            unsigned long long* failed) {
+__global__ void tri_solve_k(MatView t, RhsView r, bool lower, int64_t count, const int64_t* oa,
+                            const int64_t* ob, unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= count) return;
   T* rb = static_cast<T*>(r.data) + (ob ? ob[b] : 0);
@@ -114,8 +116,8 @@ template <class T>
 int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   if (batch.count == 0) return -1;
   Upload up(batch, r.data, "triangular_solve");
-  tri_solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(t, r, lower, batch.count, up.off[0],
-                                                                          up.off[1], up.failed);
+  tri_solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(
+      t, r, lower, batch.count, up.off[0], up.off[1], up.failed);
   return up.result("triangular_solve");
 }
 
@@ -203,14 +205,15 @@ int64_t solve(MatView a, RhsView r, const MatBatch& batch) {
   if (batch.count == 0) return -1;
   Upload up(batch, r.data, "solve");
   LuScratch<T> s(batch.count, a.n, "solve");
-  solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(a, r, batch.count, up.off[0], up.off[1],
-                                                                         s.factors(), s.pivots(), up.failed);
+  solve_k<T><<<blocks_for(batch.count), kBlock, 0, cudaStreamPerThread>>>(
+      a, r, batch.count, up.off[0], up.off[1], s.factors(), s.pivots(), up.failed);
   return up.result("solve");
 }
 
 template <class T>
 __global__ void logdet_k(MatView a, T* out, MatView inv_t, bool want, int64_t count, const int64_t* oa,
-                         const int64_t* ob, const int64_t* oc, T* scratch, int* pivots, unsigned long long* failed) {
+                         const int64_t* ob, const int64_t* oc, T* scratch, int* pivots,
+                         unsigned long long* failed) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   T* lu = nullptr;
   int* piv = nullptr;

@@ -21,8 +21,8 @@ struct Lanes {
   int64_t* p = nullptr;
   int64_t lanes;
   Lanes(const int64_t* const* host, int k, int64_t lanes_, const char* what) : lanes(lanes_) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&p), static_cast<std::size_t>(k * lanes + 1) * sizeof(int64_t),
-                          cudaStreamPerThread),
+    check(cudaMallocAsync(reinterpret_cast<void**>(&p),
+                          static_cast<std::size_t>(k * lanes + 1) * sizeof(int64_t), cudaStreamPerThread),
           what);
     for (int i = 0; i < k; ++i)
       if (host[i])
@@ -56,7 +56,8 @@ void recurrence(const RecurrenceArgs& r) {
   use_device_of(r.x, "linear_recurrence");
   const int64_t* host[3] = {r.off_a, r.off_b, r.off_x};
   Lanes lanes(host, 3, r.lanes, "linear_recurrence");
-  recurrence_k<T><<<cuda::blocks_for(r.lanes, kBlock), kBlock, 0, cudaStreamPerThread>>>(r, lanes.at(0), lanes.at(1), lanes.at(2));
+  recurrence_k<T><<<cuda::blocks_for(r.lanes, kBlock), kBlock, 0, cudaStreamPerThread>>>(
+      r, lanes.at(0), lanes.at(1), lanes.at(2));
   cuda::check_launch("linear_recurrence");
 }
 
@@ -76,13 +77,17 @@ __global__ void recurrence_vjp_k(RecurrenceVjpArgs r, const int64_t* oa, const i
   for (int64_t t = f.steps - 1; t >= 0; --t) {
     lambda = gl[t * r.step_g] + a_next * lambda;
     if (dbl) {
-      if (bb) sum_b += lambda;
-      else atomicAdd(dbl + t * r.step_db, lambda);  // lanes may share elements
+      if (bb)
+        sum_b += lambda;
+      else
+        atomicAdd(dbl + t * r.step_db, lambda);  // lanes may share elements
     }
     if (dal && t > 0) {
       const T v = lambda * xl[(t - 1) * f.step_x];
-      if (ba) sum_a += v;
-      else atomicAdd(dal + t * r.step_da, v);
+      if (ba)
+        sum_a += v;
+      else
+        atomicAdd(dal + t * r.step_da, v);
     }
     a_next = al[t * f.step_a];
   }

@@ -211,8 +211,8 @@ void fill_zero(const Tensor& t) {
   double zero = 0.0;
   LoopArg args[2] = {loop_arg(t, t.axes()), {}};
   args[1].data = &zero;
-  need(kernels(t.device()).fill[float_index(t.dtype(), "zero fill")], "zero fill", t.device())(loop_dims(t.axes()),
-                                                                                             args);
+  need(kernels(t.device()).fill[float_index(t.dtype(), "zero fill")], "zero fill", t.device())(
+      loop_dims(t.axes()), args);
 }
 
 void add_to_adjoint(VjpContext& c, int i, const Tensor& v) {

@@ -50,8 +50,8 @@ Tensor unary_jvp(JvpContext& c) {
   Tensor out = empty(ax, y.dtype(), y.device());
   LoopArg args[4] = {loop_arg(out, ax), loop_arg(c.tangent(0), ax), loop_arg(c.input(0), ax),
                      loop_arg(y, ax)};
-  kernels(y.device()).deriv_set[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](
-      loop_dims(ax), args);
+  kernels(y.device())
+      .deriv_set[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](loop_dims(ax), args);
   return out;
 }
 
@@ -83,7 +83,8 @@ void binary_vjp(VjpContext& c) {
                        (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
                        (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
     const KernelTable& k = kernels(g.device());
-    (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax), args);
+    (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax),
+                                                                                              args);
   }
 }
 

@@ -4,10 +4,10 @@
 #include <string>
 
 #include "tenax/core/ops.h"
-#include "tenax/core/transfer.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
+#include "tenax/core/transfer.h"
 #include "tenax/named/align.h"
 
 namespace tenax::detail {
@@ -196,8 +196,8 @@ void solve_vjp(VjpContext& c) {
     Tensor outer = dot(bbar, z, summed_for_matrix(bbar, z, t.axes()));
     const Tensor& dst = c.adjoint(0);
     const double sign = -1.0;
-    Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, sign,
-                                                       sign, t.dtype(), t.device())
+    Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0,
+                                                       sign, sign, t.dtype(), t.device())
                                : outer * sign;
     accumulate(dst, scaled);
   }
@@ -213,7 +213,8 @@ Tensor solve_jvp(JvpContext& c) {
   if (c.tangent(0).defined()) {
     Tensor tt = c.tangent(0);
     if (Triangular)
-      tt = tt * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, 1.0, 1.0, t.dtype(), t.device());
+      tt = tt * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, 1.0, 1.0, t.dtype(),
+                              t.device());
     Tensor prod = dot(tt, z, AxisList{out_axis});
     rhs = rhs.defined() ? rhs - prod : -prod;
   }

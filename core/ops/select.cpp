@@ -39,12 +39,14 @@ Tensor where_jvp(JvpContext& c) {
   Tensor ta = c.tangent(1).defined() ? c.tangent(1) : zero_like(y);
   Tensor tb = c.tangent(2).defined() ? c.tangent(2) : zero_like(y);
   Tensor t = where(c.input(0), ta, tb);
-  return transpose(broadcast(t, [&] {
-    Axes extra;
-    for (int i = 0; i < y.rank(); ++i)
-      if (!t.has_axis(y.axes().name(i))) extra.push_back(y.axes()[i]);
-    return extra;
-  }()), with_remaining(y.axes().names(), t.axes()));
+  return transpose(broadcast(t,
+                             [&] {
+                               Axes extra;
+                               for (int i = 0; i < y.rank(); ++i)
+                                 if (!t.has_axis(y.axes().name(i))) extra.push_back(y.axes()[i]);
+                               return extra;
+                             }()),
+                   with_remaining(y.axes().names(), t.axes()));
 }
 
 OpSample where_sample(SampleRng& rng, DType dt) {
