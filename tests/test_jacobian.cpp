@@ -120,6 +120,27 @@ TEST(Jacobian, ErrorsSayWhatIsWrong) {
   } catch (const AxisError& e) {
     EXPECT_NE(std::string(e.what()).find("'h_in' is taken too"), std::string::npos) << e.what();
   }
+  // Batched tangents: each must cover its primal's axes, and all must add the same batch axes.
+  const Tensor x = randn(Axes{{"i", 3}}, 2), y = randn(Axes{{"i", 3}}, 3);
+  Function g = [](const std::vector<Tensor>& a) { return a[0] * a[1]; };
+  try {
+    (void)jvp(g, {x, y}, {randn(Axes{{"i", 3}, {"b", 2}}, 4), randn(Axes{{"i", 3}, {"c", 2}}, 5)});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[jvp] tangent 1 (i=3, c=2) has the batch axes (c=2) but an earlier "
+                                         "tangent has (b=2); every tangent must add the same batch axes"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)jvp(g, {x, y}, {randn(Axes{{"b", 2}}, 4), Tensor()});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[jvp] tangent 0 (b=2) must have its primal's axes (i=3) (and may add "
+                                         "batch axes)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
