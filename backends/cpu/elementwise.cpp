@@ -1,5 +1,6 @@
 // CPU elementwise kernels, expanded from core/ops/elementwise.def: forward, and the fused reverse
-// rule "dst += g * D(...)" that accumulates straight into an adjoint (reducing broadcast dims).
+// rule "dst (+)= g * D(...)" that accumulates straight into an adjoint (reducing broadcast dims)
+// or writes a fresh one. Each kernel also registers its flat twin (loop.h) for captured steps.
 #include <cmath>
 
 #include "tenax/backends/cpu/loop.h"

@@ -1,7 +1,9 @@
 #pragma once
 // The strided N-ary loop every CPU elementwise kernel runs on: drops unit dims, orders dims by the
 // output's strides, merges contiguous dims, runs a unit-stride inner loop the compiler vectorises,
-// and splits large loops across oneTBB workers (in the caller's task_arena).
+// and splits large loops across oneTBB workers (in the caller's task_arena). Also the flat form
+// (for_flat: rows of a strided run, planned once by the caller) and Kernel<F, Ts...>, which
+// registers both forms of a functor's kernel.
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 

@@ -1,4 +1,5 @@
-// CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare.
+// CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare;
+// each with its flat twin.
 #include <cstdint>
 
 #include "tenax/backends/cpu/loop.h"
