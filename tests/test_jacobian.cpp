@@ -136,9 +136,10 @@ TEST(Jacobian, ErrorsSayWhatIsWrong) {
     (void)jvp(g, {x, y}, {randn(Axes{{"b", 2}}, 4), Tensor()});
     ADD_FAILURE() << "no error";
   } catch (const ShapeError& e) {
-    EXPECT_NE(std::string(e.what()).find("[jvp] tangent 0 (b=2) must have its primal's axes (i=3) (and may add "
-                                         "batch axes)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("[jvp] tangent 0 (b=2) must have its primal's axes (i=3) (and may add "
+                                   "batch axes)"),
+        std::string::npos)
         << e.what();
   }
 }
