@@ -188,9 +188,7 @@ Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>
     adjoints[static_cast<size_t>(v)] = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
     return adjoints[static_cast<size_t>(v)];
   }
-  Axes ax = pv.axes;
-  for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
-  a = zeros(ax, pv.dtype, values[static_cast<size_t>(v)].device());
+  a = adjoint_buffer(values, v, batch, true);
   return a;
 }
 
@@ -206,10 +204,16 @@ void ScanPlan::allocate(const std::vector<Tensor>& values, std::vector<Tensor>& 
     adjoints[static_cast<size_t>(v)] = p.op->forward(Inputs{&in, 1}, attrs_[static_cast<size_t>(p.attrs)]);
     return;
   }
+  adjoints[static_cast<size_t>(v)] = adjoint_buffer(values, v, batch, false);
+  fresh[static_cast<size_t>(v)] = 1;
+}
+
+Tensor ScanPlan::adjoint_buffer(const std::vector<Tensor>& values, int32_t v, const Axes& batch, bool zeroed) const {
+  const PlanVar& pv = vars_[static_cast<size_t>(v)];
+  const Device d = values[static_cast<size_t>(v)].device();
   Axes ax = pv.axes;
   for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
-  adjoints[static_cast<size_t>(v)] = empty(ax, pv.dtype, values[static_cast<size_t>(v)].device());
-  fresh[static_cast<size_t>(v)] = 1;
+  return zeroed ? zeros(ax, pv.dtype, d) : empty(ax, pv.dtype, d);
 }
 
 int32_t ScanPlan::view_parent(int32_t v) const {
@@ -264,11 +268,8 @@ class PlanVjpContext final : public VjpContext {
       fresh = true;
       return a;
     }
-    const PlanVar& pv = plan_.var(v);
-    if (pv.kind != VarKind::op) return adjoint(i);
-    Axes ax = pv.axes;
-    for (int b = 0; b < batch_.rank(); ++b) ax.push_back(batch_[b]);
-    a = empty(ax, pv.dtype, values_[static_cast<size_t>(v)].device());
+    if (plan_.var(v).kind != VarKind::op) return adjoint(i);
+    a = plan_.adjoint_buffer(values_, v, batch_, false);
     fresh = true;
     return a;
   }

@@ -77,6 +77,9 @@ class ScanPlan {
   /// view) is zero-filled now and unflagged, so that it can be accumulated into.
   Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
                   const Axes& batch, std::vector<char>* fresh = nullptr) const;
+  /// A new buffer for v's adjoint (its axes, then `batch`), zeroed or uninitialised.
+  [[nodiscard]] Tensor adjoint_buffer(const std::vector<Tensor>& values, int32_t v, const Axes& batch,
+                                      bool zeroed) const;
   /// Allocates v's adjoint without initialising it and flags it fresh (a view: its parent's,
   /// allocated so, viewed).
   void allocate(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,

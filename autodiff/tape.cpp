@@ -284,7 +284,12 @@ Tensor& TapeImpl::adjoint(int32_t v) {
       return a_.adjoints[static_cast<size_t>(v)];
     }
   }
-  a = new_adjoint(v);
+  return own_adjoint(v, true);
+}
+
+Tensor& TapeImpl::own_adjoint(int32_t v, bool zeroed) {
+  Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+  a = new_adjoint(v, zeroed);
   ++adjoint_buffers_;
   adjoint_bytes_ += logical_bytes(a);
   return a;
@@ -296,11 +301,8 @@ Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
   if (a.defined()) return a;
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return adjoint(v);
-  a = new_adjoint(v, false);
-  ++adjoint_buffers_;
-  adjoint_bytes_ += logical_bytes(a);
   fresh = true;
-  return a;
+  return own_adjoint(v, false);
 }
 
 Tensor TapeImpl::new_adjoint(int32_t v, bool zeroed) const {
@@ -382,14 +384,12 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     if (!tangents[k].defined()) continue;
     const Axes& ta = tangents[k].axes();
     const Axes& pa = inputs[k].axes();
-    Axes extra;
     bool covers = true;
     for (int i = 0; i < pa.rank(); ++i) {
       const int j = ta.index_of(pa.name(i));
       covers = covers && j >= 0 && ta.size(j) == pa.size(i);
     }
-    for (int i = 0; i < ta.rank(); ++i)
-      if (!pa.contains(ta.name(i))) extra.push_back(ta[i]);
+    const Axes extra = batch_axes_of(tangents[k], pa);
     if (!covers)
       throw ShapeError("[jvp] tangent " + std::to_string(k) + " " + ta.describe() +
                        " must have its primal's axes " + pa.describe() + " (and may add batch axes)");

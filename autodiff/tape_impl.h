@@ -96,6 +96,8 @@ class TapeImpl final : public Recorder {
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
 
+  /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
+  Tensor& own_adjoint(int32_t v, bool zeroed);
   /// The adjoint buffer of v: the variable's axes, then the batch axes of the sweep.
   [[nodiscard]] Tensor new_adjoint(int32_t v, bool zeroed = true) const;
 

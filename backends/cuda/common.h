@@ -17,12 +17,31 @@ inline void check(cudaError_t e, const char* what) {
   throw DeviceError(std::string("[") + what + "] " + cudaGetErrorString(e));
 }
 
-/// Makes the device that owns `p` current.
-inline void use_device_of(const void* p, const char* what) {
+/// Makes the device that owns `p` current; returns its index.
+inline int use_device_of(const void* p, const char* what) {
   cudaPointerAttributes attr{};
   cudaError_t e = cudaPointerGetAttributes(&attr, p);
   if (e == cudaSuccess && attr.type == cudaMemoryTypeDevice) e = cudaSetDevice(attr.device);
   check(e, what);
+  return attr.device;
+}
+
+/// Device scratch for one call on the per-thread stream, freed (stream-ordered) at scope exit.
+struct Scratch {
+  void* p = nullptr;
+  Scratch(std::size_t bytes, const char* what) {
+    check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread), what);
+  }
+  ~Scratch() { (void)cudaFreeAsync(p, cudaStreamPerThread); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+/// Copies `count` host offsets to the device (stream-ordered; the host array may be reused after).
+inline void upload(int64_t* dst, const int64_t* host, int64_t count, const char* what) {
+  check(cudaMemcpyAsync(dst, host, static_cast<std::size_t>(count) * sizeof(int64_t), cudaMemcpyHostToDevice,
+                        cudaStreamPerThread),
+        what);
 }
 
 /// Throws if the last launch failed.

@@ -151,12 +151,8 @@ void fill_missing(LoopArg* a, const T* zero) {
 // A zero on the device of `dst` (made current), for fill_missing; one per device, kept.
 template <class T>
 const T* device_zero(const void* dst) {
-  use_device_of(dst, "vjp");
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 16) {
-    (void)cudaGetLastError();
-    throw DeviceError("[vjp] no current CUDA device");
-  }
+  const int device = use_device_of(dst, "vjp");
+  if (device < 0 || device >= 16) throw DeviceError("[vjp] CUDA device index out of range");
   static T* zeros[16] = {};
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);

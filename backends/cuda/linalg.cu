@@ -23,16 +23,7 @@ using cuda::use_device_of;
 constexpr int kBlock = 128;
 int blocks_for(int64_t count) { return cuda::blocks_for(count, kBlock); }
 
-// Device scratch for one call, freed (stream-ordered) at scope exit.
-struct Scratch {
-  void* p = nullptr;
-  Scratch(std::size_t bytes, const char* what) {
-    check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread), what);
-  }
-  ~Scratch() { (void)cudaFreeAsync(p, cudaStreamPerThread); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-};
+using cuda::Scratch;
 
 // Makes the device of a pointer current on construction (before the members after it allocate).
 struct OnDeviceOf {
@@ -53,9 +44,7 @@ struct Upload {
     for (int k = 0; k < 3; ++k) {
       if (!host[k]) continue;
       int64_t* d = base + k * b.count;
-      check(cudaMemcpyAsync(d, host[k], static_cast<std::size_t>(b.count) * sizeof(int64_t),
-                            cudaMemcpyHostToDevice, cudaStreamPerThread),
-            what);
+      cuda::upload(d, host[k], b.count, what);
       off[k] = d;
     }
     failed = reinterpret_cast<unsigned long long*>(base + 3 * b.count);

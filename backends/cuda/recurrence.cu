@@ -12,28 +12,19 @@
 namespace tenax::detail {
 namespace {
 
-using cuda::check;
 using cuda::use_device_of;
 constexpr int kBlock = 128;
 
 // Lane offset arrays on the device for one call (stream-ordered, freed at scope exit).
 struct Lanes {
-  int64_t* p = nullptr;
+  cuda::Scratch buffer;
   int64_t lanes;
-  Lanes(const int64_t* const* host, int k, int64_t lanes_, const char* what) : lanes(lanes_) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&p),
-                          static_cast<std::size_t>(k * lanes + 1) * sizeof(int64_t), cudaStreamPerThread),
-          what);
+  Lanes(const int64_t* const* host, int k, int64_t lanes_, const char* what)
+      : buffer(static_cast<std::size_t>(k * lanes_ + 1) * sizeof(int64_t), what), lanes(lanes_) {
     for (int i = 0; i < k; ++i)
-      if (host[i])
-        check(cudaMemcpyAsync(p + i * lanes, host[i], static_cast<std::size_t>(lanes) * sizeof(int64_t),
-                              cudaMemcpyHostToDevice, cudaStreamPerThread),
-              what);
+      if (host[i]) cuda::upload(static_cast<int64_t*>(buffer.p) + i * lanes, host[i], lanes, what);
   }
-  ~Lanes() { (void)cudaFreeAsync(p, cudaStreamPerThread); }
-  Lanes(const Lanes&) = delete;
-  Lanes& operator=(const Lanes&) = delete;
-  [[nodiscard]] const int64_t* at(int i) const { return p + i * lanes; }
+  [[nodiscard]] const int64_t* at(int i) const { return static_cast<const int64_t*>(buffer.p) + i * lanes; }
 };
 
 template <class T>

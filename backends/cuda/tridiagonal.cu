@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
-#include "tenax/core/error.h"
 
 namespace tenax::detail {
 namespace {
@@ -133,12 +133,9 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   if (a.n > INT_MAX || a.systems > INT_MAX || a.n * a.systems > INT_MAX)
     throw DeviceError("[tridiagonal_solve] cuSPARSE takes at most 2^31 - 1 unknowns per call; got " +
                       std::to_string(a.n) + " rows x " + std::to_string(a.systems) + " systems");
-  cudaPointerAttributes attr{};
-  check(cudaPointerGetAttributes(&attr, a.out), "cudaPointerGetAttributes");
-  const int device = attr.device;
+  const int device = cuda::use_device_of(a.out, "tridiagonal_solve");
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mutex);
-  check(cudaSetDevice(device), "cudaSetDevice");
   const cudaStream_t stream = cudaStreamPerThread;
   if (!st.handle) check(cusparseCreate(&st.handle), "cusparseCreate");
   check(cusparseSetStream(st.handle, stream), "cusparseSetStream");

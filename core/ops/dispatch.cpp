@@ -185,15 +185,6 @@ const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& a
   return dst;
 }
 
-AxisList with_remaining(AxisList order, const Axes& of) {
-  for (int i = 0; i < of.rank(); ++i) {
-    bool listed = false;
-    for (Name n : order) listed = listed || n == of.name(i);
-    if (!listed) order.push_back(of.name(i));
-  }
-  return order;
-}
-
 Tensor zeros_with_batch(const Axes& like, const Axes& batch, DType dtype, Device device) {
   Axes ax = like;
   for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);

@@ -65,7 +65,10 @@ Tensor transpose_forward(Inputs in, const Attrs& a) {
   return Tensor(x.storage(), x.offset(), ax, st, x.dtype());
 }
 Tensor transpose_jvp(JvpContext& c) {
-  return transpose(c.tangent(0), with_remaining(c.attrs().axes, c.tangent(0).axes()));
+  // A batched tangent's batch axes follow the order (as mapped axes do in the forward).
+  const Tensor& t = c.tangent(0);
+  return transpose(t, complete_order(t.axes(), c.attrs().axes, batch_axes_of(t, c.input(0).axes()).names(),
+                                     "transpose jvp"));
 }
 OpSample transpose_sample(SampleRng& rng, DType dt) {
   Axes ax = random_axes(rng, 1 + int(rng() % 3));

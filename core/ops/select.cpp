@@ -3,6 +3,7 @@
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
+#include "tenax/named/batching.h"
 #include "tenax/named/align.h"
 
 namespace tenax::detail {
@@ -39,14 +40,12 @@ Tensor where_jvp(JvpContext& c) {
   Tensor ta = c.tangent(1).defined() ? c.tangent(1) : zero_like(y);
   Tensor tb = c.tangent(2).defined() ? c.tangent(2) : zero_like(y);
   Tensor t = where(c.input(0), ta, tb);
-  return transpose(broadcast(t,
-                             [&] {
-                               Axes extra;
-                               for (int i = 0; i < y.rank(); ++i)
-                                 if (!t.has_axis(y.axes().name(i))) extra.push_back(y.axes()[i]);
-                               return extra;
-                             }()),
-                   with_remaining(y.axes().names(), t.axes()));
+  Axes missing;  // y's axes that neither tangent nor condition has
+  for (int i = 0; i < y.rank(); ++i)
+    if (!t.has_axis(y.axes().name(i))) missing.push_back(y.axes()[i]);
+  t = broadcast(t, missing);
+  // y's order, then any batch axes of batched tangents.
+  return transpose(t, complete_order(t.axes(), y.axes().names(), batch_axes_of(t, y.axes()).names(), "where jvp"));
 }
 
 OpSample where_sample(SampleRng& rng, DType dt) {
