@@ -7,18 +7,19 @@
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/transfer.h"
 
 namespace tenax::model_detail {
 namespace {
 
-// Row-major (row, col) masks: the identity and the strict lower triangle.
-Tensor square_mask(int64_t n, Name row, Name col, bool diagonal, DType dtype) {
+// Row-major (row, col) masks: the identity and the strict lower triangle, on `device`.
+Tensor square_mask(int64_t n, Name row, Name col, bool diagonal, DType dtype, Device device) {
   std::vector<double> v(static_cast<size_t>(n * n), 0.0);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < n; ++c)
       if (diagonal ? r == c : c < r) v[static_cast<size_t>(r * n + c)] = 1.0;
   Tensor t = tensor(v, Axes{{row, n}, {col, n}});
-  return dtype == DType::f64 ? t : astype(t, dtype);
+  return to(dtype == DType::f64 ? t : astype(t, dtype), device);
 }
 
 Tensor like(const std::vector<double>& v, const Tensor& ref, const Axes& axes) {
@@ -52,8 +53,8 @@ Tensor constrain(const Constraint& c, const Tensor& u) {
     case ConstraintKind::interval: return c.lower + (c.upper - c.lower) * sigmoid(u);
     case ConstraintKind::spd: {
       const int64_t n = u.size(c.row);
-      Tensor l = u * square_mask(n, c.row, c.col, false, u.dtype()) +
-                 exp(u) * square_mask(n, c.row, c.col, true, u.dtype());
+      Tensor l = u * square_mask(n, c.row, c.col, false, u.dtype(), u.device()) +
+                 exp(u) * square_mask(n, c.row, c.col, true, u.dtype(), u.device());
       // value[r, c] = Σ_k L[r, k] L[c, k]
       const Name k("tenax_spd_k");
       Tensor a = rename(l, c.col, k);

@@ -84,6 +84,11 @@ struct Definition {
   int slots = 0;
   /// params: the parameters' slots (constrained values), then the inputs' slots.
   Graph graph;
+  /// Where runs compute (Model::set_device). Parameters and file data stay on the host; runs use
+  /// copies on this device made once by set_device (`device_constants`, `device_data`, in the
+  /// order of `constants` and `inputs`; empty on the host).
+  Device device = Device::cpu();
+  std::vector<Tensor> device_constants, device_data;
 };
 
 /// Builds a definition from a document; throws ModelError with the pointer of the first problem.

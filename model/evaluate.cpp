@@ -111,7 +111,9 @@ void evaluate(const Graph& graph, std::vector<Tensor>& env) {
 std::vector<Tensor> bind(const Definition& def, const std::vector<Tensor>& unconstrained,
                          const std::vector<std::pair<std::string, Tensor>>& inputs) {
   std::vector<Tensor> env(size_t(def.slots));
-  for (const auto& [slot, c] : def.constants) env[size_t(slot)] = c;
+  const bool on_device = !(def.device == Device::cpu());
+  for (size_t k = 0; k < def.constants.size(); ++k)
+    env[size_t(def.constants[k].first)] = on_device ? def.device_constants[k] : def.constants[k].second;
   const size_t n_params = def.params.size();
   for (size_t k = 0; k < n_params; ++k) {
     const Parameter& p = def.params[k];
@@ -123,7 +125,7 @@ std::vector<Tensor> bind(const Definition& def, const std::vector<Tensor>& uncon
   }
   for (size_t k = 0; k < def.inputs.size(); ++k) {
     const InputDecl& in = def.inputs[k];
-    Tensor v = in.data;
+    Tensor v = on_device ? def.device_data[k] : in.data;
     for (const auto& [name, t] : inputs)
       if (name == in.name) v = t;
     if (!v.defined())

@@ -8,9 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tenax/autodiff/grad.h"
+#include "tenax/backends/kernels.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/transfer.h"
 #include "tenax/model/definition.h"
 #include "tenax/model/values.h"
 
@@ -59,14 +61,19 @@ std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, 
     if (t.dtype() != d.dtype)
       throw ModelError(decl->pointer + ": input '" + name + "' must be " + dtype_name(d.dtype) + " like the model, got " +
                        dtype_name(t.dtype()) + " (convert it with astype)");
+    if (!(t.device() == d.device))
+      throw ModelError(decl->pointer + ": input '" + name + "' is on " + t.device().str() +
+                       " but the model runs on " + d.device.str() +
+                       " (move it with to(tensor, model.device()))");
     out.emplace_back(name, t);
   }
   return out;
 }
 
+// The unconstrained parameters on the model's device (they are kept on the host).
 std::vector<Tensor> all_u(const Definition& d) {
   std::vector<Tensor> u;
-  for (const auto& p : d.params) u.push_back(p.u);
+  for (const auto& p : d.params) u.push_back(to(p.u, d.device));
   return u;
 }
 
@@ -99,6 +106,9 @@ Model::Model(const Model& o) : def_(nullptr) {
   // The graph is immutable after loading; a copy re-parses the document and takes the parameters.
   def_ = model_detail::parse(o.def_->doc, o.def_->base_dir);
   for (size_t k = 0; k < def_->params.size(); ++k) def_->params[k].u = o.def_->params[k].u;
+  def_->device = o.def_->device;
+  def_->device_constants = o.def_->device_constants;
+  def_->device_data = o.def_->device_data;
 }
 Model& Model::operator=(const Model& o) {
   if (this != &o) *this = Model(o);
@@ -125,7 +135,7 @@ ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& 
   for (size_t k = 0; k < def_->params.size(); ++k)
     if (def_->params[k].trainable) {
       train.push_back(k);
-      args.push_back(def_->params[k].u);
+      args.push_back(to(def_->params[k].u, def_->device));
     }
   if (train.empty()) throw ModelError("/parameters: the model has no trainable parameter to differentiate");
   auto f = [&](const std::vector<Tensor>& a) {
@@ -139,9 +149,28 @@ ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& 
   };
   auto [value, grads] = tenax::value_and_grad(f, args);
   for (size_t q = 0; q < grads.size(); ++q)
-    if (!grads[q].defined()) grads[q] = zeros(def_->params[train[q]].u.axes(), def_->dtype);
+    if (!grads[q].defined()) grads[q] = zeros(def_->params[train[q]].u.axes(), def_->dtype, def_->device);
   return {value, grads};
 }
+
+void Model::set_device(Device device) {
+  const int visible = detail::cuda_device_count();
+  if (device.kind == Device::Kind::cuda && (device.index < 0 || device.index >= visible))
+    throw DeviceError("[Model::set_device] " + device.str() + " is not available (" +
+                      std::to_string(visible) + " CUDA devices visible" +
+                      (visible == 0 ? "; this build may lack the CUDA backend)" : ")") +
+                      "; the model keeps running on " + def_->device.str());
+  std::vector<Tensor> constants, data;
+  if (!(device == Device::cpu())) {
+    // Every copy is made before anything changes: a failed transfer leaves the model as it was.
+    for (const auto& [slot, c] : def_->constants) constants.push_back(to(c, device));
+    for (const auto& in : def_->inputs) data.push_back(in.data.defined() ? to(in.data, device) : Tensor());
+  }
+  def_->device = device;
+  def_->device_constants = std::move(constants);
+  def_->device_data = std::move(data);
+}
+Device Model::device() const { return def_->device; }
 
 std::vector<std::string> Model::parameters() const {
   std::vector<std::string> out;
@@ -220,7 +249,7 @@ std::vector<double> Model::flatten(const std::vector<Tensor>& grads) {
   std::vector<double> out;
   for (const Tensor& g : grads) {
     // Row-major in the parameter's declared order, which value_and_grad keeps (grads have u's axes).
-    const std::vector<double> v = g.to_vector();
+    const std::vector<double> v = to(g, Device::cpu()).to_vector();
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;

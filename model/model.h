@@ -62,8 +62,17 @@ class Model {
   /// an optimiser works on.
   [[nodiscard]] std::vector<double> unconstrained_vector() const;
   void set_unconstrained_vector(std::span<const double> values);
-  /// Gradients from value_and_grad flattened in the order of unconstrained_vector().
+  /// Gradients from value_and_grad flattened in the order of unconstrained_vector() (copied to the
+  /// host when the model runs on a device).
   [[nodiscard]] static std::vector<double> flatten(const std::vector<Tensor>& grads);
+
+  /// Where runs compute (default: the host). Parameters and data from the file stay on the host
+  /// (what parameter(), set_parameter() and save() read and write); set_device copies the data and
+  /// constants to `device` once, and every run moves the parameters there (they are small), so
+  /// outputs and gradients come back on `device`. Inputs passed to run() must already be there
+  /// (ModelError otherwise: no silent transfer). Throws DeviceError when `device` is unavailable.
+  void set_device(Device device);
+  [[nodiscard]] Device device() const;
 
   /// The names of the outputs and of the inputs, in file order.
   [[nodiscard]] std::vector<std::string> outputs() const;

@@ -8,8 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tenax/tenax.h"
+#include "tenax/backends/kernels.h"
 #include "tenax/model/op_attrs.h"
+#include "tenax/tenax.h"
 
 #include "expect_message.h"
 
@@ -518,6 +519,14 @@ TEST(ModelErrors, InvalidJsonAndMissingInputs) {
   // Inputs in any axis order.
   const Tensor x = randn(Axes{{"j", 2}, {"i", 3}}, 1);
   EXPECT_NEAR(m.run("d", {{"x", x}}).item(), sum(x * tensor({1.0, 2.0, 3.0}, "i")).item(), 1e-14);
+  // A device that is not there is refused up front, and the model keeps running where it did
+  // (test_cuda runs models on a GPU).
+  if (detail::cuda_device_count() == 0) {
+    EXPECT_MESSAGE(tenax::testing::error_message<DeviceError>([&] { m.set_device(Device::cuda(0)); }),
+                   "[Model::set_device] cuda:0 is not available (0 CUDA devices visible");
+    EXPECT_EQ(m.device(), Device::cpu());
+    EXPECT_NEAR(m.run("d", {{"x", x}}).item(), sum(x * tensor({1.0, 2.0, 3.0}, "i")).item(), 1e-14);
+  }
 }
 
 TEST(ModelErrors, DataFilesMissingShortOrNaN) {

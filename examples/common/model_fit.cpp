@@ -43,7 +43,7 @@ FitResult minimize(tenax::Model& model, const std::string& output, const tenax::
     const tenax::ModelGradient g = model.value_and_grad(output, inputs);
     const std::vector<double> flat = tenax::Model::flatten(g.grads);
     for (Eigen::Index k = 0; k < grad.size(); ++k) grad[k] = scale * flat[size_t(k)];
-    return scale * g.value.item();
+    return scale * tenax::to(g.value, tenax::Device::cpu()).item();  // the value may be on a device
   };
   int iteration = 0;
   g_iteration_done = [&](double fx, double gnorm) {
