@@ -10,6 +10,7 @@
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/tape.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/ops/capture.h"
 
 namespace tenax {
 namespace {
@@ -141,6 +142,7 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
   auto run_chunk = [&](int64_t s, int64_t e) {
     detail::LoopPositionScope where("the map chunk starting at slice", s);
+    detail::DeviceLoopScope loop;  // device waits here cost one round trip per chunk: warned
     if (keep_chunks) return nmap(f, {over}, chunk_args(args, over, s, e));
     if (!outer) return nmap(f, {over}, chunk_args(plain, over, s, e));
     GuardScope scope(&guard, outer_serial);

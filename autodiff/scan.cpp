@@ -142,6 +142,7 @@ struct ScanRun final : detail::CustomNode {
         }
       }
     }
+    p.finish();
     for (size_t k = 0; k < nc; ++k)
       if (adj[k].defined()) detail::accumulate(adj[k], p.carry_bar()[k]);
   }
@@ -326,6 +327,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
         for (auto& c : y_store) c.run(run->index(s));
         p.next_carry();
       }
+      p.finish();
       for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);
     }
   }

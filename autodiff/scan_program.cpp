@@ -110,6 +110,10 @@ void StepProgram::next_carry() {
   next_built_ = true;
 }
 
+void StepProgram::finish() const {
+  for (const KernelProgram* k : {&forward_, &next_, &seed_, &vjp_}) k->finish("scan step");
+}
+
 void StepProgram::prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                                    const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
                                    const std::vector<Tensor>& carry_bar, const Axes& batch) {

@@ -65,6 +65,8 @@ class StepProgram {
                         const std::vector<Tensor>& carry_bar, const Axes& batch);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
+  /// Raises what device replays deferred (KernelProgram::finish): call when a sweep ends.
+  void finish() const;
   /// The cotangent of the carry into the step last run backwards.
   [[nodiscard]] const std::vector<Tensor>& carry_bar() const { return carry_bar_; }
 

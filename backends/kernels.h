@@ -93,6 +93,10 @@ struct MatBatch {
   const int64_t* offsets_a = nullptr;  // per matrix, into a
   const int64_t* offsets_b = nullptr;  // per matrix, into b (second operand / output)
   const int64_t* offsets_c = nullptr;  // per matrix, into c (third operand) when used
+  /// CUDA only, set by recorded scan programs: the offsets above are DEVICE pointers, and the
+  /// kernel neither uploads nor waits: it lowers *deferred_failure (atomic min) to the first failed
+  /// matrix and returns -1. The program reads the word when its sweep ends (KernelProgram::finish).
+  unsigned long long* deferred_failure = nullptr;
 };
 /// L = chol(A) (lower; reads A's lower triangle; writes zeros above the diagonal).
 using CholeskyFn = int64_t (*)(MatView a, MatView l, const MatBatch& batch);
@@ -169,6 +173,20 @@ using TridiagonalFn = int64_t (*)(const TridiagonalArgs& args);
 /// the copy; both pointers are contiguous buffers.
 using TransferFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
 
+/// Device-side support for recorded programs (the CUDA table; null on the host).
+struct DeviceProgramFns {
+  /// Device memory on the device that owns `near`, holding a copy of `bytes` bytes from `host`.
+  void* (*upload)(const void* host, std::size_t bytes, const void* near) = nullptr;
+  void (*release)(void* device_ptr) = nullptr;
+  /// Waits for the device's work and reads one word of device memory.
+  unsigned long long (*read_word)(const void* device_ptr) = nullptr;
+  /// Records what body(ctx) launches on the device owning `near` into an executable graph
+  /// (nothing runs while recording); null when the device cannot record it.
+  void* (*capture_graph)(void (*body)(void*), void* ctx, const void* near) = nullptr;
+  void (*launch_graph)(void* graph) = nullptr;
+  void (*destroy_graph)(void* graph) = nullptr;
+};
+
 /// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
 struct KernelTable {
   ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
@@ -196,6 +214,7 @@ struct KernelTable {
   RecurrenceVjpFn recurrence_vjp[2] = {};
   TridiagonalFn tridiagonal[2] = {};
   TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
+  DeviceProgramFns program;       ///< the CUDA table's support for recorded programs
 
   /// Flat twins of the elementwise kernels above, as (kernel, twin) pairs (optional per kernel).
   static constexpr int kMaxFlat = 512;
@@ -212,12 +231,20 @@ struct KernelTable {
   }
 };
 
+/// Device kernels that wait for the device (a device-to-host copy, e.g. of a failure flag) call
+/// this: inside a replayed scan step or a map chunk (where it costs a round trip every time) it
+/// warns once per op on stderr, naming the op and the device. Defined in core/ops/capture.cpp.
+void note_device_wait(const char* op, int device);
+
 /// Fills `t` with the host kernels (backends/cpu).
 void register_cpu_kernels(KernelTable& t);
 /// Fills `t` with the CUDA kernels; a no-op in builds without the CUDA backend.
 void register_cuda_kernels(KernelTable& t);
 /// Number of usable CUDA devices (0 without a driver, a device or the CUDA backend).
 int cuda_device_count();
+/// CUDA kernel launches made so far (every device; a cuSPARSE solve counts as one): what the
+/// benchmarks divide by steps for "launches per step". 0 without the CUDA backend.
+int64_t cuda_kernel_launches();
 /// The default allocator of CUDA device `index` (stream-ordered pool), or null without the CUDA
 /// backend or that device. storage.cpp installs it on first use of the device.
 Allocator* default_cuda_allocator(int index);

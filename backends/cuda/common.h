@@ -3,6 +3,7 @@
 // pointer current (kernels receive raw pointers only), and launch sizes.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -26,6 +27,15 @@ inline int use_device_of(const void* p, const char* what) {
   return attr.device;
 }
 
+/// Makes the device that owns `p` current; false (error cleared) when `p` is not device memory.
+inline bool use_device_of_quiet(const void* p) {
+  cudaPointerAttributes attr{};
+  const bool ok = cudaPointerGetAttributes(&attr, p) == cudaSuccess && attr.type == cudaMemoryTypeDevice &&
+                  cudaSetDevice(attr.device) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
 /// Device scratch for one call on the per-thread stream, freed (stream-ordered) at scope exit.
 struct Scratch {
   void* p = nullptr;
@@ -44,8 +54,25 @@ inline void upload(int64_t* dst, const int64_t* host, int64_t count, const char*
         what);
 }
 
-/// Throws if the last launch failed.
+/// Kernel launches (and library calls such as a cuSPARSE solve) made so far, all devices
+/// (device.cu; read through detail::cuda_kernel_launches()).
+extern std::atomic<int64_t> g_launches;
+/// Set while a graph is being recorded on this thread: what is recorded is not launched.
+inline thread_local bool g_recording = false;
+inline void count_launches(int64_t n = 1) {
+  if (!g_recording) g_launches.fetch_add(n, std::memory_order_relaxed);
+}
+struct NotCounting {
+  bool was = g_recording;
+  NotCounting() { g_recording = true; }
+  ~NotCounting() { g_recording = was; }
+  NotCounting(const NotCounting&) = delete;
+  NotCounting& operator=(const NotCounting&) = delete;
+};
+
+/// Throws if the last launch failed; counts it.
 inline void check_launch(const char* what) {
+  count_launches();
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
     throw DeviceError(std::string("[") + what + "] CUDA kernel launch: " + cudaGetErrorString(e));

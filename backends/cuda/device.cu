@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
 #include "tenax/core/error.h"
 #include "tenax/core/storage.h"
@@ -83,6 +84,9 @@ void transfer(void* dst, Device dst_device, const void* src, Device src_device, 
 
 }  // namespace
 
+std::atomic<int64_t> cuda::g_launches{0};
+int64_t cuda_kernel_launches() { return cuda::g_launches.load(std::memory_order_relaxed); }
+
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -109,6 +113,7 @@ void register_cuda_kernels(KernelTable& t) {
   register_cuda_linalg(t);
   register_cuda_recurrence(t);
   register_cuda_tridiagonal(t);
+  register_cuda_programs(t);
 }
 
 }  // namespace tenax::detail

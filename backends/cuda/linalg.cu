@@ -2,13 +2,15 @@
 // kernels run (Cholesky, triangular solves and the Cholesky reverse rule from
 // backends/small_linalg.h; LU with partial pivoting for solve and logdet, where the CPU calls
 // LAPACK), for the 2..64 sizes of state-space models; cuSOLVER's batched routines
-// are the route for large matrices. The per-matrix offsets are uploaded per call; the first failed
-// matrix (not positive definite, singular) comes back through one device word, so these calls
-// synchronise (their interface returns the failure).
+// are the route for large matrices. An eager call uploads its per-matrix offsets and synchronises:
+// the first failed matrix (not positive definite, singular) comes back through one device word.
+// A recorded scan program's call (MatBatch::deferred_failure) brings device offsets and its own
+// word and does neither, so it can be part of a CUDA graph.
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "tenax/backends/cuda/common.h"
@@ -27,19 +29,30 @@ using cuda::Scratch;
 
 // Makes the device of a pointer current on construction (before the members after it allocate).
 struct OnDeviceOf {
-  OnDeviceOf(const void* p, const char* what) { use_device_of(p, what); }
+  int index;
+  OnDeviceOf(const void* p, const char* what) : index(use_device_of(p, what)) {}
 };
 
 // The batch's offsets on the device (null where the host has none), the failure word after them,
-// set to LLONG_MAX; the destination's device made current.
+// set to LLONG_MAX; the destination's device made current. A deferred batch (a recorded program's
+// call) brings device offsets and its own failure word: nothing is uploaded or waited for.
 struct Upload {
   OnDeviceOf device;
-  Scratch buffer;
+  std::optional<Scratch> buffer;
   const int64_t* off[3] = {};
   unsigned long long* failed = nullptr;
-  Upload(const MatBatch& b, const void* dst, const char* what)
-      : device(dst, what), buffer((3 * static_cast<std::size_t>(b.count) + 1) * sizeof(int64_t), what) {
-    auto* base = static_cast<int64_t*>(buffer.p);
+  bool deferred = false;
+  Upload(const MatBatch& b, const void* dst, const char* what) : device(dst, what) {
+    if (b.deferred_failure) {
+      deferred = true;
+      off[0] = b.offsets_a;
+      off[1] = b.offsets_b;
+      off[2] = b.offsets_c;
+      failed = b.deferred_failure;
+      return;
+    }
+    buffer.emplace((3 * static_cast<std::size_t>(b.count) + 1) * sizeof(int64_t), what);
+    auto* base = static_cast<int64_t*>(buffer->p);
     const int64_t* host[3] = {b.offsets_a, b.offsets_b, b.offsets_c};
     for (int k = 0; k < 3; ++k) {
       if (!host[k]) continue;
@@ -51,12 +64,15 @@ struct Upload {
     const unsigned long long none = static_cast<unsigned long long>(LLONG_MAX);
     check(cudaMemcpyAsync(failed, &none, sizeof(none), cudaMemcpyHostToDevice, cudaStreamPerThread), what);
   }
-  // Waits for the kernel; the first failed matrix or -1.
+  // Waits for the kernel (unless deferred); the first failed matrix or -1.
   int64_t result(const char* what) const {
     check(cudaGetLastError(), what);
+    cuda::count_launches();
+    if (deferred) return -1;
     unsigned long long f = 0;
     check(cudaMemcpyAsync(&f, failed, sizeof(f), cudaMemcpyDeviceToHost, cudaStreamPerThread), what);
     check(cudaStreamSynchronize(cudaStreamPerThread), what);
+    note_device_wait(what, device.index);
     return f == static_cast<unsigned long long>(LLONG_MAX) ? -1 : static_cast<int64_t>(f);
   }
 };

@@ -9,5 +9,6 @@ void register_cuda_elementwise(KernelTable& t);
 void register_cuda_contract(KernelTable& t);
 void register_cuda_linalg(KernelTable& t);
 void register_cuda_recurrence(KernelTable& t);
+void register_cuda_programs(KernelTable& t);
 
 }  // namespace tenax::detail

@@ -169,6 +169,7 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   gather<T><<<blocks, threads, 0, stream>>>(buf[3], in[Op::rhs], off[Op::rhs], a.step[Op::rhs], n, S, inter, 0,
                                             false, false);
   check(cudaGetLastError(), "gather kernel launch");
+  cuda::count_launches(5);  // four gathers and the cuSPARSE solve
 
   size_t need = 0;
   const int m = static_cast<int>(n), count = static_cast<int>(S);
@@ -187,9 +188,11 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x], n, S, inter,
                                              flag);
   check(cudaGetLastError(), "scatter kernel launch");
+  cuda::count_launches();
   unsigned long long bad = 0;
   check(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream), "flag download");
   check(cudaStreamSynchronize(stream), "solve");
+  note_device_wait("tridiagonal_solve", device);
   return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
 }
 

@@ -2,6 +2,13 @@
 // and appends the call (with deep copies of its argument blocks) to the active program.
 #include "tenax/core/ops/capture.h"
 
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "tenax/core/error.h"
@@ -136,35 +143,85 @@ struct LaneCopy {
 template <int Dev, int Dt>
 void contract_trampoline(const ContractArgs& a) {
   const ContractFn fn = tables().real[Dev].contract[Dt];
-  g_capture->other([fn, a] { fn(a); return int64_t{-1}; }, "dot");
+  g_capture->other(
+      [fn, a] {
+        fn(a);
+        return int64_t{-1};
+      },
+      "dot", Dev == 1, a.z);
 }
+
+// A device batch for replays: the offsets and a failure word (LLONG_MAX: none) in device memory
+// owned by the recorded call; the word is registered with the program (KernelProgram::finish).
+struct DeviceBatch {
+  std::shared_ptr<void> block;
+  MatBatch view;
+};
+DeviceBatch device_batch(const MatBatch& b, const void* near, const char* kernel) {
+  const DeviceProgramFns& fns = tables().real[1].program;
+  std::vector<int64_t> host;
+  const int64_t* parts[3] = {b.offsets_a, b.offsets_b, b.offsets_c};
+  for (const int64_t* p : parts)
+    if (p) host.insert(host.end(), p, p + b.count);
+  host.push_back(LLONG_MAX);
+  DeviceBatch d;
+  d.block = std::shared_ptr<void>(fns.upload(host.data(), host.size() * sizeof(int64_t), near), fns.release);
+  auto* base = static_cast<int64_t*>(d.block.get());
+  const int64_t** views[3] = {&d.view.offsets_a, &d.view.offsets_b, &d.view.offsets_c};
+  int64_t at = 0;
+  for (int k = 0; k < 3; ++k)
+    if (parts[k]) {
+      *views[k] = base + at;
+      at += b.count;
+    }
+  d.view.count = b.count;
+  d.view.deferred_failure = reinterpret_cast<unsigned long long*>(base + at);
+  g_capture->defer(d.view.deferred_failure, kernel);
+  return d;
+}
+
+// Records a batched matrix call: on the host with its own copy of the offsets; on a device as a
+// deferred, graph-safe call on device offsets. `call(batch)` runs the kernel.
+template <int Dev, class Call>
+int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kernel, Call call) {
+  if constexpr (Dev == 1) {
+    auto d = device_batch(b, near, kernel);
+    return g_capture->other([&] { return call(b); }, kernel, true, near, [call, d] { return call(d.view); });
+  } else {
+    return g_capture->other([call, bc = BatchCopy(b)] { return call(bc.view()); }, kernel);
+  }
+}
+
 template <int Dev, int Dt>
 int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
   const CholeskyFn fn = tables().real[Dev].cholesky[Dt];
-  return g_capture->other([fn, a, l, bc = BatchCopy(b)] { return fn(a, l, bc.view()); }, "cholesky");
+  return record_matrix_call<Dev>(b, l.data, "cholesky",
+                                 [fn, a, l](const MatBatch& m) { return fn(a, l, m); });
 }
 template <int Dev, int Dt>
 void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
   const CholeskyVjpFn fn = tables().real[Dev].cholesky_vjp[Dt];
-  g_capture->other([fn, l, lbar, abar, bc = BatchCopy(b)] { fn(l, lbar, abar, bc.view()); return int64_t{-1}; },
-                   "cholesky vjp");
+  (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp", [fn, l, lbar, abar](const MatBatch& m) {
+    fn(l, lbar, abar, m);
+    return int64_t{-1};
+  });
 }
 template <int Dev, int Dt>
 int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
   const TriSolveFn fn = tables().real[Dev].tri_solve[Dt];
-  return g_capture->other([fn, t, r, lower, bc = BatchCopy(b)] { return fn(t, r, lower, bc.view()); },
-                          "triangular_solve");
+  return record_matrix_call<Dev>(b, r.data, "triangular_solve",
+                                 [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); });
 }
 template <int Dev, int Dt>
 int64_t solve_trampoline(MatView a, RhsView r, const MatBatch& b) {
   const SolveFn fn = tables().real[Dev].solve[Dt];
-  return g_capture->other([fn, a, r, bc = BatchCopy(b)] { return fn(a, r, bc.view()); }, "solve");
+  return record_matrix_call<Dev>(b, r.data, "solve", [fn, a, r](const MatBatch& m) { return fn(a, r, m); });
 }
 template <int Dev, int Dt>
 int64_t logdet_trampoline(MatView a, void* out, MatView inv_t, bool want, const MatBatch& b) {
   const LogdetFn fn = tables().real[Dev].logdet[Dt];
-  return g_capture->other([fn, a, out, inv_t, want, bc = BatchCopy(b)] { return fn(a, out, inv_t, want, bc.view()); },
-                          "logdet");
+  return record_matrix_call<Dev>(
+      b, out, "logdet", [fn, a, out, inv_t, want](const MatBatch& m) { return fn(a, out, inv_t, want, m); });
 }
 template <int Dev, int Dt>
 void recurrence_trampoline(const RecurrenceArgs& r) {
@@ -294,8 +351,9 @@ FlatFn flat_twin(ElementwiseFn fn) {
   return nullptr;
 }
 
-void KernelProgram::run(const char* what, int64_t position) const {
-  for (const Call& c : calls_) {
+void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position) const {
+  for (size_t k = begin; k < end; ++k) {
+    const Call& c = calls_[k];
     if (c.flat) {
       c.flat(c.outer, c.count, &flat_args_[static_cast<size_t>(c.first_arg)]);
       continue;
@@ -311,6 +369,102 @@ void KernelProgram::run(const char* what, int64_t position) const {
     if (bad >= 0)
       throw NumericError(std::string("[") + c.kernel + "] at " + what + " " + std::to_string(position) +
                          ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(c.kernel));
+  }
+}
+
+namespace {
+thread_local int g_device_loop = 0;
+}
+DeviceLoopScope::DeviceLoopScope() { ++g_device_loop; }
+DeviceLoopScope::~DeviceLoopScope() { --g_device_loop; }
+
+void note_device_wait(const char* op, int device) {
+  if (g_device_loop == 0) return;
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(op).second) return;
+  std::fprintf(
+      stderr,
+      "tenax: warning: [%s] copies from cuda:%d to the host (it waits for the device) inside a scan step or "
+      "map chunk, so every step pays a round trip; shown once per op\n",
+      op, device);
+}
+
+bool cuda_graphs_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TENAX_CUDA_GRAPHS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+// Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
+// A run the device cannot record falls back to plain launches (same results, more launches).
+void KernelProgram::plan_segments() const {
+  planned_ = true;
+  segments_.clear();
+  const DeviceProgramFns& fns = tables().real[1].program;
+  if (!fns.capture_graph || !cuda_graphs_enabled()) return;
+  size_t plain = 0;  // first call not yet in a segment
+  for (size_t k = 0; k < calls_.size();) {
+    size_t e = k;
+    while (e < calls_.size() && calls_[e].graph_safe) ++e;
+    if (e - k < 2) {
+      k = e + 1;
+      continue;
+    }
+    struct Ctx {
+      const KernelProgram* self;
+      size_t begin, end;
+    } ctx{this, k, e};
+    auto body = [](void* p) {
+      auto* c = static_cast<Ctx*>(p);
+      c->self->run_calls(c->begin, c->end, "graph capture", 0);
+    };
+    void* g = nullptr;
+    try {
+      g = fns.capture_graph(body, &ctx, calls_[k].near);
+    } catch (const DeviceError&) {
+      g = nullptr;
+    }
+    if (g) {
+      if (plain < k) segments_.push_back({plain, k, nullptr});
+      segments_.push_back({k, e, std::shared_ptr<void>(g, fns.destroy_graph)});
+      plain = e;
+    }
+    k = e;
+  }
+  if (segments_.empty()) return;
+  if (plain < calls_.size()) segments_.push_back({plain, calls_.size(), nullptr});
+}
+
+void KernelProgram::run(const char* what, int64_t position) const {
+  DeviceLoopScope loop;
+  if (!planned_) plan_segments();
+  if (segments_.empty()) {
+    run_calls(0, calls_.size(), what, position);
+    return;
+  }
+  const DeviceProgramFns& fns = tables().real[1].program;
+  for (const Segment& s : segments_) {
+    if (s.graph)
+      fns.launch_graph(s.graph.get());
+    else
+      run_calls(s.begin, s.end, what, position);
+  }
+}
+
+void KernelProgram::finish(const char* what) const {
+  if (deferred_.empty()) return;
+  const DeviceProgramFns& fns = tables().real[1].program;
+  for (const Deferred& d : deferred_) {
+    const unsigned long long w = fns.read_word(d.word);
+    if (w != static_cast<unsigned long long>(LLONG_MAX))
+      throw NumericError(
+          std::string("[") + d.kernel + "] in a " + what + " on the GPU: the matrix at batch index " +
+          std::to_string(w) + " " + failure_reason(d.kernel) +
+          " (the GPU checks when the sweep ends, so the step is not named; run on the host for it)");
   }
 }
 
@@ -344,6 +498,8 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
   KernelProgram::Call call;
   call.fn = fn;
   call.dims = dims;
+  call.graph_safe = device_kind == 1;
+  call.near = args[0].data;
   call.first_arg = static_cast<int32_t>(program_.args_.size());
   for (int i = 0; i < info.arity; ++i) {
     program_.args_.push_back(args[i]);
@@ -387,13 +543,20 @@ bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int sca
   return true;
 }
 
-int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel) {
+int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel, bool graph_safe,
+                             const void* near, std::function<int64_t()> replay) {
   const int64_t r = call();
   KernelProgram::Call c;
-  c.other = std::move(call);
+  c.other = replay ? std::move(replay) : std::move(call);
   c.kernel = kernel;
+  c.graph_safe = graph_safe;
+  c.near = near;
   program_.calls_.push_back(std::move(c));
   return r;
+}
+
+void KernelCapture::defer(const unsigned long long* word, const char* kernel) {
+  program_.deferred_.push_back({word, kernel});
 }
 
 void KernelCapture::check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe) {

@@ -25,6 +25,10 @@ class KernelProgram {
   /// linear-algebra kernel that fails (matrix not positive definite, singular) raises
   /// NumericError naming the kernel, the batch index and `what`.
   void run(const char* what, int64_t position) const;
+  /// Raises what a replay on a device found and deferred (a failed matrix of a linear-algebra
+  /// kernel: device replays do not wait for each call). Waits for the device; the error names
+  /// `what` but not the step. A no-op for host programs.
+  void finish(const char* what) const;
   [[nodiscard]] size_t size() const { return calls_.size(); }
   [[nodiscard]] bool empty() const { return calls_.empty(); }
 
@@ -44,13 +48,45 @@ class KernelProgram {
     const char* kernel = "";  ///< for errors
     /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
     std::function<std::string(int64_t)> describe;
+    /// A CUDA call that records into a graph (no host work between launches, no waiting), and
+    /// a device pointer it writes (whose device records it).
+    bool graph_safe = false;
+    const void* near = nullptr;
   };
+  /// A run of calls replayed by one graph launch (graph set), or one by one.
+  struct Segment {
+    size_t begin = 0, end = 0;
+    std::shared_ptr<void> graph;
+  };
+  /// A failure word that device calls lower (MatBatch::deferred_failure).
+  struct Deferred {
+    const unsigned long long* word = nullptr;
+    const char* kernel = "";
+  };
+  void run_calls(size_t begin, size_t end, const char* what, int64_t position) const;
+  void plan_segments() const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
   std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
+  std::vector<Deferred> deferred_;
+  mutable std::vector<Segment> segments_;  ///< planned at the first run
+  mutable bool planned_ = false;
 };
+
+/// While alive, device waits on this thread are inside a loop (a replayed scan step, a map chunk):
+/// note_device_wait warns.
+struct DeviceLoopScope {
+  DeviceLoopScope();
+  ~DeviceLoopScope();
+  DeviceLoopScope(const DeviceLoopScope&) = delete;
+  DeviceLoopScope& operator=(const DeviceLoopScope&) = delete;
+};
+
+/// Whether device programs replay through CUDA graphs (default on; TENAX_CUDA_GRAPHS=0 turns
+/// them off, for comparison and debugging).
+bool cuda_graphs_enabled();
 
 /// While alive, kernels() on this thread hands out a table that runs each kernel and appends the
 /// call to `program`, and every buffer allocated is kept alive by `program`. Nested captures are
@@ -67,7 +103,12 @@ class KernelCapture {
 
   // Called by the capturing kernels.
   void elementwise(int device_kind, int slot, const LoopDims& dims, const LoopArg* args);
-  int64_t other(std::function<int64_t()> call, const char* kernel);
+  /// Runs `call` and records it; a device call that can be recorded into a graph says so and
+  /// names a device pointer it writes. `replay`, when given, is what later runs replay instead.
+  int64_t other(std::function<int64_t()> call, const char* kernel, bool graph_safe = false,
+                const void* near = nullptr, std::function<int64_t()> replay = {});
+  /// Registers a failure word of a deferred device call (read by KernelProgram::finish).
+  void defer(const unsigned long long* word, const char* kernel);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
   void check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe);
 
