@@ -1,6 +1,7 @@
 // CUDA contraction z[b, m, n] (+)= Σ_k x[b, m, k] y[b, k, n] over strided groups of dims: one
-// thread per output element, the k group walked in its own loop. Plain and general (any layout,
-// no copies); cuBLAS strided-batched gemm for large single-dim groups is the next step.
+// thread per output element, the k group walked in its own loop, or a block per output element
+// when k is long and the outputs few. Plain and general (any layout, no copies); cuBLAS
+// strided-batched gemm for large single-dim groups is the next step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -54,12 +55,55 @@ __global__ void contract_kernel(ContractArgs a, int64_t M, int64_t N, int64_t K,
   }
 }
 
+// One block per output element, its threads splitting the k group (shared-memory tree): for long
+// contractions into few outputs (a parameter's adjoint summed over many series), where a thread
+// per output would walk k alone.
+constexpr int kReduceBlock = 128;
+template <class T>
+__global__ void contract_reduce_kernel(ContractArgs a, int64_t M, int64_t N, int64_t K, int64_t total) {
+  const auto* x = static_cast<const T*>(a.x);
+  const auto* y = static_cast<const T*>(a.y);
+  T* z = static_cast<T*>(a.z);
+  __shared__ T partial[kReduceBlock];
+  for (int64_t idx = blockIdx.x; idx < total; idx += gridDim.x) {
+    const int64_t n = idx % N, m = (idx / N) % M, b = idx / (N * M);
+    int64_t bx, by, bz, mx, my, mz, nx, ny, nz;
+    group_offsets(a.batch, b, bx, by, bz);
+    group_offsets(a.m, m, mx, my, mz);
+    group_offsets(a.n, n, nx, ny, nz);
+    T acc = T(0);
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+      int64_t kx, ky, kz;
+      group_offsets(a.k, k, kx, ky, kz);
+      acc += x[bx + mx + kx] * y[by + ny + ky];
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      T& dst = z[bz + mz + nz];
+      dst = a.accumulate ? dst + partial[0] : partial[0];
+    }
+    __syncthreads();
+  }
+}
+
 template <class T>
 void contract(const ContractArgs& a) {
   const int64_t B = group_size(a.batch), M = group_size(a.m), N = group_size(a.n), K = group_size(a.k);
   const int64_t total = B * M * N;
   if (total == 0) return;
   cuda::use_device_of(a.z, "dot");
+  if (K >= 4 * kReduceBlock && total <= 65536) {
+    contract_reduce_kernel<T>
+        <<<static_cast<int>(std::min<int64_t>(total, 65535)), kReduceBlock, 0, cudaStreamPerThread>>>(
+            a, M, N, K, total);
+    cuda::check_launch("dot");
+    return;
+  }
   constexpr int kBlock = 256;
   const int grid = std::min(cuda::blocks_for(total, kBlock), 65535);  // grid-stride beyond
   contract_kernel<T><<<grid, kBlock, 0, cudaStreamPerThread>>>(a, M, N, K, total);

@@ -98,6 +98,14 @@ __device__ inline void apply_at(const Loop<1 + sizeof...(Ins)>& l, const int64_t
          static_cast<Out>(f(*reinterpret_cast<const Ins*>(l.data[I + 1] + off[I + 1])...)));
 }
 
+// f(in1[base + off], in2[...], ...) as Out; offsets in elements, converted here.
+template <class F, class Out, class... Ins, size_t... I>
+__device__ inline Out eval(char* const* data, const int64_t* base, const int64_t* off, const size_t* sizes,
+                           const F& f, std::index_sequence<I...>) {
+  return static_cast<Out>(f(*reinterpret_cast<const Ins*>(
+      data[I + 1] + (base[I + 1] + off[I + 1]) * static_cast<int64_t>(sizes[I + 1]))...));
+}
+
 template <Put P, class F, class Out, class... Ins>
 __global__ void loop_kernel(Loop<1 + sizeof...(Ins)> l, F f) {
   constexpr int N = 1 + sizeof...(Ins);
@@ -129,11 +137,103 @@ void launch(const LoopDims& d, const LoopArg* a, F f, const char* what) {
   check_launch(what);
 }
 
+// ---- reductions: dst[o] += Σ_r f(ins[o, r]) where dst has zero strides over the r dims ----
+
+// The loop split into the destination's dims (o) and the reduced dims (r), each a sub-loop.
+template <int N>
+struct Split {
+  Loop<N> out, red;  // data pointers in `out` only; `red` holds the reduced dims' sizes and strides
+};
+
+template <int N>
+Split<N> split(const Loop<N>& l, const LoopArg& dst) {
+  Split<N> s;
+  for (int i = 0; i < N; ++i) s.out.data[i] = l.data[i];
+  for (int k = 0; k < l.rank; ++k) {
+    Loop<N>& part = (l.sizes[k] > 1 && dst.strides[k] == 0) ? s.red : s.out;
+    const int at = part.rank++;
+    part.sizes[at] = l.sizes[k];
+    part.total *= l.sizes[k];
+    for (int i = 0; i < N; ++i) part.strides[i][at] = l.strides[i][k];
+  }
+  return s;
+}
+
+template <int N>
+__device__ inline void offsets_of(const Loop<N>& l, int64_t idx, int64_t* off) {
+  for (int a = 0; a < N; ++a) off[a] = 0;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const int64_t i = idx % l.sizes[d];
+    idx /= l.sizes[d];
+    for (int a = 0; a < N; ++a) off[a] += i * l.strides[a][d];
+  }
+}
+
+constexpr int kReduceBlock = 256;
+
+// Block (o, c) sums chunk c of output o's reduced elements in shared memory, then adds the total
+// to dst[o]: plainly when one chunk covers the output, atomically otherwise (one atomic per block,
+// not per element: a full reduction no longer serialises on one address).
+template <class F, class Out, class... Ins>
+__global__ void reduce_kernel(Split<1 + sizeof...(Ins)> s, int64_t chunk, int64_t chunks, F f) {
+  constexpr int N = 1 + sizeof...(Ins);
+  constexpr size_t sizes[N] = {sizeof(Out), sizeof(Ins)...};
+  __shared__ Out partial[kReduceBlock];
+  for (int64_t job = blockIdx.x; job < s.out.total * chunks; job += gridDim.x) {
+    const int64_t o = job / chunks, c = job % chunks;
+    int64_t base[N], off[N];
+    offsets_of<N>(s.out, o, base);
+    Out acc = Out(0);
+    const int64_t end = min(s.red.total, (c + 1) * chunk);
+    for (int64_t r = c * chunk + threadIdx.x; r < end; r += blockDim.x) {
+      offsets_of<N>(s.red, r, off);
+      acc += eval<F, Out, Ins...>(s.out.data, base, off, sizes, f, std::index_sequence_for<Ins...>{});
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+      if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      Out* dst = reinterpret_cast<Out*>(s.out.data[0] + base[0] * static_cast<int64_t>(sizeof(Out)));
+      if (chunks == 1)
+        *dst += partial[0];
+      else
+        atomicAdd(dst, partial[0]);
+    }
+    __syncthreads();
+  }
+}
+
+// A reduction into dst: a block per (output, chunk of the reduced extent) when the reduced extent
+// is long enough to fill a block; atomics per element otherwise (short reductions, little
+// contention).
+template <class F, class Out, class... Ins>
+void launch_reduce(const LoopDims& d, const LoopArg* a, F f, const char* what) {
+  constexpr int N = 1 + sizeof...(Ins);
+  const Loop<N> l = pack<N>(d, a);
+  if (l.total == 0) return;
+  const Split<N> s = split<N>(l, a[0]);
+  if (s.red.total < kReduceBlock) {
+    launch<Put::atomic_add, F, Out, Ins...>(d, a, f, what);
+    return;
+  }
+  use_device_of(a[0].data, what);
+  // Chunks of at least 16 elements per thread; enough blocks to fill the device.
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min<int64_t>(s.red.total / (16 * kReduceBlock), std::max<int64_t>(1, 1024 / s.out.total)));
+  const int64_t chunk = (s.red.total + chunks - 1) / chunks;
+  const int grid = static_cast<int>(std::min<int64_t>(s.out.total * chunks, 65535));
+  reduce_kernel<F, Out, Ins...><<<grid, kReduceBlock, 0, cudaStreamPerThread>>>(s, chunk, chunks, f);
+  check_launch(what);
+}
+
 // An accumulating kernel: atomics when the destination is reduced into.
 template <class F, class Out, class... Ins>
 void launch_acc(const LoopDims& d, const LoopArg* a, F f, const char* what) {
   if (reduces(d, a[0]))
-    launch<Put::atomic_add, F, Out, Ins...>(d, a, f, what);
+    launch_reduce<F, Out, Ins...>(d, a, f, what);
   else
     launch<Put::add, F, Out, Ins...>(d, a, f, what);
 }
