@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 #include <string>
@@ -209,6 +210,203 @@ TEST_F(Cuda, TheTransposedSolveMatchesTheHostKernel) {
     EXPECT_EQ(detail::kernels(gpu).tridiagonal[0](dev), -1);
     EXPECT_LT(max_diff(to(xg, Device::cpu()), xh), 1e-12) << axes.describe();
   }
+}
+
+// A body with a contraction, a broadcast parameter, a comparison and a reduction, scanned on the
+// device: value and gradient w.r.t. every input equal the host's.
+struct GatedRnn {
+  Tensor w, b;
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> operator()(const std::vector<Tensor>& c,
+                                                                 const std::vector<Tensor>& x) const {
+    Tensor h = tanh(dot(w, rename(c[0], "h", "k"), {"k"}) + x[0] + b);
+    Tensor gated = where(greater(h, to(scalar(0.0), h.device())), h, h * 0.5);
+    return {{gated}, {sum(gated * gated)}};
+  }
+};
+
+Tensor rnn_loss(const std::vector<Tensor>& a, const ScanOptions& o) {
+  ScanResult r = scan(GatedRnn{a[0], a[1]}, {a[2]}, {a[3]}, "t", o);
+  return sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]);
+}
+
+std::vector<Tensor> on(const std::vector<Tensor>& ts, Device d) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(to(t, d));
+  return out;
+}
+
+TEST_F(Cuda, ScanValueAndGradientMatchTheHostUnderCheckpointing) {
+  const Device gpu = Device::cuda(0);
+  // xs scanned along its inner axis (a strided walk) as well as its outer one.
+  const std::vector<Tensor> host{randn(Axes{{"h", 8}, {"k", 8}}, 5) * 0.4, randn(Axes{{"h", 8}}, 6),
+                                 randn(Axes{{"h", 8}}, 7), randn(Axes{{"h", 8}, {"t", 40}}, 8)};
+  std::vector<ScanOptions> schedules(2);
+  schedules[1].checkpoint_every = 7;
+  for (const ScanOptions& o : schedules) {
+    auto f = [&](const std::vector<Tensor>& a) { return rnn_loss(a, o); };
+    auto [vh, gh] = value_and_grad(f, host);
+    auto [vg, gg] = value_and_grad(f, on(host, gpu));
+    EXPECT_EQ(vg.device(), gpu);
+    EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), 1e-10 * std::abs(vh.item()));
+    for (size_t k = 0; k < gh.size(); ++k) {
+      EXPECT_EQ(gg[k].device(), gpu);
+      EXPECT_LT(max_diff(to(gg[k], Device::cpu()), gh[k]), 1e-10) << "argument " << k;
+    }
+  }
+}
+
+TEST_F(Cuda, LinearRecurrenceAndNmapMatchTheHostWithGradients) {
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> host{uniform(Axes{{"s", 64}}, 1, 0.5, 0.99),
+                                 randn(Axes{{"t", 300}, {"b", 16}, {"s", 64}}, 2)};
+  auto f = [](const std::vector<Tensor>& a) {
+    const Tensor x = linear_recurrence(a[0], a[1], "t");
+    // nmap over the batch: each slice's squared norm, weighted by a constant made inside.
+    const Tensor per =
+        nmap([](const std::vector<Tensor>& xb) { return sum(square(xb[0])) * 0.25; }, {"b"}, {x});
+    return sum(per);
+  };
+  auto [vh, gh] = value_and_grad(f, host);
+  auto [vg, gg] = value_and_grad(f, on(host, gpu));
+  EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), 1e-10 * std::abs(vh.item()));
+  for (size_t k = 0; k < gh.size(); ++k)
+    EXPECT_LT(max_diff(to(gg[k], Device::cpu()), gh[k]), 1e-9 * (1 + max_diff(gh[k], gh[k] * 0.0)))
+        << "argument " << k;
+}
+
+TEST_F(Cuda, TridiagonalGradientMatchesTheHost) {
+  const Device gpu = Device::cuda(0);
+  for (const Axes& axes : {Axes{{"sys", 200}, {"i", 19}}, Axes{{"i", 19}, {"sys", 200}}}) {
+    const std::vector<Tensor> h = systems(axes, 31);
+    const Tensor w = randn(axes, 32);
+    auto f = [&](const std::vector<Tensor>& a) {
+      return sum(tridiagonal_solve(a[0], a[1], a[2], a[3], "i") * to(w, a[0].device()));
+    };
+    auto [vh, gh] = value_and_grad(f, h);
+    auto [vg, gg] = value_and_grad(f, on(h, gpu));
+    EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), 1e-9 * std::abs(vh.item()));
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_LT(max_diff(to(gg[k], Device::cpu()), gh[k]), 1e-9) << axes.describe() << " operand " << k;
+  }
+}
+
+// A Cholesky that fails at step 12 of a scan: the host names the step; the GPU's replays (one
+// graph per run of calls, no waiting per step) report it when the sweep ends.
+TEST_F(Cuda, AFailedFactorisationInsideAScanIsReportedWhenTheSweepEnds) {
+  const Device gpu = Device::cuda(0);
+  std::vector<double> shift(20, 0.0);
+  for (size_t t = 12; t < shift.size(); ++t) shift[t] = 5.0;
+  const Tensor xs = tensor(shift, Axes{{"t", 20}});
+  const Tensor eye = tensor(std::vector<double>{1.0, 0.0, 0.0, 1.0}, Axes{{"r", 2}, {"c", 2}});
+  auto run = [&](Device d) {
+    const Tensor e = to(eye, d);
+    ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      const Tensor l = cholesky(c[0] - x[0] * e, "r", "c");
+      return std::make_pair(std::vector<Tensor>{c[0] * 1.0}, std::vector<Tensor>{sum(l)});
+    };
+    return scan(body, {to(eye * 2.0, d)}, {to(xs, d)}, "t");
+  };
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] { (void)run(Device::cpu()); }),
+                 "[cholesky] at scan step 12: the matrix at batch index 0 is not positive definite");
+  EXPECT_MESSAGE(
+      testing::error_message<NumericError>([&] { (void)run(gpu); }),
+      "[cholesky] in a scan step on the GPU: the matrix at batch index 0 is not positive definite");
+  // Before the failing step the results agree.
+  std::vector<double> fine(20, 0.5);
+  const Tensor ok_xs = tensor(fine, Axes{{"t", 20}});
+  const Tensor e = to(eye, gpu);
+  ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor l = cholesky(c[0] - x[0] * e, "r", "c");
+    return std::make_pair(std::vector<Tensor>{c[0] * 1.0}, std::vector<Tensor>{sum(l)});
+  };
+  const ScanResult r = scan(body, {to(eye * 2.0, gpu)}, {to(ok_xs, gpu)}, "t");
+  for (double v : to(r.ys[0], Device::cpu()).to_vector()) EXPECT_NEAR(v, 2 * std::sqrt(1.5), 1e-12);
+}
+
+// Long reductions (a block per output and chunk, not an atomic per element): full, partial over
+// an inner or an outer axis, and a broadcast parameter's adjoint; float32 too.
+TEST_F(Cuda, LongReductionsMatchTheHost) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = randn(Axes{{"a", 3}, {"b", 70001}}, 41);
+  const Tensor w = randn(Axes{{"s", 4}}, 42);
+  const Tensor big = randn(Axes{{"n", 25000}, {"s", 4}}, 43);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-9 : 2e-2;
+    const Tensor xh = astype(x, dt), xg = to(xh, gpu);
+    EXPECT_NEAR(to(sum(xg), Device::cpu()).item(), sum(xh).item(), tol);
+    EXPECT_LT(max_diff(to(sum(xg, {"b"}), Device::cpu()), sum(xh, {"b"})), tol);
+    EXPECT_LT(max_diff(to(sum(xg, {"a"}), Device::cpu()), sum(xh, {"a"})), tol);
+  }
+  // A long contraction into few outputs (a block per output), strided operands, accumulating.
+  const Tensor p = randn(Axes{{"m", 3}, {"k", 9000}}, 44), q = randn(Axes{{"n", 2}, {"k", 9000}}, 45);
+  EXPECT_LT(max_diff(to(dot(to(p, gpu), to(q, gpu), {"k"}), Device::cpu()), dot(p, q, {"k"})), 1e-9);
+  auto fd = [](const std::vector<Tensor>& a) { return sum(square(dot(a[0], a[1], {"k"}))); };
+  auto [dh, gdh] = value_and_grad(fd, {p, q});
+  auto [dg, gdg] = value_and_grad(fd, {to(p, gpu), to(q, gpu)});
+  EXPECT_NEAR(to(dg, Device::cpu()).item(), dh.item(), 1e-9 * dh.item());
+  for (size_t k = 0; k < 2; ++k) EXPECT_LT(max_diff(to(gdg[k], Device::cpu()), gdh[k]), 1e-7);
+  auto f = [&](const std::vector<Tensor>& a) { return sum(square(a[0] * to(big, a[0].device()))); };
+  auto [vh, gh] = value_and_grad(f, {w});
+  auto [vg, gg] = value_and_grad(f, {to(w, gpu)});
+  EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), 1e-9 * vh.item());
+  EXPECT_LT(max_diff(to(gg[0], Device::cpu()), gh[0]), 1e-8 * (1 + max_diff(gh[0], gh[0] * 0.0)));
+}
+
+// tridiagonal_solve reads its failure flag back after every call: inside a scan on the GPU that is
+// a round trip per step, which it says once (and the results still match the host).
+TEST_F(Cuda, ADeviceWaitInsideAScanWarnsOnceNamingTheOp) {
+  const Device gpu = Device::cuda(0);
+  const Tensor xs = uniform(Axes{{"t", 6}, {"i", 9}}, 3, -1, 1);
+  auto run = [&](Device d) {
+    const Tensor lo = to(scalar(-1.0), d), di = to(scalar(3.0), d);
+    ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor next = tridiagonal_solve(lo, di, lo, c[0] + x[0], "i");
+      return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{sum(next)});
+    };
+    return scan(body, {to(zeros(Axes{{"i", 9}}), d)}, {to(xs, d)}, "t");
+  };
+  const ScanResult want = run(Device::cpu());
+  ::testing::internal::CaptureStderr();
+  const ScanResult got = run(gpu);
+  (void)run(gpu);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(max_diff(to(got.ys[0], Device::cpu()), want.ys[0]), 1e-12);
+  EXPECT_MESSAGE(
+      err,
+      "tenax: warning: [tridiagonal_solve] copies from cuda:0 to the host (it waits for the device) "
+      "inside a scan step or map chunk");
+  EXPECT_EQ(err.find("warning"), err.rfind("warning")) << "warned more than once:\n" << err;
+}
+
+// The Kalman model file run on the device (Model::set_device): log-likelihood and gradient equal
+// the host's; inputs on the wrong device are refused by name.
+TEST_F(Cuda, TheKalmanModelRunsOnTheDeviceAndMatchesTheHost) {
+  const Device gpu = Device::cuda(0);
+  // The sources may have moved since the build (a GPU machine runs a copied tree): TENAX_SOURCE_DIR
+  // in the environment overrides the build's.
+  const char* env = std::getenv("TENAX_SOURCE_DIR");
+  Model host = load_model(std::string(env ? env : TENAX_SOURCE_DIR) + "/examples/kalman/model.json");
+  const Axes y_axes{{"series", host.axes().size_of("series")},
+                    {"time", host.axes().size_of("time")},
+                    {"obs", host.axes().size_of("obs")}};
+  const Tensor y = randn(y_axes, 4);
+  const ModelGradient want = host.value_and_grad("loglik", {{"y", y}});
+  Model dev = host;
+  dev.set_device(gpu);
+  EXPECT_EQ(dev.device(), gpu);
+  EXPECT_MESSAGE(testing::error_message<ModelError>([&] {
+                   (void)dev.run("loglik", {{"y", y}});
+                 }),
+                 "input 'y' is on cpu but the model runs on cuda:0");
+  const ModelGradient got = dev.value_and_grad("loglik", {{"y", to(y, gpu)}});
+  EXPECT_EQ(got.value.device(), gpu);
+  EXPECT_NEAR(to(got.value, Device::cpu()).item(), want.value.item(), 1e-10 * std::abs(want.value.item()));
+  const std::vector<double> a = Model::flatten(want.grads), b = Model::flatten(got.grads);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t k = 0; k < a.size(); ++k)
+    EXPECT_NEAR(b[k], a[k], 1e-9 * (1 + std::abs(a[k]))) << "coordinate " << k;
+  // The host copy still runs on the host.
+  EXPECT_EQ(host.run("loglik", {{"y", y}}).device(), Device::cpu());
 }
 
 }  // namespace
