@@ -78,6 +78,23 @@ inline void check_launch(const char* what) {
     throw DeviceError(std::string("[") + what + "] CUDA kernel launch: " + cudaGetErrorString(e));
 }
 
+#ifdef __CUDACC__
+/// The sum of every thread's `v` over the block (blockDim.x a power of two, `partial` a shared
+/// array of blockDim.x), valid in thread 0; every thread must call it.
+template <class T>
+__device__ inline T block_sum(T v, T* partial) {
+  partial[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+    __syncthreads();
+  }
+  const T total = partial[0];
+  __syncthreads();  // partial may be reused at once
+  return total;
+}
+#endif
+
 /// Blocks of `block` threads covering n items (one item per thread).
 inline int blocks_for(int64_t n, int block) { return static_cast<int>((n + block - 1) / block); }
 

@@ -32,6 +32,18 @@ __host__ __device__ inline int64_t group_size(const ContractGroup& g) {
   return n;
 }
 
+// Offsets into x, y and z of output element idx (row-major over batch, m, n).
+__device__ inline void output_offsets(const ContractArgs& a, int64_t idx, int64_t M, int64_t N, int64_t& ox,
+                                      int64_t& oy, int64_t& oz) {
+  int64_t bx, by, bz, mx, my, mz, nx, ny, nz;
+  group_offsets(a.batch, idx / (N * M), bx, by, bz);
+  group_offsets(a.m, (idx / N) % M, mx, my, mz);
+  group_offsets(a.n, idx % N, nx, ny, nz);
+  ox = bx + mx + nx;
+  oy = by + my + ny;
+  oz = bz + mz + nz;
+}
+
 template <class T>
 __global__ void contract_kernel(ContractArgs a, int64_t M, int64_t N, int64_t K, int64_t total) {
   const auto* x = static_cast<const T*>(a.x);
@@ -39,18 +51,15 @@ __global__ void contract_kernel(ContractArgs a, int64_t M, int64_t N, int64_t K,
   T* z = static_cast<T*>(a.z);
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total; idx += step) {
-    const int64_t n = idx % N, m = (idx / N) % M, b = idx / (N * M);
-    int64_t bx, by, bz, mx, my, mz, nx, ny, nz;
-    group_offsets(a.batch, b, bx, by, bz);
-    group_offsets(a.m, m, mx, my, mz);
-    group_offsets(a.n, n, nx, ny, nz);
+    int64_t ox, oy, oz;
+    output_offsets(a, idx, M, N, ox, oy, oz);
     T acc = T(0);
     for (int64_t k = 0; k < K; ++k) {
       int64_t kx, ky, kz;
       group_offsets(a.k, k, kx, ky, kz);
-      acc += x[bx + mx + kx] * y[by + ny + ky];
+      acc += x[ox + kx] * y[oy + ky];
     }
-    T& dst = z[bz + mz + nz];
+    T& dst = z[oz];
     dst = a.accumulate ? dst + acc : acc;
   }
 }
@@ -66,28 +75,16 @@ __global__ void contract_reduce_kernel(ContractArgs a, int64_t M, int64_t N, int
   T* z = static_cast<T*>(a.z);
   __shared__ T partial[kReduceBlock];
   for (int64_t idx = blockIdx.x; idx < total; idx += gridDim.x) {
-    const int64_t n = idx % N, m = (idx / N) % M, b = idx / (N * M);
-    int64_t bx, by, bz, mx, my, mz, nx, ny, nz;
-    group_offsets(a.batch, b, bx, by, bz);
-    group_offsets(a.m, m, mx, my, mz);
-    group_offsets(a.n, n, nx, ny, nz);
+    int64_t ox, oy, oz;
+    output_offsets(a, idx, M, N, ox, oy, oz);
     T acc = T(0);
     for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
       int64_t kx, ky, kz;
       group_offsets(a.k, k, kx, ky, kz);
-      acc += x[bx + mx + kx] * y[by + ny + ky];
+      acc += x[ox + kx] * y[oy + ky];
     }
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-      if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-      T& dst = z[bz + mz + nz];
-      dst = a.accumulate ? dst + partial[0] : partial[0];
-    }
-    __syncthreads();
+    const T total = cuda::block_sum(acc, partial);
+    if (threadIdx.x == 0) z[oz] = a.accumulate ? z[oz] + total : total;
   }
 }
 

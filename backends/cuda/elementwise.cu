@@ -189,20 +189,14 @@ __global__ void reduce_kernel(Split<1 + sizeof...(Ins)> s, int64_t chunk, int64_
       offsets_of<N>(s.red, r, off);
       acc += eval<F, Out, Ins...>(s.out.data, base, off, sizes, f, std::index_sequence_for<Ins...>{});
     }
-    partial[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-      if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
-      __syncthreads();
-    }
+    const Out total = cuda::block_sum(acc, partial);
     if (threadIdx.x == 0) {
       Out* dst = reinterpret_cast<Out*>(s.out.data[0] + base[0] * static_cast<int64_t>(sizeof(Out)));
       if (chunks == 1)
-        *dst += partial[0];
+        *dst += total;
       else
-        atomicAdd(dst, partial[0]);
+        atomicAdd(dst, total);
     }
-    __syncthreads();
   }
 }
 
