@@ -18,10 +18,7 @@ Tensor to(const Tensor& t, Device device) {
     throw AutodiffError("[to] moving a tensor the tape tracks between devices is not differentiable yet; move "
                         "inputs before recording, or results after the gradient");
   const Device gpu = device.kind == Device::Kind::cuda ? device : t.device();
-  if (gpu.index < 0 || gpu.index >= detail::cuda_device_count())
-    throw DeviceError("[to] " + gpu.str() + " is not available (" + std::to_string(detail::cuda_device_count()) +
-                      " CUDA devices visible" +
-                      (detail::cuda_device_count() == 0 ? "; this build may lack the CUDA backend)" : ")"));
+  detail::require_device(gpu, "to");
   // A strided view is first made contiguous where it lives (host loop or device copy kernel).
   const Tensor src = t.is_contiguous() ? t : contiguous(t);
   Tensor dst = empty(t.axes(), t.dtype(), device);

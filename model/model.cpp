@@ -8,10 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tenax/autodiff/grad.h"
-#include "tenax/backends/kernels.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
 #include "tenax/core/transfer.h"
 #include "tenax/model/definition.h"
 #include "tenax/model/values.h"
@@ -154,12 +154,7 @@ ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& 
 }
 
 void Model::set_device(Device device) {
-  const int visible = detail::cuda_device_count();
-  if (device.kind == Device::Kind::cuda && (device.index < 0 || device.index >= visible))
-    throw DeviceError("[Model::set_device] " + device.str() + " is not available (" +
-                      std::to_string(visible) + " CUDA devices visible" +
-                      (visible == 0 ? "; this build may lack the CUDA backend)" : ")") +
-                      "; the model keeps running on " + def_->device.str());
+  detail::require_device(device, "Model::set_device");  // before anything changes
   std::vector<Tensor> constants, data;
   if (!(device == Device::cpu())) {
     // Every copy is made before anything changes: a failed transfer leaves the model as it was.

@@ -98,6 +98,17 @@ __device__ inline void apply_at(const Loop<1 + sizeof...(Ins)>& l, const int64_t
          static_cast<Out>(f(*reinterpret_cast<const Ins*>(l.data[I + 1] + off[I + 1])...)));
 }
 
+// Element offsets of every operand at linear index idx of the loop (row-major over its dims).
+template <int N>
+__device__ inline void offsets_of(const Loop<N>& l, int64_t idx, int64_t* off) {
+  for (int a = 0; a < N; ++a) off[a] = 0;
+  for (int d = l.rank - 1; d >= 0; --d) {
+    const int64_t i = idx % l.sizes[d];
+    idx /= l.sizes[d];
+    for (int a = 0; a < N; ++a) off[a] += i * l.strides[a][d];
+  }
+}
+
 // f(in1[base + off], in2[...], ...) as Out; offsets in elements, converted here.
 template <class F, class Out, class... Ins, size_t... I>
 __device__ inline Out eval(char* const* data, const int64_t* base, const int64_t* off, const size_t* sizes,
@@ -113,13 +124,8 @@ __global__ void loop_kernel(Loop<1 + sizeof...(Ins)> l, F f) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < l.total;
        idx += step) {
-    int64_t off[N] = {};
-    int64_t rem = idx;
-    for (int d = l.rank - 1; d >= 0; --d) {
-      const int64_t i = rem % l.sizes[d];
-      rem /= l.sizes[d];
-      for (int a = 0; a < N; ++a) off[a] += i * l.strides[a][d];
-    }
+    int64_t off[N];
+    offsets_of<N>(l, idx, off);
     for (int a = 0; a < N; ++a) off[a] *= static_cast<int64_t>(sizes[a]);
     apply_at<P, F, Out, Ins...>(l, off, f, std::index_sequence_for<Ins...>{});
   }
@@ -159,16 +165,6 @@ Split<N> split(const Loop<N>& l, const LoopArg& dst) {
   return s;
 }
 
-template <int N>
-__device__ inline void offsets_of(const Loop<N>& l, int64_t idx, int64_t* off) {
-  for (int a = 0; a < N; ++a) off[a] = 0;
-  for (int d = l.rank - 1; d >= 0; --d) {
-    const int64_t i = idx % l.sizes[d];
-    idx /= l.sizes[d];
-    for (int a = 0; a < N; ++a) off[a] += i * l.strides[a][d];
-  }
-}
-
 constexpr int kReduceBlock = 256;
 
 // Block (o, c) sums chunk c of output o's reduced elements in shared memory, then adds the total
@@ -200,15 +196,19 @@ __global__ void reduce_kernel(Split<1 + sizeof...(Ins)> s, int64_t chunk, int64_
   }
 }
 
-// A reduction into dst: a block per (output, chunk of the reduced extent) when the reduced extent
-// is long enough to fill a block; atomics per element otherwise (short reductions, little
-// contention).
+// An accumulating kernel dst (+)= f(...). When dst is reduced into (zero strides over dims of
+// size > 1): a block per (output, chunk of the reduced extent) when that extent fills a block,
+// atomics per element otherwise (short reductions, little contention).
 template <class F, class Out, class... Ins>
-void launch_reduce(const LoopDims& d, const LoopArg* a, F f, const char* what) {
+void launch_acc(const LoopDims& d, const LoopArg* a, F f, const char* what) {
   constexpr int N = 1 + sizeof...(Ins);
   const Loop<N> l = pack<N>(d, a);
   if (l.total == 0) return;
   const Split<N> s = split<N>(l, a[0]);
+  if (s.red.rank == 0) {
+    launch<Put::add, F, Out, Ins...>(d, a, f, what);
+    return;
+  }
   if (s.red.total < kReduceBlock) {
     launch<Put::atomic_add, F, Out, Ins...>(d, a, f, what);
     return;
@@ -221,15 +221,6 @@ void launch_reduce(const LoopDims& d, const LoopArg* a, F f, const char* what) {
   const int grid = static_cast<int>(std::min<int64_t>(s.out.total * chunks, 65535));
   reduce_kernel<F, Out, Ins...><<<grid, kReduceBlock, 0, cudaStreamPerThread>>>(s, chunk, chunks, f);
   check_launch(what);
-}
-
-// An accumulating kernel: atomics when the destination is reduced into.
-template <class F, class Out, class... Ins>
-void launch_acc(const LoopDims& d, const LoopArg* a, F f, const char* what) {
-  if (reduces(d, a[0]))
-    launch_reduce<F, Out, Ins...>(d, a, f, what);
-  else
-    launch<Put::add, F, Out, Ins...>(d, a, f, what);
 }
 
 // Unused residual operands of a reverse rule arrive null: they read a zero through zero strides.

@@ -40,6 +40,15 @@ const KernelTable& kernels(Device d) {
   return cuda;
 }
 
+void require_device(Device d, const char* op) {
+  if (d.kind == Device::Kind::cpu) return;
+  const int visible = cuda_device_count();
+  if (d.index < 0 || d.index >= visible)
+    throw DeviceError(std::string("[") + op + "] " + d.str() + " is not available (" +
+                      std::to_string(visible) + " CUDA devices visible" +
+                      (visible == 0 ? "; this build may lack the CUDA backend)" : ")"));
+}
+
 Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
   std::vector<const Tensor*> p;
   p.reserve(inputs.size());

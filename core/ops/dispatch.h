@@ -153,6 +153,9 @@ Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& at
 
 /// Kernels of `d`; throws DeviceError when the device's backend is absent.
 const KernelTable& kernels(Device d);
+/// Throws DeviceError "[op] cuda:N is not available (K CUDA devices visible...)" unless `d` is
+/// the host or a visible CUDA device.
+void require_device(Device d, const char* op);
 /// Index of a floating dtype in kernel tables (0 float64, 1 float32); throws DTypeError otherwise.
 int float_index(DType t, const char* op);
 /// Throws unless every tensor is defined, floating, of one dtype and on one device.
