@@ -97,6 +97,51 @@ struct ScanRun final : detail::CustomNode {
     reverse_range(snap, a, m, depth);
   }
 
+  // Steps from..steps-1 forwards (carry in the program's carry; step from-1 already ran) as one
+  // fused loop of scalar instructions, storing a checkpoint per step when `store_ck` (every step:
+  // the caller's checkpoint_every is 1) and ys through `y_store`. False when the step does not fuse
+  // (then nothing ran).
+  bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store, int64_t from) {
+    if ((store_ck && opt.checkpoint_every != 1) || !detail::scalar_loops_enabled()) return false;
+    detail::StepProgram& p = compiled();
+    detail::ScalarLoop loop;
+    bool ok = true;
+    if (store_ck)
+      for (const auto& c : ck.store) ok = ok && c.append_to(loop, 0, 1);
+    ok = ok && p.append_forward(loop);
+    for (const auto& c : y_store) ok = ok && c.append_to(loop, p.origin(), p.dir());
+    ok = ok && p.append_next(loop);
+    if (!ok) return false;
+    loop.simplify();
+    loop.run(from, steps - from, 1);
+    return true;
+  }
+
+  // The reverse sweep with a checkpoint per step: the last step builds the backward programs, and
+  // the others run as one fused loop when they fuse (its recomputation of the step trimmed to what
+  // the reverse rules read), or step by step.
+  void reverse_each(CarrySlots& ck) {
+    detail::StepProgram& p = compiled();
+    ck.to_carry(steps - 1);
+    p.forward(steps - 1);
+    p.backward(steps - 1);
+    detail::ScalarLoop loop;
+    bool ok = detail::scalar_loops_enabled();
+    for (const auto& c : ck.load) ok = ok && c.append_to(loop, 0, 1);
+    ok = ok && p.append_forward(loop);
+    ok = ok && p.append_backward(loop);
+    if (ok) {
+      loop.simplify();
+      loop.run(steps - 2, steps - 1, -1);
+      return;
+    }
+    for (int64_t s = steps - 2; s >= 0; --s) {
+      ck.to_carry(s);
+      p.forward(s);
+      p.backward(s);
+    }
+  }
+
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
     detail::PauseRecording pause;
     const size_t nc = init.size(), nx = xs.size();
@@ -122,6 +167,9 @@ struct ScanRun final : detail::CustomNode {
       CarrySlots snap(new_slots(depth), p.carry());
       p.set_carry(init);
       reverse_range(snap, 0, steps, 0);
+    } else if (opt.checkpoint_every == 1) {
+      CarrySlots ck(checkpoints, p.carry());
+      reverse_each(ck);
     } else {
       const int64_t k = opt.checkpoint_every;
       CarrySlots ck(checkpoints, p.carry());
@@ -320,6 +368,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
       std::vector<detail::SliceCopy> y_store;
       for (int64_t s = 2; s < steps; ++s) {
+        if (s == 3 && run->fused_forward(ck, store_ck, y_store, 3)) break;
         if (store_ck && s % k == 0) ck.from_carry(s / k);
         p.forward(s);
         if (s == 2)

@@ -21,7 +21,7 @@ bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
 }  // namespace
 
 SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate)
-    : fixed_(fixed), whole_(whole) {
+    : fixed_(fixed), whole_(whole), accumulate_(accumulate) {
   const Tensor slice = select(whole, over, 0);
   const Axes& ax = fixed.axes();
   const KernelTable& k = kernels(fixed.device());
@@ -51,6 +51,24 @@ void SliceCopy::run(int64_t i) {
   }
   args_[moving_].data = base_ + i * stride_bytes_;
   fn_(dims_, args_);
+}
+
+bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir) const {
+  if (!flat_ || outer_ != 1 || count_ != 1) return false;
+  ScalarLoop::Ins ins;
+  ins.arity = 2;
+  ins.moving = static_cast<int8_t>(moving_);
+  ins.p[moving_] = base_ + origin * stride_bytes_;
+  ins.p[1 - moving_] = flat_args_[1 - moving_].data;
+  ins.stride = dir * stride_bytes_;
+  if (fixed_.dtype() == DType::f64) {
+    ins.kind = accumulate_ ? ScalarLoop::Kind::acc : ScalarLoop::Kind::copy;
+  } else {
+    ins.fn = scalar_twin(fn_);
+    if (!ins.fn) return false;
+  }
+  loop.push(ins);
+  return true;
 }
 
 StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry,
@@ -87,6 +105,33 @@ void StepProgram::forward(int64_t s) {
     capture_into(forward_, [&] { plan_->forward(values_); });
   }
   forward_built_ = true;
+}
+
+bool StepProgram::append_forward(ScalarLoop& loop) const {
+  if (!forward_built_) return false;
+  for (const SliceCopy& c : x_load_)
+    if (!c.append_to(loop, origin(), dir())) return false;
+  return forward_.append_to(loop);
+}
+
+bool StepProgram::append_next(ScalarLoop& loop) const {
+  for (const Tensor& c : carry_) loop.live_out(c.data_ptr());
+  return next_built_ && next_.append_to(loop);
+}
+
+bool StepProgram::append_backward(ScalarLoop& loop) const {
+  for (const Tensor& c : carry_bar_) loop.live_out(c.data_ptr());
+  for (size_t k = 0; k < plan_->params().size(); ++k) {
+    const Tensor& adj = adjoints_[static_cast<size_t>(plan_->param_var(k))];
+    if (adj.defined()) loop.live_out(adj.data_ptr());
+  }
+  if (!backward_built_ || !seed_.append_to(loop)) return false;
+  for (const SliceCopy& c : y_seed_)
+    if (!c.append_to(loop, origin(), dir())) return false;
+  if (!vjp_.append_to(loop)) return false;
+  for (const SliceCopy& c : x_adj_store_)
+    if (!c.append_to(loop, origin(), dir())) return false;
+  return true;
 }
 
 void StepProgram::next_carry() {

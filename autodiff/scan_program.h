@@ -20,6 +20,9 @@ class SliceCopy {
   /// into_fixed: fixed (+)= whole[over = i]; else whole[over = i] (+)= fixed.
   SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate);
   void run(int64_t i);
+  /// Appends this copy to `loop` with slice index origin + dir * step; false when the slice is not
+  /// one element.
+  bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir) const;
 
  private:
   Tensor fixed_, whole_;
@@ -30,6 +33,7 @@ class SliceCopy {
   int64_t outer_ = 1, count_ = 0;
   FlatArg flat_args_[2];
   int moving_ = 0;
+  bool accumulate_ = false;
   char* base_ = nullptr;
   int64_t stride_bytes_ = 0;
 };
@@ -52,6 +56,17 @@ class StepProgram {
   void forward(int64_t s);
   /// Moves the carry buffers to the carry after the step last run forwards.
   void next_carry();
+  /// Appends to `loop` what forward(s) runs (x_t loads, the step's calls), what next_carry() runs,
+  /// or what backward(s) runs: false when something is not a single-element host call, or the
+  /// program is not built yet (it is built by the first forward / next_carry / backward call).
+  /// append_next declares the carries live after the loop, append_backward the carries'
+  /// cotangents and the parameters' adjoints (ScalarLoop::live_out).
+  bool append_forward(ScalarLoop& loop) const;
+  bool append_next(ScalarLoop& loop) const;
+  bool append_backward(ScalarLoop& loop) const;
+  /// Slice index origin and direction of the step: index(s) = origin + dir * s.
+  [[nodiscard]] int64_t origin() const { return reverse_ ? steps_ - 1 : 0; }
+  [[nodiscard]] int64_t dir() const { return reverse_ ? -1 : 1; }
   /// Output k of the step last run forwards.
   [[nodiscard]] const Tensor& y(size_t k) const { return plan_->value(values_, plan_->y_out()[k]); }
 

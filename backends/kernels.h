@@ -64,6 +64,9 @@ struct FlatArg {
 /// with no planning and no parallel split (what a captured scan step replays for its small
 /// calls). Every operand is present: an absent one points at a zero with strides 0.
 using FlatFn = void (*)(int64_t outer, int64_t n, const FlatArg* args);
+/// The scalar twin of an elementwise kernel: the same computation on ONE element, p[i] pointing at
+/// operand i's element (what a fused loop of single-element scan steps calls; core/ops/scalar_loop.h).
+using ScalarFn = void (*)(void* const* p);
 
 /// Contraction z[b, m, n] (+)= Σ_k x[b, m, k] y[b, k, n] where each of b, m, n, k is a group of
 /// up to kMaxLoopRank dims with per-operand strides (a dim absent from an operand has stride 0).
@@ -216,18 +219,19 @@ struct KernelTable {
   TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
   DeviceProgramFns program;       ///< the CUDA table's support for recorded programs
 
-  /// Flat twins of the elementwise kernels above, as (kernel, twin) pairs (optional per kernel).
+  /// Flat and scalar twins of the elementwise kernels above (optional per kernel).
   static constexpr int kMaxFlat = 512;
   struct FlatTwin {
     ElementwiseFn kernel = nullptr;
     FlatFn flat = nullptr;
+    ScalarFn one = nullptr;
   };
   FlatTwin flat[kMaxFlat] = {};
   int n_flat = 0;
-  /// Sets `entry` to `kernel` and records its flat twin.
-  void set(ElementwiseFn& entry, ElementwiseFn kernel, FlatFn twin) {
+  /// Sets `entry` to `kernel` and records its twins.
+  void set(ElementwiseFn& entry, ElementwiseFn kernel, FlatFn twin, ScalarFn one = nullptr) {
     entry = kernel;
-    if (n_flat < kMaxFlat) flat[n_flat++] = {kernel, twin};
+    if (n_flat < kMaxFlat) flat[n_flat++] = {kernel, twin, one};
   }
 };
 

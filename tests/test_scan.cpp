@@ -2,9 +2,13 @@
 // unrolled loop on the tape and against finite differences under every checkpoint schedule,
 // parameter adjoints, and the errors a misused scan raises.
 #include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "op_check.h"
+#include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax {
 namespace {
@@ -247,6 +251,132 @@ TEST(Scan, CompiledStepsReplayTransposedBroadcastAndReducedOperands) {
     o.checkpoint_every = k;
     expect_scan_matches_unrolled(body, init, xs, o);
   }
+}
+
+// Scalar carries: every call of the step is on one element, so the steps run as fused scalar
+// loops (core/ops/scalar_loop.h) with copies renamed away; checkpoint_every = 3 runs its reverse
+// sweep step by step. Against the unrolled loop, forwards and in reverse.
+TEST(Scan, FusedScalarStepsMatchTheUnrolledLoop) {
+  // Swapped and passed-through carries, y_t = a carry (the copies the fused loop renames).
+  ScanBody swaps = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    return std::make_pair(std::vector<Tensor>{c[1], c[0] * x[0] + c[1] * 0.5, c[2]}, std::vector<Tensor>{c[0]});
+  };
+  // Inline kinds (add, sub, mul, neg, square) next to kernels called through their scalar twins
+  // (tanh, exp, div, where, greater, maximum), and an output no loss term reads.
+  ScanBody mixed = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor a = tanh(c[0] * x[0] - c[1] * 0.3);
+    Tensor b = where(greater(a, c[1]), a, -c[1]) / (square(c[1]) + 1.0) + exp(-square(a)) * 0.1;
+    return std::make_pair(std::vector<Tensor>{a, maximum(b, a * 0.5) + x[0]},
+                          std::vector<Tensor>{a * b, square(x[0])});
+  };
+  const Tensor xs = randn(Axes{{"t", 9}}, 4) * 0.5;
+  for (int64_t k : {1, 3})
+    for (bool rev : {false, true}) {
+      ScanOptions o;
+      o.checkpoint_every = k;
+      o.reverse = rev;
+      SCOPED_TRACE("checkpoint_every=" + std::to_string(k) + " reverse=" + std::to_string(rev));
+      expect_scan_matches_unrolled(swaps, {scalar(0.3), scalar(-0.8), scalar(1.1)}, xs, o);
+      expect_scan_matches_unrolled(mixed, {scalar(0.4), scalar(0.2)}, xs, o);
+      expect_scan_matches_unrolled(decay_body(scalar(0.9)), {scalar(0.5)}, xs, o);
+    }
+}
+
+TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
+  // The same scans with fused loops off (kernel programs replayed call by call): the fused loop
+  // runs the same arithmetic, so values and gradients agree to rounding, float64 and float32.
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tensor u = astype(randn(Axes{{"t", 50}}, 11), dt);
+    const Tensor lam = astype(scalar(0.95), dt), x0 = astype(scalar(0.25), dt);
+    auto run = [&] {
+      return value_and_grad(
+          [](const std::vector<Tensor>& a) {
+            ScanResult r = scan(decay_body(a[0]), {a[1]}, {a[2]}, "t");
+            return sum(r.ys[0]) + square(r.carry[0]);
+          },
+          {lam, x0, u});
+    };
+    auto [v_fused, g_fused] = run();
+    detail::set_scalar_loops(false);
+    auto [v_steps, g_steps] = run();
+    detail::set_scalar_loops(true);
+    const double tol = dt == DType::f64 ? 1e-14 : 1e-6;
+    EXPECT_NEAR(v_fused.item(), v_steps.item(), tol * std::abs(v_steps.item()));
+    for (size_t k = 0; k < 3; ++k) EXPECT_LT(mismatch(g_fused[k], g_steps[k], tol, tol), 1.0) << "argument " << k;
+  }
+}
+
+// simplify() on random programs over six elements (two read after the loop) and a moving input
+// and output: after any number of steps, the live elements and the outputs hold the same bits as
+// with the program as written.
+TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
+  using K = detail::ScalarLoop::Kind;
+  std::mt19937_64 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const detail::ScalarFn halve_plus_one = [](void* const* p) {
+    *static_cast<double*>(p[0]) = *static_cast<const double*>(p[1]) * 0.5 + 1.0;
+  };
+  constexpr int kSteps = 5;
+  int simplified = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    struct Memory {
+      double e[6];
+      double in[kSteps], out[kSteps];
+    };
+    Memory start{};
+    for (double& v : start.e) v = static_cast<double>(pick(7)) - 3;
+    for (int s = 0; s < kSteps; ++s) start.in[s] = static_cast<double>(pick(5)) - 2;
+    // The program as offsets into a Memory, bound to two copies of it below.
+    struct Op {
+      K kind;
+      int arity, moving, operand[3];
+    };
+    std::vector<Op> ops;
+    const int n = 3 + pick(10);
+    for (int i = 0; i < n; ++i) {
+      const K kinds[] = {K::copy, K::copy, K::copy, K::acc, K::neg, K::acc_neg, K::add,
+                         K::sub,  K::mul,  K::mul_acc, K::call, K::copy, K::acc};
+      Op op{kinds[pick(13)], 3, -1, {pick(6), pick(6), pick(6)}};
+      if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg || op.kind == K::call)
+        op.arity = 2;
+      const int r = pick(8);
+      if ((op.kind == K::copy || op.kind == K::acc) && r < 2) op.moving = r;  // moving in / out
+      ops.push_back(op);
+    }
+    auto bind = [&](Memory& m) {
+      detail::ScalarLoop loop;
+      for (const Op& op : ops) {
+        detail::ScalarLoop::Ins ins;
+        ins.kind = op.kind;
+        ins.arity = static_cast<int8_t>(op.arity);
+        ins.fn = op.kind == K::call ? halve_plus_one : nullptr;
+        for (int a = 0; a < op.arity; ++a) ins.p[a] = &m.e[op.operand[a]];
+        if (op.moving >= 0) {
+          ins.moving = static_cast<int8_t>(op.moving);
+          ins.p[op.moving] = op.moving == 0 ? static_cast<void*>(m.out) : static_cast<void*>(m.in);
+          ins.stride = sizeof(double);
+        }
+        loop.push(ins);
+      }
+      loop.live_out(&m.e[0]);
+      loop.live_out(&m.e[1]);
+      return loop;
+    };
+    Memory as_written = start, fused = start;
+    detail::ScalarLoop plain = bind(as_written), simple = bind(fused);
+    simple.simplify();
+    simplified += simple.size() < plain.size();
+    plain.run(0, kSteps, 1);
+    simple.run(0, kSteps, 1);
+    auto bits = [](double v) {
+      uint64_t b = 0;
+      std::memcpy(&b, &v, sizeof b);
+      return b;
+    };
+    for (int e = 0; e < 2; ++e) ASSERT_EQ(bits(fused.e[e]), bits(as_written.e[e])) << "trial " << trial << " element " << e;
+    for (int s = 0; s < kSteps; ++s) ASSERT_EQ(bits(fused.out[s]), bits(as_written.out[s])) << "trial " << trial << " step " << s;
+  }
+  EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
 }
 
 TEST(Scan, AFailingFactorisationNamesTheStep) {

@@ -1,6 +1,7 @@
 // CPU elementwise kernels, expanded from core/ops/elementwise.def: forward, and the fused reverse
 // rule "dst (+)= g * D(...)" that accumulates straight into an adjoint (reducing broadcast dims)
-// or writes a fresh one. Each kernel also registers its flat twin (loop.h) for captured steps.
+// or writes a fresh one. Each kernel also registers its flat and scalar twins (loop.h) for captured
+// steps.
 #include <cmath>
 
 #include "tenax/backends/cpu/loop.h"
@@ -65,6 +66,11 @@ struct DerivKernel {
   static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
     flat_all(outer, n, a, std::make_index_sequence<kArity>{});
   }
+  template <std::size_t... I>
+  static void one_all(void* const* p, std::index_sequence<I...>) {
+    for_one<Same<T, I>...>(p, F{});
+  }
+  static void one(void* const* p) { one_all(p, std::make_index_sequence<kArity>{}); }
 };
 
 #define TENAX_UNARY(name, f, df, saves)                                              \
@@ -119,8 +125,8 @@ void deriv_entry(detail::KernelTable& t, detail::DerivOp op) {
     using T = decltype(tag);
     using Acc = DerivKernel<F<T, true>, T, kArity>;
     using Set = DerivKernel<F<T, false>, T, kArity>;
-    t.set(t.deriv_acc[int(op)][dt], &Acc::run, &Acc::flat);
-    t.set(t.deriv_set[int(op)][dt], &Set::run, &Set::flat);
+    t.set(t.deriv_acc[int(op)][dt], &Acc::run, &Acc::flat, &Acc::one);
+    t.set(t.deriv_set[int(op)][dt], &Set::run, &Set::flat, &Set::one);
   };
   one(double{}, 0);
   one(float{}, 1);

@@ -223,12 +223,24 @@ inline void for_flat(int64_t outer, int64_t n, const detail::FlatArg* a, F f) {
   for_flat_impl<Ts...>(outer, n, a, f, std::index_sequence_for<Ts...>{});
 }
 
-/// A kernel from a stateless functor F over element types Ts: the strided form and its flat twin.
+/// The scalar form (detail::ScalarFn): f on the one element each p[i] points at.
+template <class... Ts, class F, std::size_t... I>
+inline void for_one_impl(void* const* p, F& f, std::index_sequence<I...>) {
+  f(*static_cast<Ts*>(p[I])...);
+}
+template <class... Ts, class F>
+inline void for_one(void* const* p, F f) {
+  for_one_impl<Ts...>(p, f, std::index_sequence_for<Ts...>{});
+}
+
+/// A kernel from a stateless functor F over element types Ts: the strided form and its flat and
+/// scalar twins.
 template <class F, class... Ts>
 struct Kernel {
   static void run(const detail::LoopDims& d, const detail::LoopArg* a) { for_each<Ts...>(d, a, F{}); }
   static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) { for_flat<Ts...>(outer, n, a, F{}); }
-  static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) { t.set(entry, &run, &flat); }
+  static void one(void* const* p) { for_one<Ts...>(p, F{}); }
+  static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) { t.set(entry, &run, &flat, &one); }
 };
 
 }  // namespace tenax::cpu

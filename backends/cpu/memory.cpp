@@ -58,6 +58,9 @@ struct Scale {
     const T s = static_cast<T>(*static_cast<const double*>(a[2].data));
     for_flat<T, T>(outer, n, a, [s](T& y, T x) { y = x * s; });
   }
+  static void one(void* const* p) {
+    *static_cast<T*>(p[0]) = *static_cast<const T*>(p[1]) * static_cast<T>(*static_cast<const double*>(p[2]));
+  }
 };
 template <class T>
 struct Fill {
@@ -69,11 +72,12 @@ struct Fill {
     const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
     for_flat<T>(outer, n, a, [v](T& y) { y = v; });
   }
+  static void one(void* const* p) { *static_cast<T*>(p[0]) = static_cast<T>(*static_cast<const double*>(p[1])); }
 };
 
 template <template <class> class K, class T>
 void with_scalar(detail::KernelTable& t, detail::ElementwiseFn& entry) {
-  t.set(entry, &K<T>::run, &K<T>::flat);
+  t.set(entry, &K<T>::run, &K<T>::flat, &K<T>::one);
 }
 
 }  // namespace

@@ -57,6 +57,8 @@ struct Tables {
   KernelTable capturing[kDeviceKinds];
   ElementwiseFn slot_fn[kDeviceKinds][kMaxSlots] = {};
   FlatFn slot_flat[kDeviceKinds][kMaxSlots] = {};  ///< the flat twin of each slot's kernel
+  ScalarFn slot_one[kMaxSlots] = {};                ///< the scalar twin of each host slot's kernel
+  ScalarLoop::Form slot_form[kMaxSlots] = {};       ///< how each host slot's kernel runs in a ScalarLoop
   SlotInfo slot[kMaxSlots];
 };
 
@@ -283,6 +285,36 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
       "tridiagonal_solve");
 }
 
+// The inline float64 form of host kernel f of table t, or Kind::call (core/ops/scalar_loop.h).
+// Reverse rules have operands (dst, g, a, b, y): add's write or add g, sub's second -g, mul's
+// g * b and g * a.
+ScalarLoop::Form inline_form(const KernelTable& t, ElementwiseFn f) {
+  using K = ScalarLoop::Kind;
+  auto form = [](K k, int8_t arity, int8_t a = 1, int8_t b = 2) { return ScalarLoop::Form{k, arity, {0, a, b}}; };
+  auto set = [&](DerivOp d) { return t.deriv_set[static_cast<int>(d)][0]; };
+  auto acc = [&](DerivOp d) { return t.deriv_acc[static_cast<int>(d)][0]; };
+  auto binary = [&](BinaryOp b) { return t.binary[static_cast<int>(b)][0]; };
+  auto unary = [&](UnaryOp u) { return t.unary[static_cast<int>(u)][0]; };
+  if (f == t.copy[0]) return form(K::copy, 2);
+  if (f == t.acc[0]) return form(K::acc, 2);
+  if (f == binary(BinaryOp::add)) return form(K::add, 3);
+  if (f == binary(BinaryOp::sub)) return form(K::sub, 3);
+  if (f == binary(BinaryOp::mul)) return form(K::mul, 3);
+  if (f == unary(UnaryOp::neg)) return form(K::neg, 2);
+  if (f == unary(UnaryOp::square)) return form(K::mul, 3, 1, 1);
+  for (DerivOp d : {DerivOp::one, DerivOp::add_a, DerivOp::add_b, DerivOp::sub_a}) {
+    if (f == set(d)) return form(K::copy, 2);
+    if (f == acc(d)) return form(K::acc, 2);
+  }
+  if (f == set(DerivOp::sub_b)) return form(K::neg, 2);
+  if (f == acc(DerivOp::sub_b)) return form(K::acc_neg, 2);
+  if (f == set(DerivOp::mul_a)) return form(K::mul, 3, 1, 3);
+  if (f == acc(DerivOp::mul_a)) return form(K::mul_acc, 3, 1, 3);
+  if (f == set(DerivOp::mul_b)) return form(K::mul, 3, 1, 2);
+  if (f == acc(DerivOp::mul_b)) return form(K::mul_acc, 3, 1, 2);
+  return {};
+}
+
 // Replaces each non-null entry of `c` (a copy of the real table) by its capturing trampoline.
 template <int Dev>
 void install(Tables& t) {
@@ -294,7 +326,11 @@ void install(Tables& t) {
     t.slot[slot] = {arity, scalar};
     t.slot_fn[Dev][slot] = f;
     for (int k = 0; f && k < c.n_flat; ++k)
-      if (c.flat[k].kernel == f) t.slot_flat[Dev][slot] = c.flat[k].flat;
+      if (c.flat[k].kernel == f) {
+        t.slot_flat[Dev][slot] = c.flat[k].flat;
+        if (Dev == 0) t.slot_one[slot] = c.flat[k].one;
+      }
+    if (Dev == 0 && f) t.slot_form[slot] = inline_form(c, f);
     if (f) f = tramp[static_cast<size_t>(slot)];
     ++slot;
   });
@@ -349,6 +385,32 @@ FlatFn flat_twin(ElementwiseFn fn) {
   for (int k = 0; fn && k < t.n_flat; ++k)
     if (t.flat[k].kernel == fn) return t.flat[k].flat;
   return nullptr;
+}
+
+ScalarFn scalar_twin(ElementwiseFn fn) {
+  const KernelTable& t = tables().real[0];
+  for (int k = 0; fn && k < t.n_flat; ++k)
+    if (t.flat[k].kernel == fn) return t.flat[k].one;
+  return nullptr;
+}
+
+bool KernelProgram::append_to(ScalarLoop& loop) const {
+  for (const Call& c : calls_) {
+    if (!c.flat || c.outer != 1 || c.count != 1 || (!c.one && c.form.kind == ScalarLoop::Kind::call)) return false;
+    const FlatArg* args = &flat_args_[static_cast<size_t>(c.first_arg)];
+    ScalarLoop::Ins ins;
+    ins.kind = c.form.kind;
+    if (ins.kind == ScalarLoop::Kind::call) {
+      ins.fn = c.one;
+      ins.arity = c.arity;
+      for (int a = 0; a < c.arity; ++a) ins.p[a] = args[a].data;
+    } else {
+      ins.arity = c.form.arity;
+      for (int a = 0; a < c.form.arity; ++a) ins.p[a] = args[c.form.operand[a]].data;
+    }
+    loop.push(ins);
+  }
+  return true;
 }
 
 void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position) const {
@@ -494,7 +556,7 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
   const ElementwiseFn fn = t.slot_fn[device_kind][slot];
   fn(dims, args);
   const SlotInfo& info = t.slot[slot];
-  if (record_flat(device_kind, t.slot_flat[device_kind][slot], info.arity, info.scalar, dims, args)) return;
+  if (record_flat(device_kind, slot, dims, args)) return;
   KernelProgram::Call call;
   call.fn = fn;
   call.dims = dims;
@@ -511,8 +573,10 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
   program_.calls_.push_back(std::move(call));
 }
 
-bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int scalar, const LoopDims& dims,
-                                const LoopArg* args) {
+bool KernelCapture::record_flat(int device_kind, int slot, const LoopDims& dims, const LoopArg* args) {
+  const Tables& t = tables();
+  const FlatFn flat = t.slot_flat[device_kind][slot];
+  const int arity = t.slot[slot].arity, scalar = t.slot[slot].scalar;
   if (!flat || device_kind != 0) return false;
   int64_t total = 1;
   for (int d = 0; d < dims.rank; ++d) total *= dims.sizes[d];
@@ -529,6 +593,11 @@ bool KernelCapture::record_flat(int device_kind, FlatFn flat, int arity, int sca
   call.flat = flat;
   call.outer = loop.outer;
   call.count = loop.count;
+  if (loop.outer == 1 && loop.count == 1) {
+    call.one = t.slot_one[slot];
+    call.form = t.slot_form[slot];
+  }
+  call.arity = static_cast<int8_t>(arity);
   call.first_arg = static_cast<int32_t>(program_.flat_args_.size());
   for (int i = 0; i < arity; ++i) {
     FlatArg f{args[i].data, loop.stride[i], loop.outer_stride[i]};

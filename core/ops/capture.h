@@ -12,6 +12,7 @@
 
 #include "tenax/backends/kernels.h"
 #include "tenax/core/device.h"
+#include "tenax/core/ops/scalar_loop.h"
 #include "tenax/core/storage.h"
 
 namespace tenax::detail {
@@ -31,6 +32,9 @@ class KernelProgram {
   void finish(const char* what) const;
   [[nodiscard]] size_t size() const { return calls_.size(); }
   [[nodiscard]] bool empty() const { return calls_.empty(); }
+  /// Appends every call to `loop` as a scalar instruction; false (and `loop` is then unusable)
+  /// when a call is not a host elementwise kernel on single elements with a scalar twin.
+  bool append_to(ScalarLoop& loop) const;
 
  private:
   friend class KernelCapture;
@@ -43,6 +47,11 @@ class KernelProgram {
     /// flat twin over `outer` rows of `count` elements (fn is then null).
     FlatFn flat = nullptr;
     int64_t outer = 1, count = 0;
+    /// A flat call on one element: its kernel's scalar twin and inline form (ScalarLoop), and
+    /// its number of operands.
+    ScalarFn one = nullptr;
+    ScalarLoop::Form form;
+    int8_t arity = 0;
     /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
     std::function<int64_t()> other;
     const char* kernel = "";  ///< for errors
@@ -121,8 +130,7 @@ class KernelCapture {
   };
   /// Records a call as a flat call when its kernel has a flat twin, it is small, and its loop
   /// collapses to one dimension for every operand.
-  bool record_flat(int device_kind, FlatFn flat, int arity, int scalar, const LoopDims& dims,
-                   const LoopArg* args);
+  bool record_flat(int device_kind, int slot, const LoopDims& dims, const LoopArg* args);
   KernelProgram& program_;
   std::vector<ScalarFix> fixes_;
 };
@@ -139,6 +147,8 @@ void capture_into(KernelProgram& program, F&& f) {
 
 /// The flat twin of a host elementwise kernel `fn`, or null (none, or not a host kernel).
 FlatFn flat_twin(ElementwiseFn fn);
+/// The scalar twin of a host elementwise kernel `fn`, or null.
+ScalarFn scalar_twin(ElementwiseFn fn);
 /// A call of at most this many elements is worth running flat (no planning, no parallel split).
 inline constexpr int64_t kFlatLimit = 4096;
 /// A loop collapsed to at most two dimensions: `outer` rows of `count` elements.

@@ -1,0 +1,248 @@
+// The fused loop of single-element scan steps: building, dead-recompute removal, and the run loop.
+#include "tenax/core/ops/scalar_loop.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+namespace tenax::detail {
+namespace {
+
+std::atomic<bool>& scalar_loops_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("TENAX_SCALAR_LOOPS");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+using Ins = ScalarLoop::Ins;
+using Kind = ScalarLoop::Kind;
+
+// Whether an instruction of this kind reads the element it writes (a call: assume so).
+bool reads_output(Kind k) {
+  switch (k) {
+    case Kind::copy:
+    case Kind::neg:
+    case Kind::add:
+    case Kind::sub:
+    case Kind::mul:
+    case Kind::copy_in:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// The fixed element an instruction writes (p[0]), or null when it writes a moving one.
+const void* written(const Ins& c) { return c.moving == 0 ? nullptr : c.p[0]; }
+
+// Whether c reads the fixed element at `at` (moving operands point into stacked tensors, never at
+// the fixed elements of a step).
+bool reads(const Ins& c, const void* at) {
+  for (int a = 1; a < c.arity; ++a)
+    if (a != c.moving && c.p[a] == at) return true;
+  return c.moving != 0 && c.p[0] == at && reads_output(c.kind);
+}
+
+bool accesses(const Ins& c, const void* at) { return written(c) == at || reads(c, at); }
+
+bool is_fixed_copy(const Ins& c) { return c.kind == Kind::copy && c.p[0] != c.p[1]; }
+
+}  // namespace
+
+void ScalarLoop::push(Ins ins) {
+  if (ins.moving >= 0) {
+    const bool in = ins.moving == 1;
+    switch (ins.kind) {
+      case Kind::copy:
+        ins.kind = in ? Kind::copy_in : Kind::copy_out;
+        break;
+      case Kind::acc:
+        ins.kind = in ? Kind::acc_in : Kind::acc_out;
+        break;
+      default:
+        ins.kind = Kind::call_moving;
+    }
+  }
+  code_.push_back(ins);
+}
+
+bool scalar_loops_enabled() { return scalar_loops_flag().load(std::memory_order_relaxed); }
+void set_scalar_loops(bool on) { scalar_loops_flag().store(on, std::memory_order_relaxed); }
+
+bool ScalarLoop::is_live(const void* p) const {
+  for (const void* q : live_)
+    if (q == p) return true;
+  return false;
+}
+
+// An instruction is kept when it writes a moving or live-out element, or an element another kept
+// instruction reads (anywhere in the step: conservative).
+bool ScalarLoop::drop_dead() {
+  const size_t n = code_.size();
+  std::vector<char> keep(n, 0);
+  std::vector<size_t> work;
+  for (size_t i = 0; i < n; ++i)
+    if (!written(code_[i]) || is_live(written(code_[i]))) {
+      keep[i] = 1;
+      work.push_back(i);
+    }
+  while (!work.empty()) {
+    const size_t r = work.back();
+    work.pop_back();
+    for (size_t w = 0; w < n; ++w)
+      if (!keep[w] && w != r && reads(code_[r], written(code_[w]))) {
+        keep[w] = 1;
+        work.push_back(w);
+      }
+  }
+  std::vector<Ins> kept;
+  for (size_t i = 0; i < n; ++i)
+    if (keep[i]) kept.push_back(code_[i]);
+  const bool changed = kept.size() != n;
+  code_ = std::move(kept);
+  return changed;
+}
+
+// Copy j: dst = src. The instructions after it use src instead of dst, and the copy goes. Valid
+// when dst is the loop's own, untouched before the copy in the step, and src is not written
+// between the copy and dst's last use (which may write src whole), nor read there when those uses
+// also write dst; if those uses write dst (now
+// src), src must be rewritten whole by the last use or after it, so that it ends the step as before.
+bool ScalarLoop::merge_forward(size_t j) {
+  const void* dst = code_[j].p[0];
+  const void* src = code_[j].p[1];
+  const size_t n = code_.size();
+  if (is_live(dst)) return false;
+  for (size_t m = 0; m < j; ++m)
+    if (accesses(code_[m], dst)) return false;
+  size_t last = j;
+  bool writes_dst = false;
+  for (size_t m = j + 1; m < n; ++m)
+    if (accesses(code_[m], dst)) {
+      last = m;
+      writes_dst |= written(code_[m]) == dst;
+    }
+  if (last == j) return false;  // unused: drop_dead's business
+  // In between, src may be read while dst (now src) is only read: both still hold the copy.
+  for (size_t m = j + 1; m < last; ++m)
+    if (written(code_[m]) == src || (writes_dst && reads(code_[m], src))) return false;
+  // The last use may write src whole (it reads dst, now src, before it writes).
+  if (reads(code_[last], src)) return false;
+  if (writes_dst && written(code_[last]) != src) {
+    size_t f = last + 1;
+    while (f < n && !accesses(code_[f], src)) ++f;
+    if (f == n || written(code_[f]) != src || reads(code_[f], src)) return false;
+  }
+  for (size_t m = j + 1; m <= last; ++m)
+    for (int a = 0; a < code_[m].arity; ++a)
+      if (a != code_[m].moving && code_[m].p[a] == dst) code_[m].p[a] = const_cast<void*>(src);
+  code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(j));
+  return true;
+}
+
+// Copy j: dst = src, where instruction i < j last wrote src (whole). Instruction i writes dst
+// instead, the reads of src in between read dst, and the copy goes. Valid when src is the loop's
+// own and nothing else in the step (before i or after j, which the next step sees) touches it,
+// and dst is untouched between i and j.
+bool ScalarLoop::merge_backward(size_t j) {
+  const void* dst = code_[j].p[0];
+  const void* src = code_[j].p[1];
+  if (is_live(src)) return false;
+  size_t i = j;
+  while (i > 0 && written(code_[i - 1]) != src) --i;
+  if (i == 0) return false;
+  --i;
+  if (reads_output(code_[i].kind) || reads(code_[i], src)) return false;
+  for (size_t m = i + 1; m < j; ++m)
+    if (accesses(code_[m], dst)) return false;
+  for (size_t m = 0; m < code_.size(); ++m)
+    if ((m < i || m > j) && accesses(code_[m], src)) return false;
+  code_[i].p[0] = const_cast<void*>(dst);
+  for (size_t m = i + 1; m < j; ++m)
+    for (int a = 1; a < code_[m].arity; ++a)
+      if (a != code_[m].moving && code_[m].p[a] == src) code_[m].p[a] = const_cast<void*>(dst);
+  code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(j));
+  return true;
+}
+
+void ScalarLoop::simplify() {
+  // Rounds of O(n^2): each merge scans the step once; a merge erases copy j, so j stays.
+  bool changed = true;
+  while (changed) {
+    changed = drop_dead();
+    for (size_t j = 0; j < code_.size();) {
+      if (is_fixed_copy(code_[j]) && (merge_forward(j) || merge_backward(j))) {
+        changed = true;
+        continue;
+      }
+      ++j;
+    }
+  }
+}
+
+void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
+  const Ins* code = code_.data();
+  const size_t n = code_.size();
+  auto f64 = [](void* p) { return static_cast<double*>(p); };
+  auto at = [](void* p, int64_t bytes) -> void* { return static_cast<char*>(p) + bytes; };
+  for (int64_t k = 0, s = first; k < count; ++k, s += dir) {
+    for (size_t i = 0; i < n; ++i) {
+      const Ins& c = code[i];
+      switch (c.kind) {
+        case Kind::call:
+          c.fn(c.p);
+          break;
+        case Kind::copy:
+          *f64(c.p[0]) = *f64(c.p[1]);
+          break;
+        case Kind::acc:
+          *f64(c.p[0]) += *f64(c.p[1]);
+          break;
+        case Kind::neg:
+          *f64(c.p[0]) = -*f64(c.p[1]);
+          break;
+        case Kind::acc_neg:
+          *f64(c.p[0]) -= *f64(c.p[1]);
+          break;
+        case Kind::add:
+          *f64(c.p[0]) = *f64(c.p[1]) + *f64(c.p[2]);
+          break;
+        case Kind::sub:
+          *f64(c.p[0]) = *f64(c.p[1]) - *f64(c.p[2]);
+          break;
+        case Kind::mul:
+          *f64(c.p[0]) = *f64(c.p[1]) * *f64(c.p[2]);
+          break;
+        case Kind::mul_acc:
+          *f64(c.p[0]) += *f64(c.p[1]) * *f64(c.p[2]);
+          break;
+        case Kind::copy_in:
+          *f64(c.p[0]) = *f64(at(c.p[1], s * c.stride));
+          break;
+        case Kind::copy_out:
+          *f64(at(c.p[0], s * c.stride)) = *f64(c.p[1]);
+          break;
+        case Kind::acc_in:
+          *f64(c.p[0]) += *f64(at(c.p[1], s * c.stride));
+          break;
+        case Kind::acc_out:
+          *f64(at(c.p[0], s * c.stride)) += *f64(c.p[1]);
+          break;
+        case Kind::call_moving: {
+          void* q[5] = {c.p[0], c.p[1], c.p[2], c.p[3], c.p[4]};
+          q[c.moving] = at(q[c.moving], s * c.stride);
+          c.fn(q);
+          break;
+        }
+#if defined(__GNUC__)
+        default:
+          __builtin_unreachable();  // every kind has a case: no range check in the dispatch
+#endif
+      }
+    }
+  }
+}
+
+}  // namespace tenax::detail

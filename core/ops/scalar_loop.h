@@ -1,0 +1,82 @@
+#pragma once
+// Library-internal: the steps of a scan whose every kernel call works on ONE element, fused into a
+// single loop of scalar instructions. A replayed step otherwise pays per call: a dispatch through
+// its kernel program, a flat kernel's loop set-up and, per step, the calls of the slice copies.
+// Here one call runs many steps: each instruction is an inline float64 copy / accumulate or a call
+// of a kernel's scalar twin (backends/kernels.h ScalarFn) on element pointers fixed at capture,
+// except the slice copies', which move by a stride per step.
+#include <cstdint>
+#include <vector>
+
+#include "tenax/backends/kernels.h"
+
+namespace tenax::detail {
+
+class ScalarLoop {
+ public:
+  enum class Kind : uint8_t {
+    call,     ///< fn(p)
+    // Inline float64 forms of the commonest kernels (the kernel's own arithmetic, same results):
+    copy,     ///< *p0 = *p1
+    acc,      ///< *p0 += *p1
+    neg,      ///< *p0 = -*p1
+    acc_neg,  ///< *p0 -= *p1
+    add,      ///< *p0 = *p1 + *p2
+    sub,      ///< *p0 = *p1 - *p2
+    mul,      ///< *p0 = *p1 * *p2
+    mul_acc,  ///< *p0 += *p1 * *p2
+    // Set by push() for a moving operand:
+    call_moving,
+    copy_in,   ///< copy from a moving p1
+    copy_out,  ///< copy into a moving p0
+    acc_in,    ///< acc from a moving p1
+    acc_out,   ///< acc into a moving p0
+  };
+  /// How a kernel runs in the loop: inline (kind, and which of the kernel's operands become
+  /// p[0], p[1], p[2]) or, with Kind::call, through its scalar twin on all its operands.
+  struct Form {
+    Kind kind = Kind::call;
+    int8_t arity = 0;
+    int8_t operand[3] = {0, 1, 2};
+  };
+  struct Ins {
+    ScalarFn fn = nullptr;  ///< for Kind::call
+    Kind kind = Kind::call;
+    int8_t arity = 0;       ///< operands: p[0] is written (and read by accumulating kernels)
+    int8_t moving = -1;     ///< the operand whose pointer moves by `stride` bytes per step, or -1
+    void* p[5] = {};
+    int64_t stride = 0;
+  };
+
+  /// Appends an instruction. With a moving operand, p[moving] is its address at step 0.
+  void push(Ins ins);
+  /// Declares an element whose value is read after the loop (a carry, a carry's cotangent, a
+  /// parameter's adjoint). Every other element an instruction writes at a fixed address is the
+  /// loop's own: a step's intermediate, written before it is read in every step, whose value
+  /// after the loop nobody reads (callers rerun the step's programs before reading it again).
+  void live_out(const void* p) { live_.push_back(p); }
+  /// Removes copies between fixed elements by renaming (the copy's source written straight
+  /// into its destination, or the destination's later uses reading the source) and instructions
+  /// whose results nothing reads, which shortens the chain of dependent loads and stores a step
+  /// makes. Results are unchanged: only which elements hold the loop's own intermediates.
+  void simplify();
+  /// Runs steps first, first + dir, ... (count of them): every instruction in order per step.
+  void run(int64_t first, int64_t count, int64_t dir) const;
+  [[nodiscard]] size_t size() const { return code_.size(); }
+
+ private:
+  bool drop_dead();
+  bool merge_forward(size_t j);
+  bool merge_backward(size_t j);
+  [[nodiscard]] bool is_live(const void* p) const;
+  std::vector<Ins> code_;
+  std::vector<const void*> live_;
+};
+
+/// Whether scans fuse single-element steps into ScalarLoops (default on; TENAX_SCALAR_LOOPS=0 or
+/// set_scalar_loops(false) turns it off, for comparison and debugging: steps then replay their
+/// kernel programs one call at a time).
+bool scalar_loops_enabled();
+void set_scalar_loops(bool on);
+
+}  // namespace tenax::detail
