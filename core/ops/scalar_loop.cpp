@@ -180,6 +180,42 @@ void ScalarLoop::simplify() {
       ++j;
     }
   }
+  link();
+}
+
+// Which elements hold the value instruction c leaves in the run loop's register: the element it
+// writes (and a copy's source); none for a call or a store into a moving element.
+int same_as_last(const Ins& c, const void* out[2]) {
+  switch (c.kind) {
+    case Kind::call:
+    case Kind::call_moving:
+    case Kind::acc_out:
+      return 0;
+    case Kind::copy:
+      out[0] = c.p[0];
+      out[1] = c.p[1];
+      return 2;
+    case Kind::copy_out:
+      out[0] = c.p[1];
+      return 1;
+    default:
+      out[0] = c.p[0];
+      return 1;
+  }
+}
+
+void ScalarLoop::link() {
+  for (size_t i = 0; i < code_.size(); ++i) {
+    Ins& c = code_[i];
+    c.from_last = 0;
+    if (i == 0 || c.kind == Kind::call || c.kind == Kind::call_moving) continue;
+    const void* same[2] = {};
+    const int n_same = same_as_last(code_[i - 1], same);
+    const int first = reads_output(c.kind) ? 0 : 1;
+    for (int a = first; a < c.arity; ++a)
+      for (int k = 0; k < n_same; ++k)
+        if (a != c.moving && c.p[a] == same[k]) c.from_last = static_cast<uint8_t>(c.from_last | (1u << a));
+  }
 }
 
 void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
@@ -187,49 +223,55 @@ void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
   const size_t n = code_.size();
   auto f64 = [](void* p) { return static_cast<double*>(p); };
   auto at = [](void* p, int64_t bytes) -> void* { return static_cast<char*>(p) + bytes; };
+  // The value the previous instruction produced: an operand marked from_last reads it instead of
+  // loading the element just stored (which would put a store-to-load round trip on the chain).
+  double last = 0;
   for (int64_t k = 0, s = first; k < count; ++k, s += dir) {
     for (size_t i = 0; i < n; ++i) {
       const Ins& c = code[i];
+      auto in = [&](int a) { return (c.from_last >> a) & 1u ? last : *f64(c.p[a]); };
       switch (c.kind) {
         case Kind::call:
           c.fn(c.p);
           break;
         case Kind::copy:
-          *f64(c.p[0]) = *f64(c.p[1]);
+          *f64(c.p[0]) = last = in(1);
           break;
         case Kind::acc:
-          *f64(c.p[0]) += *f64(c.p[1]);
+          *f64(c.p[0]) = last = in(0) + in(1);
           break;
         case Kind::neg:
-          *f64(c.p[0]) = -*f64(c.p[1]);
+          *f64(c.p[0]) = last = -in(1);
           break;
         case Kind::acc_neg:
-          *f64(c.p[0]) -= *f64(c.p[1]);
+          *f64(c.p[0]) = last = in(0) - in(1);
           break;
         case Kind::add:
-          *f64(c.p[0]) = *f64(c.p[1]) + *f64(c.p[2]);
+          *f64(c.p[0]) = last = in(1) + in(2);
           break;
         case Kind::sub:
-          *f64(c.p[0]) = *f64(c.p[1]) - *f64(c.p[2]);
+          *f64(c.p[0]) = last = in(1) - in(2);
           break;
         case Kind::mul:
-          *f64(c.p[0]) = *f64(c.p[1]) * *f64(c.p[2]);
+          *f64(c.p[0]) = last = in(1) * in(2);
           break;
         case Kind::mul_acc:
-          *f64(c.p[0]) += *f64(c.p[1]) * *f64(c.p[2]);
+          *f64(c.p[0]) = last = in(0) + in(1) * in(2);
           break;
         case Kind::copy_in:
-          *f64(c.p[0]) = *f64(at(c.p[1], s * c.stride));
+          *f64(c.p[0]) = last = *f64(at(c.p[1], s * c.stride));
           break;
         case Kind::copy_out:
-          *f64(at(c.p[0], s * c.stride)) = *f64(c.p[1]);
+          *f64(at(c.p[0], s * c.stride)) = last = in(1);
           break;
         case Kind::acc_in:
-          *f64(c.p[0]) += *f64(at(c.p[1], s * c.stride));
+          *f64(c.p[0]) = last = in(0) + *f64(at(c.p[1], s * c.stride));
           break;
-        case Kind::acc_out:
-          *f64(at(c.p[0], s * c.stride)) += *f64(c.p[1]);
+        case Kind::acc_out: {
+          double* o = f64(at(c.p[0], s * c.stride));
+          *o = last = *o + in(1);
           break;
+        }
         case Kind::call_moving: {
           void* q[5] = {c.p[0], c.p[1], c.p[2], c.p[3], c.p[4]};
           q[c.moving] = at(q[c.moving], s * c.stride);

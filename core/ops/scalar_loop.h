@@ -44,6 +44,7 @@ class ScalarLoop {
     Kind kind = Kind::call;
     int8_t arity = 0;       ///< operands: p[0] is written (and read by accumulating kernels)
     int8_t moving = -1;     ///< the operand whose pointer moves by `stride` bytes per step, or -1
+    uint8_t from_last = 0;  ///< set by simplify(): operands (bits) the previous instruction produced
     void* p[5] = {};
     int64_t stride = 0;
   };
@@ -66,6 +67,7 @@ class ScalarLoop {
 
  private:
   bool drop_dead();
+  void link();
   bool merge_forward(size_t j);
   bool merge_backward(size_t j);
   [[nodiscard]] bool is_live(const void* p) const;
