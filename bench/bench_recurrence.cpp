@@ -1,11 +1,14 @@
 // The scalar recurrence of issue 3: x_t = λ x_{t-1} + u_t (x_{-1} = 0), loss = Σ x_t², T = 100 000;
 // value and gradient w.r.t. λ and every u_t. Baseline in the same run: a hand-written forward and
-// adjoint loop. Reported per step (ns) and as tape bytes per step.
+// adjoint loop. Reported per step (ns) and as tape bytes per step. The scan runs with its steps fused
+// into one scalar loop (the default) and call by call, in the same run.
 #include <benchmark/benchmark.h>
 
 #include <vector>
 
 #include <tenax/tenax.h>
+
+#include "tenax/core/ops/scalar_loop.h"
 
 namespace {
 
@@ -86,7 +89,10 @@ void BM_Recurrence_AssociativeScan(benchmark::State& state) {
 BENCHMARK(BM_Recurrence_AssociativeScan)->Unit(benchmark::kMillisecond);
 
 // Tenax: the same recurrence as a scan whose body is one multiply-add; loss on the stacked ys.
+// Argument 1: the steps run as one fused scalar loop (the default); 0: call by call (for the
+// comparison; detail::set_scalar_loops).
 void BM_Recurrence_Scan(benchmark::State& state) {
+  detail::set_scalar_loops(state.range(0) != 0);
   Tensor u0 = tensor(inputs(), Axes{{"t", kSteps}});
   Tensor lambda0 = scalar(0.9);
   for (auto _ : state) {
@@ -103,12 +109,14 @@ void BM_Recurrence_Scan(benchmark::State& state) {
     state.counters["tape_bytes_per_step"] = double(tape.bytes()) / double(kSteps);
     state.counters["residual_bytes_per_step"] = double(tape.stats().residual_bytes) / double(kSteps);
   }
+  detail::set_scalar_loops(true);
   per_step(state);
 }
-BENCHMARK(BM_Recurrence_Scan)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Recurrence_Scan)->ArgName("fused")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 
 // Forward only, for the split between the passes.
 void BM_Recurrence_ScanForward(benchmark::State& state) {
+  detail::set_scalar_loops(state.range(0) != 0);
   Tensor u = tensor(inputs(), Axes{{"t", kSteps}});
   Tensor lambda = scalar(0.9);
   ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
@@ -119,9 +127,10 @@ void BM_Recurrence_ScanForward(benchmark::State& state) {
     ScanResult r = scan(body, {scalar(0.0)}, {u}, "t");
     benchmark::DoNotOptimize(r.ys[0].data_ptr());
   }
+  detail::set_scalar_loops(true);
   per_step(state);
 }
-BENCHMARK(BM_Recurrence_ScanForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Recurrence_ScanForward)->ArgName("fused")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
