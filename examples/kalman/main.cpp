@@ -98,11 +98,21 @@ Tensor read_csv_observations(const std::filesystem::path& path, int64_t p) {
   return tensor(v, Axes{{"series", 1}, {"time", rows}, {"obs", p}});
 }
 
+// "cpu", "cuda" or "cuda:N".
+Device parse_device(const std::string& s) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda") return Device::cuda(0);
+  if (s.rfind("cuda:", 0) == 0 && s.size() > 5 && s.find_first_not_of("0123456789", 5) == std::string::npos &&
+      s.size() < 10)
+    return Device::cuda(std::stoi(s.substr(5)));
+  throw Error("--device '" + s + "': expected cpu, cuda or cuda:N");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tenax Kalman example: maximum-likelihood fit of a linear-Gaussian state-space model"};
-  std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png";
+  std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png", device_name = "cpu";
   int64_t series = 16, steps = 1000;
   uint64_t seed = 42;
   int max_iter = 200;
@@ -116,9 +126,11 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "where to write the fitted model");
   app.add_option("--plot", plot_path, "PNG of observations, true and filtered states (needs gnuplot)");
   app.add_flag("--no-plot", no_plot, "do not plot");
+  app.add_option("--device", device_name, "where the fit runs: cpu, cuda or cuda:N (data and constants are copied there once)");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    const Device device = parse_device(device_name);
     json doc;
     if (model_path.empty()) {
       doc = kalman::default_model();
@@ -140,6 +152,10 @@ int main(int argc, char** argv) {
     const std::filesystem::path base =
         model_path.empty() ? std::filesystem::current_path() : std::filesystem::path(model_path).parent_path();
     const Model truth = load_model_json(doc, base);
+    // The fit runs on `device` (checked here, before any work): its inputs are copied there once
+    // (the model's own data and constants by set_device); parameters stay on the host.
+    Model model = truth;
+    model.set_device(device);
     if (csv_path.empty()) {
       const kalman::Simulation sim = kalman::simulate(truth, series, steps, seed);
       y = sim.y;
@@ -152,15 +168,16 @@ int main(int argc, char** argv) {
     const TensorMap inputs = {{"y", y}};
 
     // The fit starts from zero unconstrained coordinates: F = 0, Q = I, r = softplus(0) = 0.69.
-    Model model = truth;
     model.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
     const Model start = model;
+    const TensorMap fit_inputs = {{"y", to(y, device)}};
+    if (!(device == Device::cpu())) std::printf("fitting on %s\n", device.str().c_str());
     const double ll_true = truth.run("loglik", inputs).item();
     std::printf("trainable: ");
     for (const std::string& n : model.trainable()) std::printf("%s ", n.c_str());
     std::printf("(%zu unconstrained coordinates, starting at 0)\n\n", model.unconstrained_vector().size());
     std::printf("%5s  %16s  %12s  %9s\n", "iter", "log-likelihood", "|grad|/obs", "time (s)");
-    const kalman::FitResult fit = kalman::fit(model, inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
+    const kalman::FitResult fit = kalman::fit(model, fit_inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
       std::printf("%5d  %16.6f  %12.3e  %9.3f\n", pr.iteration, pr.loglik, pr.grad_norm, pr.seconds);
       std::fflush(stdout);
     });
@@ -179,6 +196,7 @@ int main(int argc, char** argv) {
     }
 
     model.save(out_path);
+    model.set_device(Device::cpu());  // the checks and the plot below run on the host
     const Model reloaded = load_model(out_path);
     const double ll_again = reloaded.run("loglik", inputs).item();
     std::printf("\nfitted model written to %s (reloaded: log-likelihood %s)\n", out_path.c_str(),
