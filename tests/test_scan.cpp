@@ -304,6 +304,16 @@ TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
     EXPECT_NEAR(v_fused.item(), v_steps.item(), tol * std::abs(v_steps.item()));
     for (size_t k = 0; k < 3; ++k) EXPECT_LT(mismatch(g_fused[k], g_steps[k], tol, tol), 1.0) << "argument " << k;
   }
+  // A Jacobian: the forward pass fuses, the reverse sweep's cotangents carry a basis axis (more
+  // than one element per step), so it replays call by call.
+  auto ys = [](const std::vector<Tensor>& a) { return scan(decay_body(a[0]), {a[1]}, {a[2]}, "t").ys[0]; };
+  const std::vector<Tensor> args{scalar(0.8), scalar(0.1), randn(Axes{{"t", 6}}, 12)};
+  const std::vector<Tensor> j_fused = jacobian(ys, args);
+  detail::set_scalar_loops(false);
+  const std::vector<Tensor> j_steps = jacobian(ys, args);
+  detail::set_scalar_loops(true);
+  for (size_t k = 0; k < 3; ++k) EXPECT_LT(mismatch(j_fused[k], j_steps[k], 1e-14, 1e-14), 1.0) << "argument " << k;
+  EXPECT_EQ(j_fused[2].axes().describe(), "(t=6, t_in=6)");
 }
 
 // simplify() on random programs over six elements (two read after the loop) and a moving input
