@@ -62,6 +62,33 @@ TEST_F(Cuda, MixedDevicesFailLoudlyAndResultsStayOnTheDevice) {
             transpose(to(m, Device::cpu()), {"b", "a"}).to_vector());
 }
 
+// to() is differentiable: a loss computed on the device from host parameters (and a strided view)
+// has the host gradient; the cotangent moves back, the adjoint stays on the input's device.
+TEST_F(Cuda, GradientsFlowBackThroughTransfers) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = randn(Axes{{"a", 6}, {"b", 3}}, 4), w = randn(Axes{{"b", 3}}, 5);
+  auto loss = [&](const std::vector<Tensor>& a, Device d) {
+    const Tensor xd = to(transpose(a[0], {"b", "a"}), d), wd = to(a[1], d);
+    return to(sum(square(xd * wd) + exp(wd)), Device::cpu());
+  };
+  auto [v_host, g_host] = value_and_grad([&](const std::vector<Tensor>& a) { return loss(a, Device::cpu()); }, {x, w});
+  auto [v_dev, g_dev] = value_and_grad([&](const std::vector<Tensor>& a) { return loss(a, gpu); }, {x, w});
+  EXPECT_NEAR(v_dev.item(), v_host.item(), 1e-12 * std::abs(v_host.item()));
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(g_dev[k].device(), Device::cpu());
+    EXPECT_LT(testing::mismatch(g_dev[k], g_host[k], 1e-12, 1e-12), 1.0) << "argument " << k;
+  }
+  // Inside a scan body a transfer is an error that says where it belongs.
+  ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& xs) {
+    const Tensor next = c[0] + to(xs[0], Device::cpu());
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{});
+  };
+  Tape tape;
+  const Tensor xs = tape.watch(to(randn(Axes{{"t", 4}}, 6), gpu));
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); }),
+                 "[scan] to inside a scan body is not supported yet");
+}
+
 // Every registered op on random inputs (the generic tests' samplers, scrambled layouts): on the
 // device it equals the host, forward and VJP. An op without a CUDA kernel must raise "no kernel for
 // device cuda:0" (never a wrong answer, never a silent trip to the host); every op has one today,
