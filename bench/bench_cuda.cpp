@@ -1,7 +1,8 @@
 // Scans on the GPU against the CPU (issue 5): per-step time of the Kalman likelihood + gradient
 // (the JSON model, Model::set_device), of the scalar recurrence written with scan and with
 // linear_recurrence, and of the batch of linear recurrences x_t = λ ⊙ x_{t-1} + W u_t + b
-// (state 64, batch 16) written with scan. Every benchmark takes the device as its first argument
+// (state 64, batch 16) written with scan, and a batch of large matrix products (cuBLAS on the GPU).
+// Every benchmark takes the device as its first argument
 // (0 = host, 1 = cuda:0) and reports ns_per_step and, on the GPU, launches_per_step (kernel
 // launches Tenax made, a cuSPARSE call counting one). Without a GPU the device runs are skipped.
 #include <benchmark/benchmark.h>
@@ -153,6 +154,25 @@ BENCHMARK(BM_BatchedRecurrence_Scan)
     ->Args({0, 512, 1})
     ->Args({1, 512, 1})
     ->ArgNames({"gpu", "T", "grad"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// args: device, n. A batch of 32 products of n x n matrices (dot over k), value only: on the GPU
+// through cuBLAS strided-batched gemm; reported as GFLOP per second.
+void BM_BatchedMatmul(benchmark::State& state) {
+  const Device d = device_of(state);
+  const int64_t n = state.range(1);
+  const Tensor x = to(randn(Axes{{"b", 32}, {"m", n}, {"k", n}}, 1), d);
+  const Tensor y = to(randn(Axes{{"b", 32}, {"k", n}, {"n", n}}, 2), d);
+  if (state.error_occurred()) return;
+  for (auto _ : state) benchmark::DoNotOptimize(fetch(dot(x, y, {"k"})));
+  state.counters["GFLOP"] = benchmark::Counter(2.0 * 32 * double(n * n * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_BatchedMatmul)
+    ->Args({0, 256})
+    ->Args({1, 256})
+    ->Args({1, 1024})
+    ->ArgNames({"gpu", "n"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

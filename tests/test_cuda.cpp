@@ -89,6 +89,40 @@ TEST_F(Cuda, GradientsFlowBackThroughTransfers) {
                  "[scan] to inside a scan body is not supported yet");
 }
 
+// Large contractions go to cuBLAS strided-batched gemm when each group is one axis in a layout it
+// reads in place (either output order, transposed operands, a batch axis on both or on one
+// operand only, accumulating VJPs), and to the plain kernels otherwise: every case equals the host.
+TEST_F(Cuda, LargeContractionsMatchTheHostInEveryLayout) {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = randn(Axes{{"b", 3}, {"m", 48}, {"k", 64}}, 51), y = randn(Axes{{"b", 3}, {"k", 64}, {"n", 40}}, 52);
+  const Tensor x1 = randn(Axes{{"m", 48}, {"k", 64}}, 53);  // no batch axis: broadcast over b
+  const std::vector<std::pair<Tensor, Tensor>> cases = {
+      {x, y},
+      {transpose(x, {"k", "m", "b"}), y},
+      {x, transpose(y, {"n", "b", "k"})},
+      {transpose(x, {"m", "b", "k"}), transpose(y, {"b", "n", "k"})},
+      {x1, y},
+      {rename(x1, "m", "p"), rename(x1, "m", "q")},  // a Gram matrix: the same operand twice
+  };
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-11 : 2e-4;
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Tensor a = astype(cases[c].first, dt), b = astype(cases[c].second, dt);
+      auto f = [](const std::vector<Tensor>& v) {
+        const Tensor d = dot(v[0], v[1], {"k"});
+        return sum(d * d * 0.01);
+      };
+      auto [vh, gh] = value_and_grad(f, {a, b});
+      auto [vg, gg] = value_and_grad(f, {to(a, gpu), to(b, gpu)});
+      EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), tol * std::abs(vh.item())) << "case " << c;
+      EXPECT_LT(testing::mismatch(to(dot(to(a, gpu), to(b, gpu), {"k"}), Device::cpu()), dot(a, b, {"k"}), tol, tol), 1.0)
+          << "case " << c << " " << dtype_name(dt);
+      for (size_t k = 0; k < 2; ++k)
+        EXPECT_LT(testing::mismatch(to(gg[k], Device::cpu()), gh[k], tol, tol), 1.0) << "case " << c << " argument " << k;
+    }
+  }
+}
+
 // Every registered op on random inputs (the generic tests' samplers, scrambled layouts): on the
 // device it equals the host, forward and VJP. An op without a CUDA kernel must raise "no kernel for
 // device cuda:0" (never a wrong answer, never a silent trip to the host); every op has one today,
