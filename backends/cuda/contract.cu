@@ -2,14 +2,18 @@
 // cuBLAS strided-batched gemm when every group is one dim (or none) whose layout cuBLAS can read in
 // place and the matrices are large; otherwise one thread per output element, the k group walked in
 // its own loop, or a block per output element when k is long and the outputs few (any layout, no
-// copies).
+// copies). cuBLAS is loaded with dlopen on the first large contraction, not linked: a program that
+// never needs it does not load it (libcublasLt alone is ~500 MB and initialises itself at load).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
@@ -95,21 +99,58 @@ __global__ void contract_reduce_kernel(ContractArgs a, int64_t M, int64_t N, int
 // Per-matrix work (M N K) from which cuBLAS pays for itself over the plain kernels.
 constexpr int64_t kCublasWork = 32768;
 
+// The cuBLAS entry points used here, from the library of the toolkit Tenax was built with (or
+// none: a note once, and the plain kernels do the work).
+struct Cublas {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasDgemmStridedBatched) dgemm = nullptr;
+  decltype(&cublasSgemmStridedBatched) sgemm = nullptr;
+  decltype(&cublasGetStatusString) status = nullptr;
+};
+const Cublas* cublas() {
+  static const Cublas* lib = [] () -> const Cublas* {
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
+    static Cublas c;
+    auto sym = [&](auto& fn, const char* symbol) {
+      fn = h ? reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, symbol)) : nullptr;
+      return fn != nullptr;
+    };
+    const bool ok = sym(c.create, "cublasCreate_v2") & sym(c.destroy, "cublasDestroy_v2") &
+                    sym(c.set_stream, "cublasSetStream_v2") & sym(c.dgemm, "cublasDgemmStridedBatched") &
+                    sym(c.sgemm, "cublasSgemmStridedBatched") & sym(c.status, "cublasGetStatusString");
+    if (!ok) {
+      std::fprintf(stderr,
+                   "tenax: note: %s could not be loaded; large contractions on the GPU use Tenax's own kernels\n",
+                   name.c_str());
+      return nullptr;
+    }
+    return &c;  // the library stays loaded for the life of the process
+  }();
+  return lib;
+}
+
 // A cuBLAS handle per device and thread (a handle's stream is per handle; this thread's calls go
 // to its per-thread stream). Handles live as long as the thread.
-cublasHandle_t cublas_handle(int device) {
+cublasHandle_t cublas_handle(const Cublas& lib, int device) {
   struct Handles {
+    const Cublas* lib = nullptr;
     std::array<cublasHandle_t, 16> h{};
     ~Handles() {
       for (cublasHandle_t x : h)
-        if (x) (void)cublasDestroy(x);
+        if (x) (void)lib->destroy(x);
     }
   };
   thread_local Handles handles;
+  handles.lib = &lib;
   cublasHandle_t& h = handles.h[static_cast<size_t>(device)];
   if (!h) {
-    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw DeviceError("[dot] cublasCreate failed on cuda:" + std::to_string(device));
-    if (cublasSetStream(h, cudaStreamPerThread) != CUBLAS_STATUS_SUCCESS)
+    if (lib.create(&h) != CUBLAS_STATUS_SUCCESS)
+      throw DeviceError("[dot] cublasCreate failed on cuda:" + std::to_string(device));
+    if (lib.set_stream(h, cudaStreamPerThread) != CUBLAS_STATUS_SUCCESS)
       throw DeviceError("[dot] cublasSetStream failed");
   }
   return h;
@@ -135,17 +176,17 @@ bool cublas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, cublasOpera
   return false;
 }
 
-cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            const double* a, int lda, long long sa, const double* b, int ldb, long long sb,
-                            double beta, double* c, int ldc, long long sc, int count) {
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const double* a, int lda, long long sa, const double* b, int ldb,
+                            long long sb, double beta, double* c, int ldc, long long sc, int count) {
   const double one = 1.0;
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
+  return lib.dgemm(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
 }
-cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                            const float* a, int lda, long long sa, const float* b, int ldb, long long sb,
-                            float beta, float* c, int ldc, long long sc, int count) {
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const float* a, int lda, long long sa, const float* b, int ldb,
+                            long long sb, float beta, float* c, int ldc, long long sc, int count) {
   const float one = 1.0f;
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
+  return lib.sgemm(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
 }
 
 // The contraction as one cuBLAS strided-batched gemm, in place; false (nothing ran) when a group
@@ -155,6 +196,8 @@ template <class T>
 bool contract_cublas(const ContractArgs& a, int device, int64_t B, int64_t M, int64_t N, int64_t K) {
   if (a.m.rank > 1 || a.n.rank > 1 || a.k.rank > 1 || a.batch.rank > 1 || M * N * K < kCublasWork) return false;
   if (std::max({M, N, K, B}) > INT_MAX || cuda::g_recording) return false;
+  const Cublas* lib = cublas();
+  if (!lib) return false;
   auto st = [](const ContractGroup& g, const int64_t* s) { return g.rank ? s[0] : int64_t{0}; };
   int64_t xm = st(a.m, a.m.x), zm = st(a.m, a.m.z), yn = st(a.n, a.n.y), zn = st(a.n, a.n.z);
   int64_t xk = st(a.k, a.k.x), yk = st(a.k, a.k.y);
@@ -180,11 +223,11 @@ bool contract_cublas(const ContractArgs& a, int device, int64_t B, int64_t M, in
   if (!cublas_view(m, K, xm, xk, tx, ldx) || !cublas_view(K, n, yk, yn, ty, ldy)) return false;
   if (std::max({ldx, ldy, ldz}) > INT_MAX) return false;
   const cublasStatus_t s =
-      gemm_batched(cublas_handle(device), tx, ty, static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), x,
+      gemm_batched(*lib, cublas_handle(*lib, device), tx, ty, static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), x,
                    static_cast<int>(ldx), sx, y, static_cast<int>(ldy), sy, a.accumulate ? T(1) : T(0), z,
                    static_cast<int>(ldz), sz, static_cast<int>(B));
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw DeviceError(std::string("[dot] cuBLAS gemm failed: ") + cublasGetStatusString(s));
+    throw DeviceError(std::string("[dot] cuBLAS gemm failed: ") + lib->status(s));
   cuda::count_launches();
   return true;
 }
