@@ -101,7 +101,8 @@ struct ScanRun final : detail::CustomNode {
   // fused loop of scalar instructions, storing a checkpoint per step when `store_ck` (every step:
   // the caller's checkpoint_every is 1) and ys through `y_store`. False when the step does not fuse
   // (then nothing ran).
-  bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store, int64_t from) {
+  bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store,
+                     int64_t from) {
     if ((store_ck && opt.checkpoint_every != 1) || !detail::scalar_loops_enabled()) return false;
     detail::StepProgram& p = compiled();
     detail::ScalarLoop loop;

@@ -166,7 +166,8 @@ void BM_BatchedMatmul(benchmark::State& state) {
   const Tensor y = to(randn(Axes{{"b", 32}, {"k", n}, {"n", n}}, 2), d);
   if (state.error_occurred()) return;
   for (auto _ : state) benchmark::DoNotOptimize(fetch(dot(x, y, {"k"})));
-  state.counters["GFLOP"] = benchmark::Counter(2.0 * 32 * double(n * n * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP"] =
+      benchmark::Counter(2.0 * 32 * double(n * n * n) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_BatchedMatmul)
     ->Args({0, 256})

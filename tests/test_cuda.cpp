@@ -71,7 +71,8 @@ TEST_F(Cuda, GradientsFlowBackThroughTransfers) {
     const Tensor xd = to(transpose(a[0], {"b", "a"}), d), wd = to(a[1], d);
     return to(sum(square(xd * wd) + exp(wd)), Device::cpu());
   };
-  auto [v_host, g_host] = value_and_grad([&](const std::vector<Tensor>& a) { return loss(a, Device::cpu()); }, {x, w});
+  auto [v_host, g_host] =
+      value_and_grad([&](const std::vector<Tensor>& a) { return loss(a, Device::cpu()); }, {x, w});
   auto [v_dev, g_dev] = value_and_grad([&](const std::vector<Tensor>& a) { return loss(a, gpu); }, {x, w});
   EXPECT_NEAR(v_dev.item(), v_host.item(), 1e-12 * std::abs(v_host.item()));
   for (size_t k = 0; k < 2; ++k) {
@@ -94,7 +95,8 @@ TEST_F(Cuda, GradientsFlowBackThroughTransfers) {
 // operand only, accumulating VJPs), and to the plain kernels otherwise: every case equals the host.
 TEST_F(Cuda, LargeContractionsMatchTheHostInEveryLayout) {
   const Device gpu = Device::cuda(0);
-  const Tensor x = randn(Axes{{"b", 3}, {"m", 48}, {"k", 64}}, 51), y = randn(Axes{{"b", 3}, {"k", 64}, {"n", 40}}, 52);
+  const Tensor x = randn(Axes{{"b", 3}, {"m", 48}, {"k", 64}}, 51),
+               y = randn(Axes{{"b", 3}, {"k", 64}, {"n", 40}}, 52);
   const Tensor x1 = randn(Axes{{"m", 48}, {"k", 64}}, 53);  // no batch axis: broadcast over b
   const std::vector<std::pair<Tensor, Tensor>> cases = {
       {x, y},
@@ -115,10 +117,13 @@ TEST_F(Cuda, LargeContractionsMatchTheHostInEveryLayout) {
       auto [vh, gh] = value_and_grad(f, {a, b});
       auto [vg, gg] = value_and_grad(f, {to(a, gpu), to(b, gpu)});
       EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), tol * std::abs(vh.item())) << "case " << c;
-      EXPECT_LT(testing::mismatch(to(dot(to(a, gpu), to(b, gpu), {"k"}), Device::cpu()), dot(a, b, {"k"}), tol, tol), 1.0)
+      EXPECT_LT(testing::mismatch(to(dot(to(a, gpu), to(b, gpu), {"k"}), Device::cpu()), dot(a, b, {"k"}),
+                                  tol, tol),
+                1.0)
           << "case " << c << " " << dtype_name(dt);
       for (size_t k = 0; k < 2; ++k)
-        EXPECT_LT(testing::mismatch(to(gg[k], Device::cpu()), gh[k], tol, tol), 1.0) << "case " << c << " argument " << k;
+        EXPECT_LT(testing::mismatch(to(gg[k], Device::cpu()), gh[k], tol, tol), 1.0)
+            << "case " << c << " argument " << k;
     }
   }
 }

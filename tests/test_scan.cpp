@@ -259,7 +259,8 @@ TEST(Scan, CompiledStepsReplayTransposedBroadcastAndReducedOperands) {
 TEST(Scan, FusedScalarStepsMatchTheUnrolledLoop) {
   // Swapped and passed-through carries, y_t = a carry (the copies the fused loop renames).
   ScanBody swaps = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-    return std::make_pair(std::vector<Tensor>{c[1], c[0] * x[0] + c[1] * 0.5, c[2]}, std::vector<Tensor>{c[0]});
+    return std::make_pair(std::vector<Tensor>{c[1], c[0] * x[0] + c[1] * 0.5, c[2]},
+                          std::vector<Tensor>{c[0]});
   };
   // Inline kinds (add, sub, mul, neg, square) next to kernels called through their scalar twins
   // (tanh, exp, div, where, greater, maximum), and an output no loss term reads.
@@ -302,7 +303,8 @@ TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
     detail::set_scalar_loops(true);
     const double tol = dt == DType::f64 ? 1e-14 : 1e-6;
     EXPECT_NEAR(v_fused.item(), v_steps.item(), tol * std::abs(v_steps.item()));
-    for (size_t k = 0; k < 3; ++k) EXPECT_LT(mismatch(g_fused[k], g_steps[k], tol, tol), 1.0) << "argument " << k;
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_LT(mismatch(g_fused[k], g_steps[k], tol, tol), 1.0) << "argument " << k;
   }
   // A Jacobian: the forward pass fuses, the reverse sweep's cotangents carry a basis axis (more
   // than one element per step), so it replays call by call.
@@ -312,7 +314,8 @@ TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
   detail::set_scalar_loops(false);
   const std::vector<Tensor> j_steps = jacobian(ys, args);
   detail::set_scalar_loops(true);
-  for (size_t k = 0; k < 3; ++k) EXPECT_LT(mismatch(j_fused[k], j_steps[k], 1e-14, 1e-14), 1.0) << "argument " << k;
+  for (size_t k = 0; k < 3; ++k)
+    EXPECT_LT(mismatch(j_fused[k], j_steps[k], 1e-14, 1e-14), 1.0) << "argument " << k;
   EXPECT_EQ(j_fused[2].axes().describe(), "(t=6, t_in=6)");
 }
 
@@ -344,10 +347,11 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
     std::vector<Op> ops;
     const int n = 3 + pick(10);
     for (int i = 0; i < n; ++i) {
-      const K kinds[] = {K::copy, K::copy, K::copy, K::acc, K::neg, K::acc_neg, K::add,
+      const K kinds[] = {K::copy, K::copy, K::copy,    K::acc,  K::neg,  K::acc_neg, K::add,
                          K::sub,  K::mul,  K::mul_acc, K::call, K::copy, K::acc};
       Op op{kinds[pick(13)], 3, -1, {pick(6), pick(6), pick(6)}};
-      if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg || op.kind == K::call)
+      if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg ||
+          op.kind == K::call)
         op.arity = 2;
       const int r = pick(8);
       if ((op.kind == K::copy || op.kind == K::acc) && r < 2) op.moving = r;  // moving in / out
@@ -383,8 +387,10 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
       std::memcpy(&b, &v, sizeof b);
       return b;
     };
-    for (int e = 0; e < 2; ++e) ASSERT_EQ(bits(fused.e[e]), bits(as_written.e[e])) << "trial " << trial << " element " << e;
-    for (int s = 0; s < kSteps; ++s) ASSERT_EQ(bits(fused.out[s]), bits(as_written.out[s])) << "trial " << trial << " step " << s;
+    for (int e = 0; e < 2; ++e)
+      ASSERT_EQ(bits(fused.e[e]), bits(as_written.e[e])) << "trial " << trial << " element " << e;
+    for (int s = 0; s < kSteps; ++s)
+      ASSERT_EQ(bits(fused.out[s]), bits(as_written.out[s])) << "trial " << trial << " step " << s;
   }
   EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
 }

@@ -72,7 +72,9 @@ struct Fill {
     const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
     for_flat<T>(outer, n, a, [v](T& y) { y = v; });
   }
-  static void one(void* const* p) { *static_cast<T*>(p[0]) = static_cast<T>(*static_cast<const double*>(p[1])); }
+  static void one(void* const* p) {
+    *static_cast<T*>(p[0]) = static_cast<T>(*static_cast<const double*>(p[1]));
+  }
 };
 
 template <template <class> class K, class T>

@@ -110,7 +110,7 @@ struct Cublas {
   decltype(&cublasGetStatusString) status = nullptr;
 };
 const Cublas* cublas() {
-  static const Cublas* lib = [] () -> const Cublas* {
+  static const Cublas* lib = []() -> const Cublas* {
     const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
     void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) h = dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
@@ -123,9 +123,10 @@ const Cublas* cublas() {
                     sym(c.set_stream, "cublasSetStream_v2") & sym(c.dgemm, "cublasDgemmStridedBatched") &
                     sym(c.sgemm, "cublasSgemmStridedBatched") & sym(c.status, "cublasGetStatusString");
     if (!ok) {
-      std::fprintf(stderr,
-                   "tenax: note: %s could not be loaded; large contractions on the GPU use Tenax's own kernels\n",
-                   name.c_str());
+      std::fprintf(
+          stderr,
+          "tenax: note: %s could not be loaded; large contractions on the GPU use Tenax's own kernels\n",
+          name.c_str());
       return nullptr;
     }
     return &c;  // the library stays loaded for the life of the process
@@ -176,15 +177,15 @@ bool cublas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, cublasOpera
   return false;
 }
 
-cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                            int n, int k, const double* a, int lda, long long sa, const double* b, int ldb,
-                            long long sb, double beta, double* c, int ldc, long long sc, int count) {
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const double* a, int lda, long long sa, const double* b,
+                            int ldb, long long sb, double beta, double* c, int ldc, long long sc, int count) {
   const double one = 1.0;
   return lib.dgemm(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
 }
-cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
-                            int n, int k, const float* a, int lda, long long sa, const float* b, int ldb,
-                            long long sb, float beta, float* c, int ldc, long long sc, int count) {
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const float* a, int lda, long long sa, const float* b,
+                            int ldb, long long sb, float beta, float* c, int ldc, long long sc, int count) {
   const float one = 1.0f;
   return lib.sgemm(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
 }
@@ -194,7 +195,8 @@ cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation
 // recorded on this thread (the plain kernels record without library workspaces).
 template <class T>
 bool contract_cublas(const ContractArgs& a, int device, int64_t B, int64_t M, int64_t N, int64_t K) {
-  if (a.m.rank > 1 || a.n.rank > 1 || a.k.rank > 1 || a.batch.rank > 1 || M * N * K < kCublasWork) return false;
+  if (a.m.rank > 1 || a.n.rank > 1 || a.k.rank > 1 || a.batch.rank > 1 || M * N * K < kCublasWork)
+    return false;
   if (std::max({M, N, K, B}) > INT_MAX || cuda::g_recording) return false;
   const Cublas* lib = cublas();
   if (!lib) return false;
@@ -223,9 +225,9 @@ bool contract_cublas(const ContractArgs& a, int device, int64_t B, int64_t M, in
   if (!cublas_view(m, K, xm, xk, tx, ldx) || !cublas_view(K, n, yk, yn, ty, ldy)) return false;
   if (std::max({ldx, ldy, ldz}) > INT_MAX) return false;
   const cublasStatus_t s =
-      gemm_batched(*lib, cublas_handle(*lib, device), tx, ty, static_cast<int>(m), static_cast<int>(n), static_cast<int>(K), x,
-                   static_cast<int>(ldx), sx, y, static_cast<int>(ldy), sy, a.accumulate ? T(1) : T(0), z,
-                   static_cast<int>(ldz), sz, static_cast<int>(B));
+      gemm_batched(*lib, cublas_handle(*lib, device), tx, ty, static_cast<int>(m), static_cast<int>(n),
+                   static_cast<int>(K), x, static_cast<int>(ldx), sx, y, static_cast<int>(ldy), sy,
+                   a.accumulate ? T(1) : T(0), z, static_cast<int>(ldz), sz, static_cast<int>(B));
   if (s != CUBLAS_STATUS_SUCCESS)
     throw DeviceError(std::string("[dot] cuBLAS gemm failed: ") + lib->status(s));
   cuda::count_launches();

@@ -57,8 +57,8 @@ struct Tables {
   KernelTable capturing[kDeviceKinds];
   ElementwiseFn slot_fn[kDeviceKinds][kMaxSlots] = {};
   FlatFn slot_flat[kDeviceKinds][kMaxSlots] = {};  ///< the flat twin of each slot's kernel
-  ScalarFn slot_one[kMaxSlots] = {};                ///< the scalar twin of each host slot's kernel
-  ScalarLoop::Form slot_form[kMaxSlots] = {};       ///< how each host slot's kernel runs in a ScalarLoop
+  ScalarFn slot_one[kMaxSlots] = {};               ///< the scalar twin of each host slot's kernel
+  ScalarLoop::Form slot_form[kMaxSlots] = {};      ///< how each host slot's kernel runs in a ScalarLoop
   SlotInfo slot[kMaxSlots];
 };
 
@@ -290,7 +290,9 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
 // g * b and g * a.
 ScalarLoop::Form inline_form(const KernelTable& t, ElementwiseFn f) {
   using K = ScalarLoop::Kind;
-  auto form = [](K k, int8_t arity, int8_t a = 1, int8_t b = 2) { return ScalarLoop::Form{k, arity, {0, a, b}}; };
+  auto form = [](K k, int8_t arity, int8_t a = 1, int8_t b = 2) {
+    return ScalarLoop::Form{k, arity, {0, a, b}};
+  };
   auto set = [&](DerivOp d) { return t.deriv_set[static_cast<int>(d)][0]; };
   auto acc = [&](DerivOp d) { return t.deriv_acc[static_cast<int>(d)][0]; };
   auto binary = [&](BinaryOp b) { return t.binary[static_cast<int>(b)][0]; };
@@ -396,7 +398,8 @@ ScalarFn scalar_twin(ElementwiseFn fn) {
 
 bool KernelProgram::append_to(ScalarLoop& loop) const {
   for (const Call& c : calls_) {
-    if (!c.flat || c.outer != 1 || c.count != 1 || (!c.one && c.form.kind == ScalarLoop::Kind::call)) return false;
+    if (!c.flat || c.outer != 1 || c.count != 1 || (!c.one && c.form.kind == ScalarLoop::Kind::call))
+      return false;
     const FlatArg* args = &flat_args_[static_cast<size_t>(c.first_arg)];
     ScalarLoop::Ins ins;
     ins.kind = c.form.kind;

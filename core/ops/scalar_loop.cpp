@@ -1,4 +1,5 @@
-// The fused loop of single-element scan steps: building, dead-recompute removal, and the run loop.
+// The fused loop of single-element scan steps: building, copy renaming and dead-code removal,
+// register forwarding, and the run loop.
 #include "tenax/core/ops/scalar_loop.h"
 
 #include <atomic>
@@ -106,10 +107,10 @@ bool ScalarLoop::drop_dead() {
 }
 
 // Copy j: dst = src. The instructions after it use src instead of dst, and the copy goes. Valid
-// when dst is the loop's own, untouched before the copy in the step, and src is not written
+// when dst is the loop's own and untouched before the copy in the step, and src is not written
 // between the copy and dst's last use (which may write src whole), nor read there when those uses
-// also write dst; if those uses write dst (now
-// src), src must be rewritten whole by the last use or after it, so that it ends the step as before.
+// also write dst. If they write dst (now src), src must be rewritten whole by the last use or
+// after it, so that it ends the step as before.
 bool ScalarLoop::merge_forward(size_t j) {
   const void* dst = code_[j].p[0];
   const void* src = code_[j].p[1];

@@ -2,9 +2,10 @@
 // Library-internal: the steps of a scan whose every kernel call works on ONE element, fused into a
 // single loop of scalar instructions. A replayed step otherwise pays per call: a dispatch through
 // its kernel program, a flat kernel's loop set-up and, per step, the calls of the slice copies.
-// Here one call runs many steps: each instruction is an inline float64 copy / accumulate or a call
-// of a kernel's scalar twin (backends/kernels.h ScalarFn) on element pointers fixed at capture,
-// except the slice copies', which move by a stride per step.
+// Here one call runs many steps: each instruction is an inline float64 form of a common kernel
+// (copy, accumulate, add, mul, ...) or a call of a kernel's scalar twin (backends/kernels.h
+// ScalarFn) on element pointers fixed at capture, except the slice copies', which move by a stride
+// per step.
 #include <cstdint>
 #include <vector>
 
@@ -15,7 +16,7 @@ namespace tenax::detail {
 class ScalarLoop {
  public:
   enum class Kind : uint8_t {
-    call,     ///< fn(p)
+    call,  ///< fn(p)
     // Inline float64 forms of the commonest kernels (the kernel's own arithmetic, same results):
     copy,     ///< *p0 = *p1
     acc,      ///< *p0 += *p1

@@ -112,7 +112,8 @@ Device parse_device(const std::string& s) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Tenax Kalman example: maximum-likelihood fit of a linear-Gaussian state-space model"};
-  std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png", device_name = "cpu";
+  std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png",
+                                    device_name = "cpu";
   int64_t series = 16, steps = 1000;
   uint64_t seed = 42;
   int max_iter = 200;
@@ -126,7 +127,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "where to write the fitted model");
   app.add_option("--plot", plot_path, "PNG of observations, true and filtered states (needs gnuplot)");
   app.add_flag("--no-plot", no_plot, "do not plot");
-  app.add_option("--device", device_name, "where the fit runs: cpu, cuda or cuda:N (data and constants are copied there once)");
+  app.add_option("--device", device_name,
+                 "where the fit runs: cpu, cuda or cuda:N (data and constants are copied there once)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -177,10 +179,11 @@ int main(int argc, char** argv) {
     for (const std::string& n : model.trainable()) std::printf("%s ", n.c_str());
     std::printf("(%zu unconstrained coordinates, starting at 0)\n\n", model.unconstrained_vector().size());
     std::printf("%5s  %16s  %12s  %9s\n", "iter", "log-likelihood", "|grad|/obs", "time (s)");
-    const kalman::FitResult fit = kalman::fit(model, fit_inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
-      std::printf("%5d  %16.6f  %12.3e  %9.3f\n", pr.iteration, pr.loglik, pr.grad_norm, pr.seconds);
-      std::fflush(stdout);
-    });
+    const kalman::FitResult fit =
+        kalman::fit(model, fit_inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
+          std::printf("%5d  %16.6f  %12.3e  %9.3f\n", pr.iteration, pr.loglik, pr.grad_norm, pr.seconds);
+          std::fflush(stdout);
+        });
     std::printf("\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s\n", fit.iterations,
                 fit.evaluations, fit.seconds);
     std::printf("log-likelihood: fitted %.6f", fit.loglik);
