@@ -90,7 +90,9 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
     int64_t B, M, K, N;
   };
   std::mt19937_64 rng(4);
-  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}}) {
+  // Sizes up to 4 with one batch entry take the unrolled fixed-size kernels; 5 just misses them.
+  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}, Case{1, 4, 4, 4}, Case{1, 1, 3, 4},
+                 Case{1, 4, 2, 1}, Case{1, 3, 1, 2}, Case{1, 5, 4, 4}}) {
     Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 1), y = randn(Axes{{"b", c.B}, {"k", c.K}, {"n", c.N}}, 2);
     Tensor ref = naive_matmul(x, y, c.B, c.M, c.K, c.N);
     EXPECT_LE(mismatch(dot(x, y, {"k"}), ref, 1e-12, 1e-12), 1.0) << "contiguous " << c.M;
@@ -100,6 +102,25 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
     EXPECT_LE(mismatch(dot(testing::scramble(x, rng), testing::scramble(y, rng), {"k"}), ref, 1e-12, 1e-12), 1.0)
         << "strided " << c.M;
   }
+}
+
+TEST(Dot, TinyProductsAccumulateIntoAdjoints) {
+  // x feeds two products: its adjoint gets the second VJP's contraction accumulated into the first.
+  // d/dx [Σ (x y) ⊙ W + Σ (x y2) ⊙ W2] = W yᵀ + W2 y2ᵀ, by loops.
+  const Tensor x = randn(Axes{{"m", 3}, {"k", 4}}, 1), y = randn(Axes{{"k", 4}, {"n", 2}}, 2);
+  const Tensor y2 = randn(Axes{{"k", 4}, {"q", 3}}, 3);
+  const Tensor w = randn(Axes{{"m", 3}, {"n", 2}}, 4), w2 = randn(Axes{{"m", 3}, {"q", 3}}, 5);
+  auto f = [&](const std::vector<Tensor>& a) {
+    return sum(dot(a[0], y, {"k"}) * w) + sum(dot(transpose(a[0], {"k", "m"}), y2, {"k"}) * w2);
+  };
+  const Tensor g = grad(f, {x})[0];
+  for (int m = 0; m < 3; ++m)
+    for (int k = 0; k < 4; ++k) {
+      double e = 0;
+      for (int n = 0; n < 2; ++n) e += w.at({{"m", m}, {"n", n}}) * y.at({{"k", k}, {"n", n}});
+      for (int q = 0; q < 3; ++q) e += w2.at({{"m", m}, {"q", q}}) * y2.at({{"k", k}, {"q", q}});
+      EXPECT_NEAR(g.at({{"m", m}, {"k", k}}), e, 1e-13) << "m=" << m << " k=" << k;
+    }
 }
 
 TEST(Dot, InnerOuterAndBatchProducts) {

@@ -1,7 +1,10 @@
-// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: direct loops for small matrices, BLAS gemm
+// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: unrolled fixed-size kernels for tiny
+// matrices (sizes <= 4), direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
 
+#include <array>
+#include <utility>
 #include <vector>
 
 #include "tenax/backends/cpu/register.h"
@@ -163,9 +166,64 @@ bool contract_small(const ContractArgs& a) {
   return true;
 }
 
+// Tiny contractions (every group one axis or none, M, N, K <= 4, no batch) with the sizes known
+// at compile time: fully unrolled, strides at run time. These are most of the calls of a
+// small-state scan step (a Kalman filter at state 4: 24 per value + gradient step).
+template <class T, int M, int N, int K>
+void contract_fixed(const T* x, const T* y, T* z, int64_t mx, int64_t kx, int64_t ky, int64_t ny, int64_t mz,
+                    int64_t nz, bool accumulate) {
+  T acc[M][N] = {};
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) {
+      const T xv = x[m * mx + k * kx];
+      for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * ky + n * ny];
+    }
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      T& d = z[m * mz + n * nz];
+      d = accumulate ? d + acc[m][n] : acc[m][n];
+    }
+}
+
+template <class T>
+using FixedFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+
+template <class T, int... I>
+constexpr std::array<FixedFn<T>, 64> fixed_table(std::integer_sequence<int, I...>) {
+  return {&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>...};
+}
+
+// The size and stride of a group whose dims of size > 1 number at most one; false otherwise.
+bool squeeze(const ContractGroup& g, const int64_t* st, int64_t& size, int64_t& stride) {
+  size = 1;
+  stride = 0;
+  for (int d = 0; d < g.rank; ++d) {
+    if (g.sizes[d] == 1) continue;
+    if (size != 1) return false;
+    size = g.sizes[d];
+    stride = st[d];
+  }
+  return true;
+}
+
+template <class T>
+bool contract_tiny(const ContractArgs& a) {
+  if (group_size(a.batch) != 1) return false;
+  int64_t M, N, K, mx, mz, ny, nz, kx, ky, unused;
+  if (!squeeze(a.m, a.m.x, M, mx) || !squeeze(a.m, a.m.z, unused, mz) || !squeeze(a.n, a.n.y, N, ny) ||
+      !squeeze(a.n, a.n.z, unused, nz) || !squeeze(a.k, a.k.x, K, kx) || !squeeze(a.k, a.k.y, unused, ky))
+    return false;
+  if (M > 4 || N > 4 || K > 4 || M * N * K == 0) return false;
+  static constexpr auto table = fixed_table<T>(std::make_integer_sequence<int, 64>{});
+  table[static_cast<size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1))](
+      static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.z), mx, kx, ky, ny, mz, nz,
+      a.accumulate);
+  return true;
+}
+
 template <class T>
 void contract(const ContractArgs& a) {
-  if (contract_small<T>(a)) return;
+  if (contract_tiny<T>(a) || contract_small<T>(a)) return;
   Scratch& s = scratch();
   offsets(a.batch, a.batch.x, s.bx);
   offsets(a.batch, a.batch.y, s.by);
