@@ -71,22 +71,60 @@ struct ScanRun final : detail::CustomNode {
     return out;
   }
 
+  // A fused loop (ScalarLoop) of what `build` appends, simplified; null when fusion is off or the
+  // step does not fuse. Call it once the programs it replays are built (StepProgram::built).
+  template <class Build>
+  static std::unique_ptr<detail::ScalarLoop> fuse(Build build) {
+    if (!detail::scalar_loops_enabled()) return nullptr;
+    auto loop = std::make_unique<detail::ScalarLoop>();
+    if (!build(*loop)) return nullptr;
+    loop->simplify();
+    return loop;
+  }
+  // Appends the loads (or stores) of `slots` at slot index step - offset (ScalarLoop::run).
+  static bool append_slots(detail::ScalarLoop& loop, const std::vector<detail::SliceCopy>& copies) {
+    for (const auto& c : copies)
+      if (!c.append_to(loop, 0, 1, true)) return false;
+    return true;
+  }
+
+  // x_t, the step and the next carry, fused: what advance() runs (built with the forward programs;
+  // it holds no reverse-pass buffers, so it serves every reverse pass of this scan).
+  std::unique_ptr<detail::ScalarLoop> advance_loop;
+  bool advance_tried = false;
+
   // The program's carry goes from step a to step b.
   void advance(int64_t a, int64_t b) {
     detail::StepProgram& p = compiled();
+    if (!advance_tried && p.built(false)) {
+      advance_tried = true;
+      advance_loop = fuse([&](detail::ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
+    }
+    if (advance_loop) {
+      advance_loop->run(a, b - a, 1);
+      return;
+    }
     for (int64_t s = a; s < b; ++s) {
       p.forward(s);
       p.next_carry();
     }
   }
 
+  // x_t, the step and its reverse step, fused (per reverse pass: it holds that pass's adjoints).
+  std::unique_ptr<detail::ScalarLoop> leaf_loop;
+
   // Steps b-1 .. a backwards from the carry into step a (in the program's carry), keeping
   // snapshots in slots depth, depth+1, ... of `snap` (recursive bisection).
   void reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t depth) {
     detail::StepProgram& p = compiled();
     if (b - a == 1) {
+      if (leaf_loop) {
+        leaf_loop->run(a, 1, 1);
+        return;
+      }
       p.forward(a);
       p.backward(a);
+      leaf_loop = fuse([&](detail::ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
       return;
     }
     const int64_t m = a + (b - a) / 2;
@@ -97,49 +135,84 @@ struct ScanRun final : detail::CustomNode {
     reverse_range(snap, a, m, depth);
   }
 
-  // Steps from..steps-1 forwards (carry in the program's carry; step from-1 already ran) as one
-  // fused loop of scalar instructions, storing a checkpoint per step when `store_ck` (every step:
-  // the caller's checkpoint_every is 1) and ys through `y_store`. False when the step does not fuse
-  // (then nothing ran).
+  // Steps from..steps-1 forwards (carry in the program's carry; step from-1 already ran, so the
+  // programs are built) as one fused loop, storing checkpoints every checkpoint_every steps when
+  // `store_ck` (inside the loop for every step; else one copy per chunk of steps between fused
+  // runs) and ys through `y_store`. False when the step does not fuse (then nothing ran).
   bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store,
                      int64_t from) {
-    if ((store_ck && opt.checkpoint_every != 1) || !detail::scalar_loops_enabled()) return false;
     detail::StepProgram& p = compiled();
-    detail::ScalarLoop loop;
-    bool ok = true;
-    if (store_ck)
-      for (const auto& c : ck.store) ok = ok && c.append_to(loop, 0, 1);
-    ok = ok && p.append_forward(loop);
-    for (const auto& c : y_store) ok = ok && c.append_to(loop, p.origin(), p.dir());
-    ok = ok && p.append_next(loop);
-    if (!ok) return false;
-    loop.simplify();
-    loop.run(from, steps - from, 1);
+    const int64_t k = opt.checkpoint_every;
+    const bool ck_inside = store_ck && k == 1;
+    auto loop = fuse([&](detail::ScalarLoop& l) {
+      if (ck_inside)
+        for (const auto& c : ck.store)
+          if (!c.append_to(l, 0, 1)) return false;
+      if (!p.append_forward(l)) return false;
+      for (const auto& c : y_store)
+        if (!c.append_to(l, p.origin(), p.dir())) return false;
+      return p.append_next(l);
+    });
+    if (!loop) return false;
+    for (int64_t s = from; s < steps;) {
+      int64_t end = steps;
+      if (store_ck && !ck_inside) {
+        if (s % k == 0) ck.from_carry(s / k);
+        end = std::min(steps, (s / k + 1) * k);
+      }
+      loop->run(s, end - s, 1);
+      s = end;
+    }
     return true;
   }
 
-  // The reverse sweep with a checkpoint per step: the last step builds the backward programs, and
-  // the others run as one fused loop when they fuse (its recomputation of the step trimmed to what
-  // the reverse rules read), or step by step.
-  void reverse_each(CarrySlots& ck) {
+  // The reverse sweep from checkpoints every k steps (k = 1: every carry). Per chunk [c, e): the
+  // carry at c from its checkpoint, the steps c..e-2 recomputed forwards storing each carry in a
+  // segment slot, then steps e-1..c backwards, each from its slot. The first chunk builds the
+  // reverse programs step by step; the others run as fused loops when the step fuses (the reverse
+  // loop's recomputation trimmed to what the reverse rules read).
+  void reverse_chunks(CarrySlots& ck, int64_t k) {
     detail::StepProgram& p = compiled();
-    ck.to_carry(steps - 1);
-    p.forward(steps - 1);
-    p.backward(steps - 1);
-    detail::ScalarLoop loop;
-    bool ok = detail::scalar_loops_enabled();
-    for (const auto& c : ck.load) ok = ok && c.append_to(loop, 0, 1);
-    ok = ok && p.append_forward(loop);
-    ok = ok && p.append_backward(loop);
-    if (ok) {
-      loop.simplify();
-      loop.run(steps - 2, steps - 1, -1);
-      return;
-    }
-    for (int64_t s = steps - 2; s >= 0; --s) {
-      ck.to_carry(s);
-      p.forward(s);
-      p.backward(s);
+    CarrySlots segment;
+    if (k > 1) segment = CarrySlots(new_slots(k), p.carry());
+    // With k = 1 the checkpoints are the slots (slot index = step); else the segment (step - c).
+    CarrySlots& slots = k > 1 ? segment : ck;
+    std::unique_ptr<detail::ScalarLoop> forwards, backwards;
+    bool fused = false, tried = false;
+    for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
+      const int64_t e = std::min(c + k, steps);
+      if (fused && k == 1) {  // every remaining step in one run, each from its checkpoint
+        backwards->run(c, c + 1, -1);
+        break;
+      }
+      ck.to_carry(c / k);
+      if (fused) {
+        forwards->run(c, e - 1 - c, 1, c);
+        segment.from_carry(e - 1 - c);
+        backwards->run(e - 1, e - c, -1, c);
+        continue;
+      }
+      for (int64_t s = c; s + 1 < e; ++s) {
+        segment.from_carry(s - c);
+        p.forward(s);
+        p.next_carry();
+      }
+      for (int64_t s = e - 1; s >= c; --s) {
+        if (s + 1 < e) segment.to_carry(s - c);
+        p.forward(s);
+        p.backward(s);
+      }
+      if (tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
+      tried = true;
+      if (k > 1)
+        forwards = fuse([&](detail::ScalarLoop& l) {
+          return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
+        });
+      if (k == 1 || forwards)
+        backwards = fuse([&](detail::ScalarLoop& l) {
+          return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
+        });
+      fused = backwards != nullptr;
     }
   }
 
@@ -167,29 +240,12 @@ struct ScanRun final : detail::CustomNode {
       const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
       CarrySlots snap(new_slots(depth), p.carry());
       p.set_carry(init);
+      leaf_loop.reset();
       reverse_range(snap, 0, steps, 0);
-    } else if (opt.checkpoint_every == 1) {
-      CarrySlots ck(checkpoints, p.carry());
-      reverse_each(ck);
+      leaf_loop.reset();
     } else {
-      const int64_t k = opt.checkpoint_every;
       CarrySlots ck(checkpoints, p.carry());
-      CarrySlots segment;
-      if (k > 1) segment = CarrySlots(new_slots(k), p.carry());
-      for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
-        const int64_t e = std::min(c + k, steps);
-        ck.to_carry(c / k);
-        for (int64_t s = c; s + 1 < e; ++s) {
-          segment.from_carry(s - c);
-          p.forward(s);
-          p.next_carry();
-        }
-        for (int64_t s = e - 1; s >= c; --s) {
-          if (s + 1 < e) segment.to_carry(s - c);
-          p.forward(s);
-          p.backward(s);
-        }
-      }
+      reverse_chunks(ck, opt.checkpoint_every);
     }
     p.finish();
     for (size_t k = 0; k < nc; ++k)

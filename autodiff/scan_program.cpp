@@ -53,9 +53,10 @@ void SliceCopy::run(int64_t i) {
   fn_(dims_, args_);
 }
 
-bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir) const {
+bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative) const {
   if (!flat_ || outer_ != 1 || count_ != 1) return false;
   ScalarLoop::Ins ins;
+  ins.relative = relative;
   ins.arity = 2;
   ins.moving = static_cast<int8_t>(moving_);
   ins.p[moving_] = base_ + origin * stride_bytes_;

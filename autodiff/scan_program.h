@@ -20,9 +20,9 @@ class SliceCopy {
   /// into_fixed: fixed (+)= whole[over = i]; else whole[over = i] (+)= fixed.
   SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate);
   void run(int64_t i);
-  /// Appends this copy to `loop` with slice index origin + dir * step; false when the slice is not
-  /// one element.
-  bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir) const;
+  /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
+  /// the run's offset, ScalarLoop::run); false when the slice is not one element.
+  bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;
 
  private:
   Tensor fixed_, whole_;
@@ -64,6 +64,11 @@ class StepProgram {
   bool append_forward(ScalarLoop& loop) const;
   bool append_next(ScalarLoop& loop) const;
   bool append_backward(ScalarLoop& loop) const;
+  /// Whether the programs the append_ functions need are built (forward, next carry, and with
+  /// `backward` the reverse step of the current reverse pass).
+  [[nodiscard]] bool built(bool backward) const {
+    return forward_built_ && next_built_ && (!backward || backward_built_);
+  }
   /// Slice index origin and direction of the step: index(s) = origin + dir * s.
   [[nodiscard]] int64_t origin() const { return reverse_ ? steps_ - 1 : 0; }
   [[nodiscard]] int64_t dir() const { return reverse_ ? -1 : 1; }

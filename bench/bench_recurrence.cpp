@@ -4,6 +4,7 @@
 // into one scalar loop (the default) and call by call, in the same run.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include <tenax/tenax.h>
@@ -89,10 +90,14 @@ void BM_Recurrence_AssociativeScan(benchmark::State& state) {
 BENCHMARK(BM_Recurrence_AssociativeScan)->Unit(benchmark::kMillisecond);
 
 // Tenax: the same recurrence as a scan whose body is one multiply-add; loss on the stacked ys.
-// Argument 1: the steps run as one fused scalar loop (the default); 0: call by call (for the
-// comparison; detail::set_scalar_loops).
+// Argument fused 1: the steps run as one fused scalar loop (the default); 0: call by call (for the
+// comparison; detail::set_scalar_loops). Argument ck: checkpoint_every; 0: a memory budget of 64
+// carries (recursive bisection).
 void BM_Recurrence_Scan(benchmark::State& state) {
   detail::set_scalar_loops(state.range(0) != 0);
+  ScanOptions opt;
+  opt.checkpoint_every = std::max<int64_t>(state.range(1), 1);
+  opt.memory_budget = state.range(1) == 0 ? 64 * 8 : 0;
   Tensor u0 = tensor(inputs(), Axes{{"t", kSteps}});
   Tensor lambda0 = scalar(0.9);
   for (auto _ : state) {
@@ -102,7 +107,7 @@ void BM_Recurrence_Scan(benchmark::State& state) {
       Tensor next = lambda * c[0] + x[0];
       return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
     };
-    ScanResult r = scan(body, {scalar(0.0)}, {u}, "t");
+    ScanResult r = scan(body, {scalar(0.0)}, {u}, "t", opt);
     Tensor loss = sum(square(r.ys[0]));
     auto g = tape.gradient(loss, {lambda, u});
     benchmark::DoNotOptimize(g[1].data_ptr());
@@ -112,7 +117,15 @@ void BM_Recurrence_Scan(benchmark::State& state) {
   detail::set_scalar_loops(true);
   per_step(state);
 }
-BENCHMARK(BM_Recurrence_Scan)->ArgName("fused")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Recurrence_Scan)
+    ->ArgNames({"fused", "ck"})
+    ->Args({1, 1})
+    ->Args({0, 1})
+    ->Args({1, 16})
+    ->Args({0, 16})
+    ->Args({1, 0})
+    ->Args({0, 0})
+    ->Unit(benchmark::kMillisecond);
 
 // Forward only, for the split between the passes.
 void BM_Recurrence_ScanForward(benchmark::State& state) {

@@ -1,6 +1,7 @@
 // scan: forward values against hand-written loops (any axis, reverse), gradients against the
 // unrolled loop on the tape and against finite differences under every checkpoint schedule,
 // parameter adjoints, and the errors a misused scan raises.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -254,8 +255,9 @@ TEST(Scan, CompiledStepsReplayTransposedBroadcastAndReducedOperands) {
 }
 
 // Scalar carries: every call of the step is on one element, so the steps run as fused scalar
-// loops (core/ops/scalar_loop.h) with copies renamed away; checkpoint_every = 3 runs its reverse
-// sweep step by step. Against the unrolled loop, forwards and in reverse.
+// loops (core/ops/scalar_loop.h) with copies renamed away, under every schedule: a checkpoint per
+// step, every 3 or 4 steps (T = 9: chunks of 3, and a last chunk of one step), and recursive
+// bisection (a 120-byte budget). Against the unrolled loop, forwards and in reverse.
 TEST(Scan, FusedScalarStepsMatchTheUnrolledLoop) {
   // Swapped and passed-through carries, y_t = a carry (the copies the fused loop renames).
   ScanBody swaps = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
@@ -271,10 +273,11 @@ TEST(Scan, FusedScalarStepsMatchTheUnrolledLoop) {
                           std::vector<Tensor>{a * b, square(x[0])});
   };
   const Tensor xs = randn(Axes{{"t", 9}}, 4) * 0.5;
-  for (int64_t k : {1, 3})
+  for (int64_t k : {1, 3, 4, 0})
     for (bool rev : {false, true}) {
       ScanOptions o;
-      o.checkpoint_every = k;
+      o.checkpoint_every = std::max<int64_t>(k, 1);
+      o.memory_budget = k == 0 ? 120 : 0;  // 3 carries: bisection; 2: bisection; 1: every carry
       o.reverse = rev;
       SCOPED_TRACE("checkpoint_every=" + std::to_string(k) + " reverse=" + std::to_string(rev));
       expect_scan_matches_unrolled(swaps, {scalar(0.3), scalar(-0.8), scalar(1.1)}, xs, o);

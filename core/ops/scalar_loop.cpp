@@ -184,6 +184,8 @@ void ScalarLoop::simplify() {
   link();
 }
 
+namespace {
+
 // Which elements hold the value instruction c leaves in the run loop's register: the element it
 // writes (and a copy's source); none for a call or a store into a moving element.
 int same_as_last(const Ins& c, const void* out[2]) {
@@ -205,6 +207,8 @@ int same_as_last(const Ins& c, const void* out[2]) {
   }
 }
 
+}  // namespace
+
 void ScalarLoop::link() {
   for (size_t i = 0; i < code_.size(); ++i) {
     Ins& c = code_[i];
@@ -219,7 +223,7 @@ void ScalarLoop::link() {
   }
 }
 
-void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
+void ScalarLoop::run(int64_t first, int64_t count, int64_t dir, int64_t offset) const {
   const Ins* code = code_.data();
   const size_t n = code_.size();
   auto f64 = [](void* p) { return static_cast<double*>(p); };
@@ -231,6 +235,7 @@ void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
     for (size_t i = 0; i < n; ++i) {
       const Ins& c = code[i];
       auto in = [&](int a) { return (c.from_last >> a) & 1u ? last : *f64(c.p[a]); };
+      auto moved = [&](const Ins& m) { return at(m.p[m.moving], (m.relative ? s - offset : s) * m.stride); };
       switch (c.kind) {
         case Kind::call:
           c.fn(c.p);
@@ -260,22 +265,22 @@ void ScalarLoop::run(int64_t first, int64_t count, int64_t dir) const {
           *f64(c.p[0]) = last = in(0) + in(1) * in(2);
           break;
         case Kind::copy_in:
-          *f64(c.p[0]) = last = *f64(at(c.p[1], s * c.stride));
+          *f64(c.p[0]) = last = *f64(moved(c));
           break;
         case Kind::copy_out:
-          *f64(at(c.p[0], s * c.stride)) = last = in(1);
+          *f64(moved(c)) = last = in(1);
           break;
         case Kind::acc_in:
-          *f64(c.p[0]) = last = in(0) + *f64(at(c.p[1], s * c.stride));
+          *f64(c.p[0]) = last = in(0) + *f64(moved(c));
           break;
         case Kind::acc_out: {
-          double* o = f64(at(c.p[0], s * c.stride));
+          double* o = f64(moved(c));
           *o = last = *o + in(1);
           break;
         }
         case Kind::call_moving: {
           void* q[5] = {c.p[0], c.p[1], c.p[2], c.p[3], c.p[4]};
-          q[c.moving] = at(q[c.moving], s * c.stride);
+          q[c.moving] = moved(c);
           c.fn(q);
           break;
         }

@@ -46,6 +46,7 @@ class ScalarLoop {
     int8_t arity = 0;       ///< operands: p[0] is written (and read by accumulating kernels)
     int8_t moving = -1;     ///< the operand whose pointer moves by `stride` bytes per step, or -1
     uint8_t from_last = 0;  ///< set by simplify(): operands (bits) the previous instruction produced
+    bool relative = false;  ///< the moving operand indexes by step - run()'s `offset`, not by step
     void* p[5] = {};
     int64_t stride = 0;
   };
@@ -62,8 +63,9 @@ class ScalarLoop {
   /// whose results nothing reads, which shortens the chain of dependent loads and stores a step
   /// makes. Results are unchanged: only which elements hold the loop's own intermediates.
   void simplify();
-  /// Runs steps first, first + dir, ... (count of them): every instruction in order per step.
-  void run(int64_t first, int64_t count, int64_t dir) const;
+  /// Runs steps first, first + dir, ... (count of them): every instruction in order per step. A
+  /// moving operand points at p[moving] + s * stride at step s, or (relative) + (s - offset) * stride.
+  void run(int64_t first, int64_t count, int64_t dir, int64_t offset = 0) const;
   [[nodiscard]] size_t size() const { return code_.size(); }
 
  private:
