@@ -83,6 +83,18 @@ struct ContractArgs {
   bool accumulate = false;  ///< add into z instead of overwriting it
 };
 using ContractFn = void (*)(const ContractArgs& args);
+/// A contraction resolved once, for replays (a captured scan step): the kernel with its operands'
+/// pointers and strides, so that a replay neither re-reads ContractArgs nor re-plans the loops.
+struct ContractPlan {
+  void (*run)(const ContractPlan& plan) = nullptr;
+  const void* x = nullptr;
+  const void* y = nullptr;
+  void* z = nullptr;
+  int64_t mx = 0, kx = 0, ky = 0, ny = 0, mz = 0, nz = 0;
+  bool accumulate = false;
+};
+/// Fills `plan` when the backend has a resolved form for this contraction (false: replay the call).
+using ContractPlanFn = bool (*)(const ContractArgs& args, ContractPlan& plan);
 
 /// A square matrix view: a[i][j] = data[i * rs + j * cs].
 struct MatView {
@@ -208,6 +220,7 @@ struct KernelTable {
   ElementwiseFn cast_f64_f32 = nullptr;  ///< out float32 = in float64
   ElementwiseFn cast_f32_f64 = nullptr;  ///< out float64 = in float32
   ContractFn contract[2] = {};
+  ContractPlanFn contract_plan[2] = {};  ///< optional (host: contractions of sizes <= 4)
   CholeskyFn cholesky[2] = {};
   CholeskyVjpFn cholesky_vjp[2] = {};
   TriSolveFn tri_solve[2] = {};

@@ -168,28 +168,30 @@ bool contract_small(const ContractArgs& a) {
 
 // Tiny contractions (every group one axis or none, M, N, K <= 4, no batch) with the sizes known
 // at compile time: fully unrolled, strides at run time. These are most of the calls of a
-// small-state scan step (a Kalman filter at state 4: 24 per value + gradient step).
+// small-state scan step (a Kalman filter at state 4: 24 per value + gradient step). A captured
+// step replays them from their plan (detail::ContractPlan) without re-reading ContractArgs.
 template <class T, int M, int N, int K>
-void contract_fixed(const T* x, const T* y, T* z, int64_t mx, int64_t kx, int64_t ky, int64_t ny, int64_t mz,
-                    int64_t nz, bool accumulate) {
+void contract_fixed(const detail::ContractPlan& p) {
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  T* z = static_cast<T*>(p.z);
   T acc[M][N] = {};
   for (int m = 0; m < M; ++m)
     for (int k = 0; k < K; ++k) {
-      const T xv = x[m * mx + k * kx];
-      for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * ky + n * ny];
+      const T xv = x[m * p.mx + k * p.kx];
+      for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * p.ky + n * p.ny];
     }
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
-      T& d = z[m * mz + n * nz];
-      d = accumulate ? d + acc[m][n] : acc[m][n];
+      T& d = z[m * p.mz + n * p.nz];
+      d = p.accumulate ? d + acc[m][n] : acc[m][n];
     }
 }
 
-template <class T>
-using FixedFn = void (*)(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+using FixedFn = void (*)(const detail::ContractPlan&);
 
 template <class T, int... I>
-constexpr std::array<FixedFn<T>, 64> fixed_table(std::integer_sequence<int, I...>) {
+constexpr std::array<FixedFn, 64> fixed_table(std::integer_sequence<int, I...>) {
   return {&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>...};
 }
 
@@ -207,17 +209,27 @@ bool squeeze(const ContractGroup& g, const int64_t* st, int64_t& size, int64_t& 
 }
 
 template <class T>
-bool contract_tiny(const ContractArgs& a) {
+bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
   if (group_size(a.batch) != 1) return false;
-  int64_t M, N, K, mx, mz, ny, nz, kx, ky, unused;
-  if (!squeeze(a.m, a.m.x, M, mx) || !squeeze(a.m, a.m.z, unused, mz) || !squeeze(a.n, a.n.y, N, ny) ||
-      !squeeze(a.n, a.n.z, unused, nz) || !squeeze(a.k, a.k.x, K, kx) || !squeeze(a.k, a.k.y, unused, ky))
+  int64_t M, N, K, unused;
+  if (!squeeze(a.m, a.m.x, M, p.mx) || !squeeze(a.m, a.m.z, unused, p.mz) || !squeeze(a.n, a.n.y, N, p.ny) ||
+      !squeeze(a.n, a.n.z, unused, p.nz) || !squeeze(a.k, a.k.x, K, p.kx) || !squeeze(a.k, a.k.y, unused, p.ky))
     return false;
   if (M > 4 || N > 4 || K > 4 || M * N * K == 0) return false;
   static constexpr auto table = fixed_table<T>(std::make_integer_sequence<int, 64>{});
-  table[static_cast<size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1))](
-      static_cast<const T*>(a.x), static_cast<const T*>(a.y), static_cast<T*>(a.z), mx, kx, ky, ny, mz, nz,
-      a.accumulate);
+  p.run = table[static_cast<size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1))];
+  p.x = a.x;
+  p.y = a.y;
+  p.z = a.z;
+  p.accumulate = a.accumulate;
+  return true;
+}
+
+template <class T>
+bool contract_tiny(const ContractArgs& a) {
+  detail::ContractPlan p;
+  if (!contract_plan<T>(a, p)) return false;
+  p.run(p);
   return true;
 }
 
@@ -281,6 +293,8 @@ void contract(const ContractArgs& a) {
 void register_contract(detail::KernelTable& t) {
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
+  t.contract_plan[0] = contract_plan<double>;
+  t.contract_plan[1] = contract_plan<float>;
 }
 
 }  // namespace tenax::cpu

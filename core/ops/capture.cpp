@@ -145,6 +145,17 @@ struct LaneCopy {
 template <int Dev, int Dt>
 void contract_trampoline(const ContractArgs& a) {
   const ContractFn fn = tables().real[Dev].contract[Dt];
+  const ContractPlanFn plan_of = tables().real[Dev].contract_plan[Dt];
+  ContractPlan plan;
+  if (plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
+    g_capture->other(
+        [plan] {
+          plan.run(plan);
+          return int64_t{-1};
+        },
+        "dot", Dev == 1, a.z);
+    return;
+  }
   g_capture->other(
       [fn, a] {
         fn(a);
