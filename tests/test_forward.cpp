@@ -91,8 +91,8 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
   };
   std::mt19937_64 rng(4);
   // Sizes up to 4 with one batch entry take the unrolled fixed-size kernels; 5 just misses them.
-  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}, Case{1, 4, 4, 4}, Case{1, 1, 3, 4},
-                 Case{1, 4, 2, 1}, Case{1, 3, 1, 2}, Case{1, 5, 4, 4}}) {
+  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}, Case{1, 4, 4, 4},
+                 Case{1, 1, 3, 4}, Case{1, 4, 2, 1}, Case{1, 3, 1, 2}, Case{1, 5, 4, 4}}) {
     Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 1), y = randn(Axes{{"b", c.B}, {"k", c.K}, {"n", c.N}}, 2);
     Tensor ref = naive_matmul(x, y, c.B, c.M, c.K, c.N);
     EXPECT_LE(mismatch(dot(x, y, {"k"}), ref, 1e-12, 1e-12), 1.0) << "contiguous " << c.M;

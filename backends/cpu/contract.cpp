@@ -213,7 +213,8 @@ bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
   if (group_size(a.batch) != 1) return false;
   int64_t M, N, K, unused;
   if (!squeeze(a.m, a.m.x, M, p.mx) || !squeeze(a.m, a.m.z, unused, p.mz) || !squeeze(a.n, a.n.y, N, p.ny) ||
-      !squeeze(a.n, a.n.z, unused, p.nz) || !squeeze(a.k, a.k.x, K, p.kx) || !squeeze(a.k, a.k.y, unused, p.ky))
+      !squeeze(a.n, a.n.z, unused, p.nz) || !squeeze(a.k, a.k.x, K, p.kx) ||
+      !squeeze(a.k, a.k.y, unused, p.ky))
     return false;
   if (M > 4 || N > 4 || K > 4 || M * N * K == 0) return false;
   static constexpr auto table = fixed_table<T>(std::make_integer_sequence<int, 64>{});

@@ -393,18 +393,23 @@ const char* failure_reason(const char* kernel) {
 
 }  // namespace
 
-FlatFn flat_twin(ElementwiseFn fn) {
+namespace {
+const KernelTable::FlatTwin* twins_of(ElementwiseFn fn) {
   const KernelTable& t = tables().real[0];
   for (int k = 0; fn && k < t.n_flat; ++k)
-    if (t.flat[k].kernel == fn) return t.flat[k].flat;
+    if (t.flat[k].kernel == fn) return &t.flat[k];
   return nullptr;
+}
+}  // namespace
+
+FlatFn flat_twin(ElementwiseFn fn) {
+  const KernelTable::FlatTwin* t = twins_of(fn);
+  return t ? t->flat : nullptr;
 }
 
 ScalarFn scalar_twin(ElementwiseFn fn) {
-  const KernelTable& t = tables().real[0];
-  for (int k = 0; fn && k < t.n_flat; ++k)
-    if (t.flat[k].kernel == fn) return t.flat[k].one;
-  return nullptr;
+  const KernelTable::FlatTwin* t = twins_of(fn);
+  return t ? t->one : nullptr;
 }
 
 bool KernelProgram::append_to(ScalarLoop& loop) const {
