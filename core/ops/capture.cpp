@@ -434,11 +434,12 @@ bool KernelProgram::append_to(ScalarLoop& loop) const {
 
 void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position) const {
   for (size_t k = begin; k < end; ++k) {
-    const Call& c = calls_[k];
-    if (c.flat) {
-      c.flat(c.outer, c.count, &flat_args_[static_cast<size_t>(c.first_arg)]);
+    const Hot& h = hot_[k];
+    if (h.flat) {
+      h.flat(h.outer, h.count, h.args);
       continue;
     }
+    const Call& c = calls_[k];
     if (c.fn) {
       c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
       continue;
@@ -484,6 +485,9 @@ bool cuda_graphs_enabled() {
 // A run the device cannot record falls back to plain launches (same results, more launches).
 void KernelProgram::plan_segments() const {
   planned_ = true;
+  hot_.clear();
+  for (const Call& c : calls_)
+    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer, c.count});
   segments_.clear();
   const DeviceProgramFns& fns = tables().real[1].program;
   if (!fns.capture_graph || !cuda_graphs_enabled()) return;

@@ -72,6 +72,13 @@ class KernelProgram {
     const unsigned long long* word = nullptr;
     const char* kernel = "";
   };
+  /// What a replay reads of a flat call, one compact record per call (flat null: see calls_),
+  /// built with the segments: the full Call records are several hundred bytes each.
+  struct Hot {
+    FlatFn flat = nullptr;
+    const FlatArg* args = nullptr;
+    int64_t outer = 1, count = 0;
+  };
   void run_calls(size_t begin, size_t end, const char* what, int64_t position) const;
   void plan_segments() const;
   std::vector<Call> calls_;
@@ -81,6 +88,7 @@ class KernelProgram {
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
   std::vector<Deferred> deferred_;
   mutable std::vector<Segment> segments_;  ///< planned at the first run
+  mutable std::vector<Hot> hot_;           ///< likewise
   mutable bool planned_ = false;
 };
 
