@@ -147,13 +147,8 @@ void contract_trampoline(const ContractArgs& a) {
   const ContractFn fn = tables().real[Dev].contract[Dt];
   const ContractPlanFn plan_of = tables().real[Dev].contract_plan[Dt];
   ContractPlan plan;
-  if (plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
-    g_capture->other(
-        [plan] {
-          plan.run(plan);
-          return int64_t{-1};
-        },
-        "dot", Dev == 1, a.z);
+  if (Dev == 0 && plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
+    g_capture->contract(plan);
     return;
   }
   g_capture->other(
@@ -439,6 +434,10 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       h.flat(h.outer, h.count, h.args);
       continue;
     }
+    if (h.plan) {
+      h.plan->run(*h.plan);
+      continue;
+    }
     const Call& c = calls_[k];
     if (c.fn) {
       c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
@@ -487,7 +486,8 @@ void KernelProgram::plan_segments() const {
   planned_ = true;
   hot_.clear();
   for (const Call& c : calls_)
-    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer, c.count});
+    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer, c.count,
+                    c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr});
   segments_.clear();
   const DeviceProgramFns& fns = tables().real[1].program;
   if (!fns.capture_graph || !cuda_graphs_enabled()) return;
@@ -645,6 +645,15 @@ int64_t KernelCapture::other(std::function<int64_t()> call, const char* kernel, 
   c.near = near;
   program_.calls_.push_back(std::move(c));
   return r;
+}
+
+void KernelCapture::contract(const ContractPlan& plan) {
+  plan.run(plan);
+  KernelProgram::Call c;
+  c.plan = static_cast<int32_t>(program_.plans_.size());
+  c.kernel = "dot";
+  program_.plans_.push_back(plan);
+  program_.calls_.push_back(std::move(c));
 }
 
 void KernelCapture::defer(const unsigned long long* word, const char* kernel) {

@@ -47,6 +47,8 @@ class KernelProgram {
     /// flat twin over `outer` rows of `count` elements (fn is then null).
     FlatFn flat = nullptr;
     int64_t outer = 1, count = 0;
+    /// A contraction replayed from its plan: index into plans_ (-1: none).
+    int32_t plan = -1;
     /// A flat call on one element: its kernel's scalar twin and inline form (ScalarLoop), and
     /// its number of operands.
     ScalarFn one = nullptr;
@@ -78,6 +80,7 @@ class KernelProgram {
     FlatFn flat = nullptr;
     const FlatArg* args = nullptr;
     int64_t outer = 1, count = 0;
+    const ContractPlan* plan = nullptr;
   };
   void run_calls(size_t begin, size_t end, const char* what, int64_t position) const;
   void plan_segments() const;
@@ -85,6 +88,7 @@ class KernelProgram {
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
   std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
+  std::vector<ContractPlan> plans_;   ///< contractions resolved at capture
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
   std::vector<Deferred> deferred_;
   mutable std::vector<Segment> segments_;  ///< planned at the first run
@@ -124,6 +128,8 @@ class KernelCapture {
   /// names a device pointer it writes. `replay`, when given, is what later runs replay instead.
   int64_t other(std::function<int64_t()> call, const char* kernel, bool graph_safe = false,
                 const void* near = nullptr, std::function<int64_t()> replay = {});
+  /// Runs a resolved host contraction and records it (replayed without a std::function).
+  void contract(const ContractPlan& plan);
   /// Registers a failure word of a deferred device call (read by KernelProgram::finish).
   void defer(const unsigned long long* word, const char* kernel);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
