@@ -2,7 +2,8 @@
 // Library-internal: the per-matrix algorithms of the small dense linear algebra, written once for
 // both backends (host loops on the CPU, one thread per matrix on CUDA): Cholesky, triangular
 // solves with several right-hand sides, the Cholesky reverse rule. M is an accessor with
-// operator()(i, j) returning T&; no allocation, no library calls.
+// operator()(i, j) returning T&; no allocation, no library calls. The size n may be a compile-time
+// constant (std::integral_constant), which the host uses to run sizes up to 4 unrolled.
 #include <cmath>
 #include <cstdint>
 
@@ -33,8 +34,8 @@ TENAX_HOST_DEVICE inline bool finite(T v) {
 
 /// L = chol(A) from A's lower triangle, zeros written above the diagonal; false when A is not
 /// positive definite (a pivot <= 0 or not finite).
-template <class T, class M>
-TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, int64_t n) {
+template <class T, class M, class N = int64_t>
+TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
   for (int64_t j = 0; j < n; ++j) {
     T s = A(j, j);
     for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
@@ -53,9 +54,8 @@ TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, int64_t n) {
 
 /// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
 /// T lower or upper triangular; false when T has a zero on its diagonal.
-template <class T, class M>
-TENAX_HOST_DEVICE bool triangular_solve(const M& A, int64_t n, bool lower, T* r, int64_t nrhs, int64_t rs,
-                                        int64_t cs) {
+template <class T, class M, class N = int64_t>
+TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64_t nrhs, int64_t rs, int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
     if (A(i, i) == T(0)) return false;
   for (int64_t c = 0; c < nrhs; ++c) {
@@ -80,8 +80,8 @@ TENAX_HOST_DEVICE bool triangular_solve(const M& A, int64_t n, bool lower, T* r,
 /// Abar += the reverse rule of Cholesky from L and Lbar, A read through its lower triangle:
 /// S = L^{-T} Φ(Lᵀ Lbar) L^{-1} (Φ: lower triangle, halved diagonal); Abar_ij = S_ij + S_ji below
 /// the diagonal, S_ii on it, 0 above. P and S: n x n double scratch each.
-template <class T, class M>
-TENAX_HOST_DEVICE void cholesky_vjp(const M& L, const M& G, const M& R, int64_t n, double* P, double* S) {
+template <class T, class M, class N = int64_t>
+TENAX_HOST_DEVICE void cholesky_vjp(const M& L, const M& G, const M& R, N n, double* P, double* S) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;

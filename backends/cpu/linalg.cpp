@@ -4,6 +4,7 @@
 // call LAPACK getrf/getrs on a packed column-major copy.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "tenax/backends/cpu/register.h"
@@ -38,11 +39,31 @@ M<T> at(MatView v, const int64_t* offsets, int64_t b) {
   return {static_cast<T*>(v.data) + (offsets ? offsets[b] : 0), v.rs, v.cs};
 }
 
+// Calls f(n) with n a compile-time constant for n = 1..4 (the loops unroll: state-space models
+// at these sizes spend more on loop control than on arithmetic), else with n itself.
+template <class F>
+auto with_size(int64_t n, F f) {
+  switch (n) {
+    case 1:
+      return f(std::integral_constant<int64_t, 1>{});
+    case 2:
+      return f(std::integral_constant<int64_t, 2>{});
+    case 3:
+      return f(std::integral_constant<int64_t, 3>{});
+    case 4:
+      return f(std::integral_constant<int64_t, 4>{});
+    default:
+      return f(n);
+  }
+}
+
 template <class T>
 int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
-  for (int64_t b = 0; b < batch.count; ++b)
-    if (!small::cholesky<T>(at<T>(a, batch.offsets_a, b), at<T>(l, batch.offsets_b, b), a.n)) return b;
-  return -1;
+  return with_size(a.n, [&](auto n) -> int64_t {
+    for (int64_t b = 0; b < batch.count; ++b)
+      if (!small::cholesky<T>(at<T>(a, batch.offsets_a, b), at<T>(l, batch.offsets_b, b), n)) return b;
+    return -1;
+  });
 }
 
 template <class T>
@@ -50,19 +71,22 @@ void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) 
   const int64_t n = l.n;
   thread_local std::vector<double> buf;
   buf.assign(static_cast<size_t>(2 * n * n), 0.0);
-  for (int64_t b = 0; b < batch.count; ++b)
-    small::cholesky_vjp<T>(at<T>(l, batch.offsets_a, b), at<T>(lbar, batch.offsets_b, b),
-                           at<T>(abar, batch.offsets_c, b), n, buf.data(), buf.data() + n * n);
+  with_size(n, [&](auto nc) {
+    for (int64_t b = 0; b < batch.count; ++b)
+      small::cholesky_vjp<T>(at<T>(l, batch.offsets_a, b), at<T>(lbar, batch.offsets_b, b),
+                             at<T>(abar, batch.offsets_c, b), nc, buf.data(), buf.data() + n * n);
+  });
 }
 
 template <class T>
 int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
-  for (int64_t b = 0; b < batch.count; ++b) {
-    T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
-    if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), t.n, lower, rb, r.nrhs, r.rs, r.cs))
-      return b;
-  }
-  return -1;
+  return with_size(t.n, [&](auto n) -> int64_t {
+    for (int64_t b = 0; b < batch.count; ++b) {
+      T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
+      if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), n, lower, rb, r.nrhs, r.rs, r.cs)) return b;
+    }
+    return -1;
+  });
 }
 
 template <class T>
