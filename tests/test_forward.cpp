@@ -134,17 +134,19 @@ TEST(Dot, InnerOuterAndBatchProducts) {
 }
 
 TEST(Linalg, CholeskyMatchesLapack) {
+  // Sizes 1..4 run unrolled fixed-size loops on the host, 5 and 6 the general ones.
   std::mt19937_64 rng(3);
-  const int n = 6;
-  Tensor a = detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64);
-  Tensor l = cholesky(a, "r", "c");
-  std::vector<double> ref = a.to_vector({"c", "r"});  // column-major for LAPACK
-  int info = 0;
-  dpotrf_("L", &n, ref.data(), &n, &info, 1);
-  ASSERT_EQ(info, 0);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j)
-      EXPECT_NEAR(l.at({{"r", i}, {"c", j}}), j <= i ? ref[size_t(j * n + i)] : 0.0, 1e-12);
+  for (int n = 1; n <= 6; ++n) {
+    Tensor a = detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64);
+    Tensor l = cholesky(a, "r", "c");
+    std::vector<double> ref = a.to_vector({"c", "r"});  // column-major for LAPACK
+    int info = 0;
+    dpotrf_("L", &n, ref.data(), &n, &info, 1);
+    ASSERT_EQ(info, 0);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        EXPECT_NEAR(l.at({{"r", i}, {"c", j}}), j <= i ? ref[size_t(j * n + i)] : 0.0, 1e-12) << "n=" << n;
+  }
 }
 
 TEST(Linalg, SolvesMatchLapack) {
@@ -165,17 +167,21 @@ TEST(Linalg, SolvesMatchLapack) {
   Tensor zt = solve(a, rename(b, "r", "c"), "r", "c", true);
   Tensor back = dot(a, zt, {"r"});  // (Aᵀ z)[c] = Σ_r A[r, c] z[r]
   EXPECT_LE(mismatch(back, rename(b, "r", "c"), 1e-12, 1e-12), 1.0);
-  // Triangular solves in all four variants reproduce their right-hand side.
-  Tensor l = cholesky(contiguous(detail::random_spd(rng, "r", "c", n, Axes{}, DType::f64)), "r", "c");
-  Tensor u = contiguous(transpose(rename(l, AxisList{"r", "c"}, AxisList{"c", "r"}), {"r", "c"}));
-  for (bool lower : {true, false})
-    for (bool tr : {false, true}) {
-      const Tensor& t = lower ? l : u;
-      Tensor rhs = tr ? rename(b, "r", "c") : b;
-      Tensor sol = triangular_solve(t, rhs, "r", "c", lower, tr);
-      Tensor re = tr ? dot(t, sol, {"r"}) : dot(t, sol, {"c"});
-      EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0) << lower << tr;
-    }
+  // Triangular solves in all four variants reproduce their right-hand side, at every size in and
+  // past the host's fixed-size range.
+  for (int m = 1; m <= 5; ++m) {
+    Tensor l = cholesky(contiguous(detail::random_spd(rng, "r", "c", m, Axes{}, DType::f64)), "r", "c");
+    Tensor u = contiguous(transpose(rename(l, AxisList{"r", "c"}, AxisList{"c", "r"}), {"r", "c"}));
+    Tensor rhs_m = randn(Axes{{"r", m}, {"rhs", nrhs}}, 7 + m);
+    for (bool lower : {true, false})
+      for (bool tr : {false, true}) {
+        const Tensor& t = lower ? l : u;
+        Tensor rhs = tr ? rename(rhs_m, "r", "c") : rhs_m;
+        Tensor sol = triangular_solve(t, rhs, "r", "c", lower, tr);
+        Tensor re = tr ? dot(t, sol, {"r"}) : dot(t, sol, {"c"});
+        EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0) << "n=" << m << " lower=" << lower << " transposed=" << tr;
+      }
+  }
 }
 
 TEST(Linalg, LogdetMatchesClosedForms) {
