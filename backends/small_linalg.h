@@ -55,7 +55,8 @@ TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
 /// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
 /// T lower or upper triangular; false when T has a zero on its diagonal.
 template <class T, class M, class N = int64_t>
-TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64_t nrhs, int64_t rs, int64_t cs) {
+TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64_t nrhs, int64_t rs,
+                                        int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
     if (A(i, i) == T(0)) return false;
   for (int64_t c = 0; c < nrhs; ++c) {

@@ -180,8 +180,8 @@ TEST(Composite, SmallLinearAlgebraGradientsMatchFiniteDifferencesAtEverySize) {
         const double h = 1e-6;
         auto [p, m] = testing::nudged({a, b}, k, i, h);
         const double fd = (f(p).item() - f(m).item()) / (2 * h);
-        EXPECT_NEAR(testing::get_flat(g[k], i), fd, 1e-6 * (1 + std::abs(fd))) << "n=" << n << " argument " << k
-                                                                                << " element " << i;
+        EXPECT_NEAR(testing::get_flat(g[k], i), fd, 1e-6 * (1 + std::abs(fd)))
+            << "n=" << n << " argument " << k << " element " << i;
       }
   }
 }

@@ -179,7 +179,8 @@ TEST(Linalg, SolvesMatchLapack) {
         Tensor rhs = tr ? rename(rhs_m, "r", "c") : rhs_m;
         Tensor sol = triangular_solve(t, rhs, "r", "c", lower, tr);
         Tensor re = tr ? dot(t, sol, {"r"}) : dot(t, sol, {"c"});
-        EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0) << "n=" << m << " lower=" << lower << " transposed=" << tr;
+        EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0)
+            << "n=" << m << " lower=" << lower << " transposed=" << tr;
       }
   }
 }

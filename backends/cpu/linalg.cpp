@@ -83,7 +83,8 @@ int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   return with_size(t.n, [&](auto n) -> int64_t {
     for (int64_t b = 0; b < batch.count; ++b) {
       T* rb = static_cast<T*>(r.data) + (batch.offsets_b ? batch.offsets_b[b] : 0);
-      if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), n, lower, rb, r.nrhs, r.rs, r.cs)) return b;
+      if (!small::triangular_solve<T>(at<T>(t, batch.offsets_a, b), n, lower, rb, r.nrhs, r.rs, r.cs))
+        return b;
     }
     return -1;
   });

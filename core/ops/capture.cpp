@@ -486,8 +486,8 @@ void KernelProgram::plan_segments() const {
   planned_ = true;
   hot_.clear();
   for (const Call& c : calls_)
-    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer, c.count,
-                    c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr});
+    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer,
+                    c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr});
   segments_.clear();
   const DeviceProgramFns& fns = tables().real[1].program;
   if (!fns.capture_graph || !cuda_graphs_enabled()) return;

@@ -22,6 +22,13 @@ void keep_for_capture(Storage* s);
 /// The kernel calls of one capture, replayable in order.
 class KernelProgram {
  public:
+  // Move-only: the replay records (Hot) point into the program's own argument arrays.
+  KernelProgram() = default;
+  KernelProgram(const KernelProgram&) = delete;
+  KernelProgram& operator=(const KernelProgram&) = delete;
+  KernelProgram(KernelProgram&&) noexcept = default;
+  KernelProgram& operator=(KernelProgram&&) noexcept = default;
+  ~KernelProgram() = default;
   /// Replays every call. `what` names the loop position for errors (e.g. "scan step 12"): a
   /// linear-algebra kernel that fails (matrix not positive definite, singular) raises
   /// NumericError naming the kernel, the batch index and `what`.
