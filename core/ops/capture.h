@@ -88,6 +88,8 @@ class KernelProgram {
     const FlatArg* args = nullptr;
     int64_t outer = 1, count = 0;
     const ContractPlan* plan = nullptr;
+    /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row.
+    ScalarLoop::Form form;
   };
   void run_calls(size_t begin, size_t end, const char* what, int64_t position) const;
   void plan_segments() const;
