@@ -196,6 +196,9 @@ constexpr std::array<FixedFn, 64> fixed_table(std::integer_sequence<int, I...>) 
 }
 
 // The size and stride of a group whose dims of size > 1 number at most one; false otherwise.
+// Unlike single(), which routes groups of several dims to the offset-table loops (measured faster
+// there, and merging the two helpers measurably slowed the state-8 Kalman step), size-1 dims are
+// ignored: tiny contractions of an nmap'd step carry them.
 bool squeeze(const ContractGroup& g, const int64_t* st, int64_t& size, int64_t& stride) {
   size = 1;
   stride = 0;

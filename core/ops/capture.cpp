@@ -427,57 +427,12 @@ bool KernelProgram::append_to(ScalarLoop& loop) const {
   return true;
 }
 
-namespace {
-
-// One row of a float64 elementwise call in its inline form (ScalarLoop::Form): the kernel's own
-// arithmetic without its call and loop set-up.
-void run_inline(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
-  using K = ScalarLoop::Kind;
-  const FlatArg& o = args[f.operand[0]];
-  const FlatArg& a = args[f.operand[1]];
-  const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
-  auto* po = static_cast<double*>(o.data);
-  const auto* pa = static_cast<const double*>(a.data);
-  const auto* pb = static_cast<const double*>(b.data);
-  const int64_t so = o.stride, sa = a.stride, sb = b.stride;
-  switch (f.kind) {
-    case K::copy:
-      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa];
-      break;
-    case K::acc:
-      for (int64_t i = 0; i < n; ++i) po[i * so] += pa[i * sa];
-      break;
-    case K::neg:
-      for (int64_t i = 0; i < n; ++i) po[i * so] = -pa[i * sa];
-      break;
-    case K::acc_neg:
-      for (int64_t i = 0; i < n; ++i) po[i * so] -= pa[i * sa];
-      break;
-    case K::add:
-      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] + pb[i * sb];
-      break;
-    case K::sub:
-      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] - pb[i * sb];
-      break;
-    case K::mul:
-      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] * pb[i * sb];
-      break;
-    case K::mul_acc:
-      for (int64_t i = 0; i < n; ++i) po[i * so] += pa[i * sa] * pb[i * sb];
-      break;
-    default:
-      break;  // not an inline form (callers check)
-  }
-}
-
-}  // namespace
-
 void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position) const {
   for (size_t k = begin; k < end; ++k) {
     const Hot& h = hot_[k];
     if (h.flat) {
       if (h.form.kind != ScalarLoop::Kind::call)
-        run_inline(h.form, h.args, h.count);
+        run_form(h.form, h.args, h.count);
       else
         h.flat(h.outer, h.count, h.args);
       continue;
@@ -535,8 +490,7 @@ void KernelProgram::plan_segments() const {
   hot_.clear();
   for (const Call& c : calls_)
     hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer,
-                    c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr,
-                    c.outer == 1 ? c.form : ScalarLoop::Form{}});
+                    c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, c.form});
   segments_.clear();
   const DeviceProgramFns& fns = tables().real[1].program;
   if (!fns.capture_graph || !cuda_graphs_enabled()) return;

@@ -56,8 +56,8 @@ class KernelProgram {
     int64_t outer = 1, count = 0;
     /// A contraction replayed from its plan: index into plans_ (-1: none).
     int32_t plan = -1;
-    /// A flat call on one element: its kernel's scalar twin and inline form (ScalarLoop), and
-    /// its number of operands.
+    /// A flat call of one row: its kernel's inline form (ScalarLoop; Kind::call when none); on
+    /// one element also its scalar twin; and its number of operands.
     ScalarFn one = nullptr;
     ScalarLoop::Form form;
     int8_t arity = 0;

@@ -78,6 +78,48 @@ class ScalarLoop {
   std::vector<const void*> live_;
 };
 
+/// Runs one row of n elements of a call in inline form `f` (not Kind::call) on its flat arguments:
+/// the kernel's own arithmetic without its call and loop set-up; what a replayed kernel program
+/// does for float64 kernels that have one (core/ops/capture.h). Inline: it sits in the replay loop.
+inline void run_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
+  using K = ScalarLoop::Kind;
+  const FlatArg& o = args[f.operand[0]];
+  const FlatArg& a = args[f.operand[1]];
+  const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
+  auto* po = static_cast<double*>(o.data);
+  const auto* pa = static_cast<const double*>(a.data);
+  const auto* pb = static_cast<const double*>(b.data);
+  const int64_t so = o.stride, sa = a.stride, sb = b.stride;
+  switch (f.kind) {
+    case K::copy:
+      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa];
+      break;
+    case K::acc:
+      for (int64_t i = 0; i < n; ++i) po[i * so] += pa[i * sa];
+      break;
+    case K::neg:
+      for (int64_t i = 0; i < n; ++i) po[i * so] = -pa[i * sa];
+      break;
+    case K::acc_neg:
+      for (int64_t i = 0; i < n; ++i) po[i * so] -= pa[i * sa];
+      break;
+    case K::add:
+      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] + pb[i * sb];
+      break;
+    case K::sub:
+      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] - pb[i * sb];
+      break;
+    case K::mul:
+      for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa] * pb[i * sb];
+      break;
+    case K::mul_acc:
+      for (int64_t i = 0; i < n; ++i) po[i * so] += pa[i * sa] * pb[i * sb];
+      break;
+    default:
+      break;  // not an inline form (callers check)
+  }
+}
+
 /// Whether scans fuse single-element steps into ScalarLoops (default on; TENAX_SCALAR_LOOPS=0 or
 /// set_scalar_loops(false) turns it off, for comparison and debugging: steps then replay their
 /// kernel programs one call at a time).
