@@ -100,6 +100,78 @@ TEST(Tridiagonal, MatchesLapackInBothLayoutsBothAlgorithmsAndAcrossTasks) {
   }
 }
 
+// Systems whose rows are contiguous go through VS x VS register transposes in blocks of VS rows
+// (VS = 2 doubles, 4 floats), up to 32 systems per panel: every row count around the block
+// sizes (only edge blocks, one interior block, a ragged last block), system counts that leave
+// padding lanes or a partial panel, operands that start at odd offsets (unaligned lanes), and
+// float32.
+TEST(Tridiagonal, RowsInnerBlocksOfEveryShapeMatchLapack) {
+  for (int64_t n : {1, 2, 3, 4, 5, 6, 8, 9, 17}) {
+    for (int64_t count : {1, 3, 31, 33, 70}) {
+      const Systems s = random_systems(count, n, static_cast<uint64_t>(100 * n + count));
+      const std::vector<double> want = lapack_solve(s);
+      const Axes ax{{"sys", count}, {"i", n}};
+      auto t = [&](const std::vector<double>& v) { return tensor(v, ax); };
+      const std::vector<double> got = tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i").to_vector();
+      EXPECT_LT(max_rel_diff(got, want), 1e-13) << "n " << n << " count " << count;
+      // The same systems one element into rows of n + 2: every lane starts off its usual alignment.
+      auto shifted = [&](const std::vector<double>& v) {
+        Tensor wide = concat({zeros(Axes{{"sys", count}, {"i", 1}}), t(v), zeros(Axes{{"sys", count}, {"i", 1}})}, "i");
+        return slice(wide, "i", 1, n + 1);
+      };
+      const std::vector<double> got_shifted =
+          tridiagonal_solve(shifted(s.lower), shifted(s.diag), shifted(s.upper), shifted(s.rhs), "i").to_vector();
+      EXPECT_LT(max_rel_diff(got_shifted, want), 1e-13) << "shifted, n " << n << " count " << count;
+      auto f32 = [&](const std::vector<double>& v) { return astype(t(v), DType::f32); };
+      Tensor x32 = tridiagonal_solve(f32(s.lower), f32(s.diag), f32(s.upper), f32(s.rhs), "i");
+      EXPECT_LT(max_rel_diff(astype(x32, DType::f64).to_vector(), want), 2e-5) << "f32, n " << n << " count " << count;
+    }
+  }
+}
+
+// A zero pivot deep inside a rows-inner system of a full panel (an interior row block) is found
+// and named; a zero pivot in a padding lane's duplicate does not hide the real system's.
+TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
+  Systems s = random_systems(40, 12, 41);
+  s.diag[37 * 12 + 6] = 0.0;
+  s.lower[37 * 12 + 6] = 0.0;  // d_6 = diag_6 - lower_6 c_5 = 0
+  const Axes ax{{"b", 40}, {"i", 12}};
+  auto t = [&](const std::vector<double>& v) { return tensor(v, ax); };
+  EXPECT_MESSAGE(testing::error_message<NumericError>(
+                     [&] { (void)tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i"); }),
+                 "[tridiagonal_solve] the system along 'i' (12 rows) at batch index {b=37} has a zero or "
+                 "non-finite pivot");
+  Systems last = random_systems(33, 7, 42);  // system 32 is alone in its group (padding lanes)
+  last.diag[32 * 7 + 4] = 0.0;
+  last.lower[32 * 7 + 4] = 0.0;
+  const Axes ax33{{"b", 33}, {"i", 7}};
+  auto t33 = [&](const std::vector<double>& v) { return tensor(v, ax33); };
+  EXPECT_MESSAGE(testing::error_message<NumericError>(
+                     [&] { (void)tridiagonal_solve(t33(last.lower), t33(last.diag), t33(last.upper), t33(last.rhs), "i"); }),
+                 "at batch index {b=32} has a zero or non-finite pivot");
+}
+
+// Rows-inner gradients (the transposed solve reads lower and upper one row shifted, so the first
+// and last row blocks are edge blocks) against the scan-written Thomas at small row counts.
+TEST(Tridiagonal, RowsInnerGradientsAtSmallRowCountsMatchTheScanThomas) {
+  for (int64_t n : {1, 2, 3, 4, 5}) {
+    const Axes ax{{"b", 5}, {"i", n}};
+    const std::vector<Tensor> args{uniform(ax, 51, -1, 1), uniform(ax, 52, 2.5, 3.5), uniform(ax, 53, -1, 1),
+                                   uniform(ax, 54, -1, 1)};
+    Tensor w = uniform(ax, 55, -1, 1);
+    auto [v_op, g_op] = value_and_grad(
+        [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); }, args);
+    auto [v_scan, g_scan] = value_and_grad(
+        [&](const std::vector<Tensor>& a) { return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i")); },
+        args);
+    EXPECT_NEAR(v_op.item(), v_scan.item(), 1e-12) << "n " << n;
+    for (int k = 0; k < 4; ++k)
+      EXPECT_LT(max_rel_diff(g_op[k].to_vector(), contiguous(transpose(g_scan[k], g_op[k].axes().names())).to_vector()),
+                1e-12)
+          << "n " << n << " input " << k;
+  }
+}
+
 TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
   // The second-difference matrix tridiag(-1, 2.5, -1) as scalars without the row axis, applied to
   // 37 right-hand sides laid out (i, col): equals solving each column with explicit diagonals.
@@ -126,6 +198,12 @@ TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
   Tensor upper_nan = concat({slice(upper, "i", 0, n - 1), full(Axes{{"i", 1}}, NAN)}, "i");
   EXPECT_EQ(tridiagonal_solve(lower_nan, diag, upper_nan, rhs, "i").to_vector(),
             tridiagonal_solve(lower, diag, upper, rhs, "i").to_vector());
+  // The same with the right-hand sides rows-inner (col, i): shared rows next to per-system rows.
+  Tensor rhs_rows = contiguous(transpose(rhs, {"col", "i"}));
+  const std::vector<double> want = contiguous(transpose(x2, {"col", "i"})).to_vector();
+  EXPECT_LT(max_rel_diff(tridiagonal_solve(scalar(-1), diag, scalar(-1), rhs_rows, "i").to_vector(), want), 1e-14);
+  EXPECT_EQ(tridiagonal_solve(lower_nan, diag, upper_nan, rhs_rows, "i").to_vector(),
+            tridiagonal_solve(lower, diag, upper, rhs_rows, "i").to_vector());
 }
 
 TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {

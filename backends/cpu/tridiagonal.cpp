@@ -1,10 +1,13 @@
 // CPU tridiagonal solves. Thomas: the systems go through in blocks of one SIMD register's width
 // (xsimd), lane w of every vector belonging to system first + w, so the divisions of W systems
-// issue together instead of one system's latency chain. An operand whose block of systems is
-// contiguous in memory (the batch axis is the innermost one) is loaded straight into vectors;
-// one whose systems lie apart (the row axis is the innermost one) is first copied row-interleaved
-// into a small tile that stays in L1. Pivoting: LAPACK gtsv per system on contiguous copies.
-// Blocks of systems run in parallel on oneTBB.
+// issue together instead of one system's latency chain. Three ways in, chosen per panel:
+// - systems adjacent in memory (the batch axis innermost): each row of an operand is loaded
+//   straight into vectors, the rows a few ahead prefetched (sweep);
+// - each system's rows contiguous (the row axis innermost): blocks of VS rows are transposed in
+//   registers, VS systems at a time (solve_rows);
+// - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
+// Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
+// oneTBB.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -38,23 +41,30 @@ const T* in_ptr(const TridiagonalArgs& a, int o) {
   return static_cast<const T*>(a.in[o]);
 }
 
-// Stores a vector that nothing reads back soon (x, fresh adjoints) past the caches when the
-// address allows (a non-temporal store does not first read the line it writes); the caller
-// issues _mm_sfence before its results are handed to another thread.
+// Whether vectors of V can be stored past the caches (stream_aligned): 16-byte SSE2 vectors.
+template <class V>
+constexpr bool kStreamableVector =
+#if defined(__SSE2__)
+    sizeof(V) == 16;
+#else
+    false;
+#endif
+
+// Stores a vector that nothing reads back soon (x, fresh adjoints) at a 16-byte aligned address
+// past the caches (a non-temporal store does not first read the line it writes); the caller
+// issues _mm_sfence before its results are handed to another thread. Only for kStreamableVector.
 template <class T, class V>
-inline void stream_store(T* p, const V& x) {
+inline void stream_aligned(T* p, const V& x) {
 #if defined(__SSE2__)
   if constexpr (sizeof(V) == 16) {
-    if ((reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-      if constexpr (std::is_same_v<T, double>)
-        _mm_stream_pd(p, x);
-      else
-        _mm_stream_ps(p, x);
-      return;
-    }
+    if constexpr (std::is_same_v<T, double>)
+      _mm_stream_pd(p, x);
+    else
+      _mm_stream_ps(p, x);
+    return;
   }
 #endif
-  x.store_unaligned(p);
+  x.store_aligned(p);
 }
 
 // dst[w] = v(w) for w < count, streamed (see stream_store).
@@ -85,13 +95,26 @@ class ThomasPanel {
   using V = xsimd::batch<T>;
   static constexpr int VS = static_cast<int>(V::size);
   // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go up to 4096
-  // at a time, as many as keep c' and d' within 8 MiB (in L3; float64 at n = 100: 4096 systems,
-  // 6.4 MiB): each row of each operand is then a run of up to 32 KB, long enough for the hardware
-  // prefetchers (runs of 2 / 4 / 8 KB measured 33 ms at n = 100, 16–64 KB 26–28 ms). Systems apart
-  // in memory go 32 at a time through row-interleaved tiles (L1/L2).
+  // at a time, as many as keep c' and d' within 800 KiB (in L2; float64 at n = 100: 512 systems).
+  // Each row of a panel is then a run of 4 KB, too short for the hardware prefetchers (they
+  // restart at every row), hence the sweep's own prefetches (kAhead); without them wide panels
+  // kept c' and d' in L3 to get 32 KB runs (26-28 ms at n = 100; with prefetches and L2-sized
+  // panels 16-17 ms). Systems whose rows are contiguous, or that are copied into tiles, go 32 at
+  // a time (16 and 64 measured slower).
   static constexpr int kWide = 4096;
-  static constexpr int64_t kWideScratch = int64_t{8} << 20;
+  static constexpr int64_t kWideScratch = 800 << 10;
   static constexpr int kNarrow = 32;
+  static constexpr bool kStreamable = kStreamableVector<V>;
+  // solve_rows transposes VS x VS blocks in registers (SSE2-sized vectors: 2 doubles, 4 floats).
+  static constexpr bool kRowBlocks = VS == 2 || VS == 4;
+  static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
+  static constexpr int64_t kFetchRows = 2 * kLineRows;
+  // The sweep over a run of adjacent systems fetches the operands of row i + kAhead while it
+  // works on row i, one cache line at a time: the rows of a panel lie a whole row of the batch
+  // apart in memory, where the hardware prefetchers restart at every row (26 -> 19 ms at 100 000
+  // x 100 with the then 4096-wide panels; see bench/RESULTS.md).
+  static constexpr int64_t kAhead = 2;
+  static constexpr int kVectorsPerLine = std::max<int>(1, 64 / (VS * static_cast<int>(sizeof(T))));
 
   ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch)
       : a_(a), n_(a.n), P_(width), scratch_(scratch) {}
@@ -99,6 +122,7 @@ class ThomasPanel {
   // Solves systems [first, first + count) (count <= width); returns the first failure or -1.
   int64_t solve(int64_t first, int count) {
     bind(first, count);
+    if (rows_) return solve_rows(first, count);
     const int64_t n = n_;
     const int nv = (count + VS - 1) / VS;
     const V zero(T(0)), one(T(1));
@@ -129,7 +153,10 @@ class ThomasPanel {
   }
 
  private:
-  enum class Mode { unit, broadcast, tile, none };  // none: x not written (the fused reverse rule)
+  // unit: a run of adjacent systems; broadcast: one system's values for all; rows: each
+  // system's rows contiguous (solve_rows); tile: copied row-interleaved into a tile; none: x not
+  // written (the fused reverse rule).
+  enum class Mode { unit, broadcast, rows, tile, none };
   using Mask = typename V::batch_bool_type;
 
   // Whether the sweep's operands (x is only written afterwards) are all runs of adjacent systems.
@@ -137,6 +164,171 @@ class ThomasPanel {
     for (int o = 0; o < Op::x; ++o)
       if (mode_[o] != Mode::unit) return false;
     return true;
+  }
+
+  // ---- systems apart, each one's rows contiguous (the row axis innermost) ----
+  // VS systems make a group (one vector lane each), the panel's groups go through together (their
+  // division chains overlap). A block of VS rows of an operand is loaded as one vector per system
+  // and transposed in registers into one vector per row, so no operand is copied into a tile; x
+  // goes back the same way. c' and d' are laid out as in the other paths (row i, lane w at
+  // i * P_ + w), so first_bad and the fused reverse rule work unchanged.
+
+  // m[k] = VS consecutive values of lane k  ->  m[j] = value j of every lane.
+  static void transpose(V (&m)[VS]) {
+    if constexpr (VS == 2) {
+      const V a = xsimd::zip_lo(m[0], m[1]), b = xsimd::zip_hi(m[0], m[1]);
+      m[0] = a;
+      m[1] = b;
+    } else if constexpr (VS == 4) {
+      using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
+      const W t0 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[0], m[1]));
+      const W t1 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[0], m[1]));
+      const W t2 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[2], m[3]));
+      const W t3 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[2], m[3]));
+      m[0] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t0, t2));
+      m[1] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t0, t2));
+      m[2] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t1, t3));
+      m[3] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t1, t3));
+    }
+  }
+
+  // m[j] = row r0 + j of operand o for the lanes of group g; rows outside [0, n) read as zero.
+  void load_block(int o, int64_t r0, int g, V (&m)[VS]) const {
+    const bool inside = r0 >= 0 && r0 + VS <= n_;
+    if (mode_[o] == Mode::broadcast) {
+      for (int j = 0; j < VS; ++j)
+        m[j] = r0 + j >= 0 && r0 + j < n_ ? V(base_[o][(r0 + j) * a_.step[o]]) : V(T(0));
+      return;
+    }
+    const T* const* lane = lane_[o] + g * VS;
+    if (inside) {
+      for (int k = 0; k < VS; ++k) m[k] = V::load_unaligned(lane[k] + r0);
+      transpose(m);
+      return;
+    }
+    alignas(sizeof(V)) T t[VS * VS];
+    for (int j = 0; j < VS; ++j)
+      for (int k = 0; k < VS; ++k) t[j * VS + k] = r0 + j >= 0 && r0 + j < n_ ? lane[k][r0 + j] : T(0);
+    for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(t + j * VS);
+  }
+
+  // Copies x (in the d' rows) out to each system's contiguous rows, one group at a time and its
+  // rows in order, so each lane's writes fill whole cache lines one after another (streamed past
+  // the caches when aligned; a store per row block straight from the back substitution would
+  // interleave 32 systems' partial lines).
+  void write_rows(int count) const {
+    const int groups = (count + VS - 1) / VS;
+    bool streamed = kStreamable;
+    for (int k = 0; k < count && streamed; ++k)
+      streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
+    for (int g = 0; g < groups; ++g) {
+      T* const* lane = const_cast<T* const*>(lane_[Op::x]) + g * VS;
+      const int real = std::min(VS, count - g * VS);
+      auto block = [&](int64_t i0, auto put) {
+        V m[VS];
+        for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(dp_ + (i0 + j) * P_ + g * VS);
+        transpose(m);
+        for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
+      };
+      int64_t i0 = 0;
+      if (streamed)
+        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { stream_aligned(p, v); });
+      else
+        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { v.store_unaligned(p); });
+      for (; i0 < n_; ++i0)
+        for (int k = 0; k < real; ++k) lane[k][i0] = dp_[i0 * P_ + g * VS + k];
+    }
+  }
+
+  // Rows i0 .. i0 + VS - 1 of the forward elimination for every group. kInterior: every operand
+  // is in Mode::rows and the block is neither the first nor the last (all rows it reads exist;
+  // no lower[0] or upper[n-1] among them).
+  template <bool kInterior>
+  void forward_block(int64_t i0, int groups, Mask& bad) {
+    const int64_t n = n_;
+    const V zero(T(0)), one(T(1));
+    // A's (i, i-1) and (i, i+1) entries; A^T's are A's (i-1, i) and (i+1, i).
+    const int lo = a_.transpose ? Op::upper : Op::lower, up = a_.transpose ? Op::lower : Op::upper;
+    const int64_t lo_row = i0 - (a_.transpose ? 1 : 0), up_row = i0 + (a_.transpose ? 1 : 0);
+    // Each lane's rows are a stream of their own, too many for the hardware prefetchers: every
+    // cache line's worth of rows, fetch the lines kFetchRows on.
+    const bool fetch = i0 % kLineRows == 0 && i0 + kFetchRows < n;
+    for (int g = 0; g < groups; ++g) {
+      if (fetch)
+        for (int o = 0; o < Op::x; ++o)
+          if (kInterior || mode_[o] == Mode::rows)
+            for (int k = 0; k < VS; ++k) prefetch(lane_[o][g * VS + k] + i0 + kFetchRows);
+      V l[VS], d[VS], r[VS], u[VS];
+      if constexpr (kInterior) {
+        const T* const* ll = lane_[lo] + g * VS;
+        const T* const* dl = lane_[Op::diag] + g * VS;
+        const T* const* rl = lane_[Op::rhs] + g * VS;
+        const T* const* ul = lane_[up] + g * VS;
+        for (int k = 0; k < VS; ++k) {
+          l[k] = V::load_unaligned(ll[k] + lo_row);
+          d[k] = V::load_unaligned(dl[k] + i0);
+          r[k] = V::load_unaligned(rl[k] + i0);
+          u[k] = V::load_unaligned(ul[k] + up_row);
+        }
+        transpose(l);
+        transpose(d);
+        transpose(r);
+        transpose(u);
+      } else {
+        load_block(lo, lo_row, g, l);
+        load_block(Op::diag, i0, g, d);
+        load_block(Op::rhs, i0, g, r);
+        load_block(up, up_row, g, u);
+      }
+      const int64_t at = g * VS;
+      V c = kInterior || i0 > 0 ? V::load_aligned(cp_ + (i0 - 1) * P_ + at) : zero;
+      V e = kInterior || i0 > 0 ? V::load_aligned(dp_ + (i0 - 1) * P_ + at) : zero;
+      for (int j = 0; j < VS && (kInterior || i0 + j < n); ++j) {
+        const int64_t i = i0 + j;
+        const V lj = kInterior || i > 0 ? l[j] : zero;  // lower[0] is outside the matrix
+        const V dj = d[j] - lj * c;
+        bad = bad | is_bad(dj);
+        const V inv = one / dj;
+        c = kInterior || i + 1 < n ? u[j] * inv : zero;  // so is upper[n-1]
+        e = (r[j] - lj * e) * inv;
+        c.store_aligned(cp_ + i * P_ + at);
+        e.store_aligned(dp_ + i * P_ + at);
+      }
+    }
+  }
+
+  int64_t solve_rows(int64_t first, int count) {
+    const int64_t n = n_;
+    const int groups = (count + VS - 1) / VS;
+    const V zero(T(0)), one(T(1));
+    Mask bad = zero != zero;
+    bool all_rows = true;
+    for (int o = 0; o < Op::x; ++o) all_rows = all_rows && mode_[o] == Mode::rows;
+    for (int64_t i0 = 0; i0 < n; i0 += VS) {
+      // Blocks away from the first and last rows, with every operand a lane's rows: no checks.
+      if (all_rows && i0 >= 1 && i0 + VS + 1 <= n)
+        forward_block<true>(i0, groups, bad);
+      else
+        forward_block<false>(i0, groups, bad);
+    }
+    if (xsimd::any(bad)) {
+      const int64_t f = first_bad(first, count);
+      if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
+    }
+    // Back substitution; d' becomes x in place.
+    for (int64_t i = n - 2; i >= 0; --i) {
+      const T* c = cp_ + i * P_;
+      T* e = dp_ + i * P_;
+      const T* next = dp_ + (i + 1) * P_;
+      for (int g = 0; g < groups; ++g) {
+        const int64_t at = g * VS;
+        (V::load_aligned(e + at) - V::load_aligned(c + at) * V::load_aligned(next + at)).store_aligned(e + at);
+      }
+    }
+    if (mode_[Op::x] == Mode::rows) write_rows(count);
+    if (a_.vjp) accumulate_adjoints(first, count);
+    stream_fence();
+    return -1;
   }
 
   // Rows 1 .. n-1 of the forward elimination. kUnit: every operand is a run of adjacent systems,
@@ -151,14 +343,29 @@ class ThomasPanel {
       T* c = cp_ + i * P_;
       T* r = dp_ + i * P_;
       const T *li = nullptr, *di = nullptr, *ri = nullptr, *ui = nullptr;
+      // The same operands kAhead rows on (nullptr: past the end), fetched a cache line at a time.
+      const T *lf = nullptr, *df = nullptr, *rf = nullptr, *uf = nullptr;
       if constexpr (kUnit) {
         // A^T's (i, i-1) is A's upper of row i-1, its (i, i+1) A's lower of row i+1.
-        li = a_.transpose ? row(Op::upper, i - 1) : row(Op::lower, i);
+        li = lower_row(i);
         di = row(Op::diag, i);
         ri = row(Op::rhs, i);
-        if (!last) ui = a_.transpose ? row(Op::lower, i + 1) : row(Op::upper, i);
+        if (!last) ui = upper_row(i);
+        if (const int64_t f = i + kAhead; f < n_) {
+          lf = lower_row(f);
+          df = row(Op::diag, f);
+          rf = row(Op::rhs, f);
+          if (f + 1 < n_) uf = upper_row(f);
+        }
       }
       for (int v = 0; v < nv; ++v) {
+        if (kUnit && lf && v % kVectorsPerLine == 0) {
+          const int64_t at = int64_t{v} * VS;
+          prefetch(lf + at);
+          prefetch(df + at);
+          prefetch(rf + at);
+          if (uf) prefetch(uf + at);
+        }
         const V l = kUnit ? V::load_unaligned(li + v * VS) : lower_at(i, v);
         const V d = (kUnit ? V::load_unaligned(di + v * VS) : load(Op::diag, i, v)) -
                     l * V::load_aligned(cprev + v * VS);
@@ -174,10 +381,28 @@ class ThomasPanel {
     }
   }
 
-  // x_i = d'_i - c'_i x_{i+1}, x_{n-1} = d'_{n-1}.
+  // x_i = d'_i - c'_i x_{i+1}, x_{n-1} = d'_{n-1}; d' becomes x in place (λ, for the fused
+  // reverse rule). x is written through one loop per destination kind, chosen once per panel.
   void back_substitute(int nv) {
+    if (mode_[Op::x] == Mode::unit) {
+      T* x = const_cast<T*>(base_[Op::x]);
+      const int64_t step = a_.step[Op::x];
+      const bool streamed = kStreamable && reinterpret_cast<uintptr_t>(x) % sizeof(V) == 0 &&
+                            (step * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(sizeof(V)) == 0;
+      if (streamed)
+        back_substitute(nv, [&](int64_t i, int v, const V& r) { stream_aligned(x + i * step + v * VS, r); });
+      else
+        back_substitute(nv, [&](int64_t i, int v, const V& r) { r.store_unaligned(x + i * step + v * VS); });
+    } else if (mode_[Op::x] == Mode::tile) {
+      back_substitute(nv, [&](int64_t i, int v, const V& r) { r.store_aligned(tile_[Op::x] + i * P_ + v * VS); });
+    } else {
+      back_substitute(nv, [](int64_t, int, const V&) {});
+    }
+  }
+  template <class Store>
+  void back_substitute(int nv, Store store) {
     const int64_t n = n_;
-    for (int v = 0; v < nv; ++v) store_x(n - 1, v, V::load_aligned(dp_ + (n - 1) * P_ + v * VS));
+    for (int v = 0; v < nv; ++v) store(n - 1, v, V::load_aligned(dp_ + (n - 1) * P_ + v * VS));
     for (int64_t i = n - 2; i >= 0; --i) {
       const T* c = cp_ + i * P_;
       T* r = dp_ + i * P_;
@@ -185,8 +410,8 @@ class ThomasPanel {
       for (int v = 0; v < nv; ++v) {
         const V x =
             V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
-        x.store_aligned(r + v * VS);  // d' becomes x in place
-        store_x(i, v, x);
+        x.store_aligned(r + v * VS);
+        store(i, v, x);
       }
     }
   }
@@ -234,6 +459,8 @@ class ThomasPanel {
       for (int64_t i = 0; i < n; ++i) {
         const T* lam = dp_ + i * P_;
         const T* xi = x + i * sx;
+        if (i + kAhead < n)  // x's rows lie a batch row apart, like the operands' (see sweep)
+          for (int w = 0; w < count; w += kLineRows) prefetch(xi + kAhead * sx + w);
         if (T* r = base[S::adj_rhs])
           put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
         if (T* d = base[S::adj_diag])
@@ -336,6 +563,20 @@ class ThomasPanel {
       mode_[o] = unit ? Mode::unit : (same && o != Op::x) ? Mode::broadcast : Mode::tile;
       tiles = tiles || mode_[o] == Mode::tile;
     }
+    rows_ = tiles && kRowBlocks && count <= kNarrow;
+    for (int o = 0; o < Op::count && rows_; ++o)
+      rows_ = mode_[o] == Mode::none || mode_[o] == Mode::broadcast || (mode_[o] == Mode::tile && a_.step[o] == 1);
+    if (rows_) {
+      tiles = false;
+      for (int o = 0; o < Op::count; ++o) {
+        if (mode_[o] != Mode::tile) continue;
+        mode_[o] = Mode::rows;
+        const T* src = o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o);
+        const int64_t* off = a_.off[o] + first;
+        // Padding lanes (past count) read the last system again and are never written.
+        for (int w = 0; w < P_; ++w) lane_[o][w] = src + off[std::min(w, count - 1)];
+      }
+    }
     lay_out(tiles);  // (re)points into the thread's scratch, which another panel may have grown
     for (int o = 0; o < Op::x; ++o)
       if (mode_[o] == Mode::tile) gather(o, a_.off[o] + first, count);
@@ -359,6 +600,10 @@ class ThomasPanel {
 
   // Row i of operand o of a run of adjacent systems (Mode::unit).
   const T* row(int o, int64_t i) const { return base_[o] + i * a_.step[o]; }
+  // Rows of A's entries (i, i-1) and (i, i+1) of a run of adjacent systems (see lower_at).
+  const T* lower_row(int64_t i) const { return a_.transpose ? row(Op::upper, i - 1) : row(Op::lower, i); }
+  const T* upper_row(int64_t i) const { return a_.transpose ? row(Op::lower, i + 1) : row(Op::upper, i); }
+  static void prefetch(const T* p) { __builtin_prefetch(p, 0, 3); }
 
   // Row i of operand o for the systems of vector v.
   V load(int o, int64_t i, int v) const {
@@ -367,6 +612,7 @@ class ThomasPanel {
         return V::load_unaligned(base_[o] + i * a_.step[o] + v * VS);
       case Mode::broadcast:
         return V(base_[o][i * a_.step[o]]);
+      case Mode::rows:  // only read by solve_rows
       case Mode::tile:
       case Mode::none:
         break;
@@ -381,12 +627,6 @@ class ThomasPanel {
     return a_.transpose ? load(Op::lower, i + 1, v) : load(Op::upper, i, v);
   }
 
-  void store_x(int64_t i, int v, const V& x) {
-    if (mode_[Op::x] == Mode::unit)
-      stream_store(const_cast<T*>(base_[Op::x]) + i * a_.step[Op::x] + v * VS, x);
-    else if (mode_[Op::x] == Mode::tile)
-      x.store_aligned(tile_[Op::x] + i * P_ + v * VS);
-  }
   void scatter_x(int64_t first, int count) {
     T* dst = static_cast<T*>(a_.out);
     const int64_t* off = a_.off[Op::x] + first;
@@ -410,6 +650,8 @@ class ThomasPanel {
   T* tile_[Op::count] = {};
   T* cp_ = nullptr;
   T* dp_ = nullptr;
+  bool rows_ = false;                      // this panel goes through solve_rows
+  const T* lane_[Op::count][kNarrow] = {};  // Mode::rows: each lane's system (row 0)
 };
 
 // ---- partial pivoting: LAPACK gtsv on a contiguous copy of each system ----
