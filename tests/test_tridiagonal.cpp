@@ -112,19 +112,23 @@ TEST(Tridiagonal, RowsInnerBlocksOfEveryShapeMatchLapack) {
       const std::vector<double> want = lapack_solve(s);
       const Axes ax{{"sys", count}, {"i", n}};
       auto t = [&](const std::vector<double>& v) { return tensor(v, ax); };
-      const std::vector<double> got = tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i").to_vector();
+      const std::vector<double> got =
+          tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i").to_vector();
       EXPECT_LT(max_rel_diff(got, want), 1e-13) << "n " << n << " count " << count;
       // The same systems one element into rows of n + 2: every lane starts off its usual alignment.
       auto shifted = [&](const std::vector<double>& v) {
-        Tensor wide = concat({zeros(Axes{{"sys", count}, {"i", 1}}), t(v), zeros(Axes{{"sys", count}, {"i", 1}})}, "i");
+        Tensor wide =
+            concat({zeros(Axes{{"sys", count}, {"i", 1}}), t(v), zeros(Axes{{"sys", count}, {"i", 1}})}, "i");
         return slice(wide, "i", 1, n + 1);
       };
       const std::vector<double> got_shifted =
-          tridiagonal_solve(shifted(s.lower), shifted(s.diag), shifted(s.upper), shifted(s.rhs), "i").to_vector();
+          tridiagonal_solve(shifted(s.lower), shifted(s.diag), shifted(s.upper), shifted(s.rhs), "i")
+              .to_vector();
       EXPECT_LT(max_rel_diff(got_shifted, want), 1e-13) << "shifted, n " << n << " count " << count;
       auto f32 = [&](const std::vector<double>& v) { return astype(t(v), DType::f32); };
       Tensor x32 = tridiagonal_solve(f32(s.lower), f32(s.diag), f32(s.upper), f32(s.rhs), "i");
-      EXPECT_LT(max_rel_diff(astype(x32, DType::f64).to_vector(), want), 2e-5) << "f32, n " << n << " count " << count;
+      EXPECT_LT(max_rel_diff(astype(x32, DType::f64).to_vector(), want), 2e-5)
+          << "f32, n " << n << " count " << count;
     }
   }
 }
@@ -146,8 +150,10 @@ TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
   last.lower[32 * 7 + 4] = 0.0;
   const Axes ax33{{"b", 33}, {"i", 7}};
   auto t33 = [&](const std::vector<double>& v) { return tensor(v, ax33); };
-  EXPECT_MESSAGE(testing::error_message<NumericError>(
-                     [&] { (void)tridiagonal_solve(t33(last.lower), t33(last.diag), t33(last.upper), t33(last.rhs), "i"); }),
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                   (void)tridiagonal_solve(t33(last.lower), t33(last.diag), t33(last.upper), t33(last.rhs),
+                                           "i");
+                 }),
                  "at batch index {b=32} has a zero or non-finite pivot");
 }
 
@@ -160,13 +166,17 @@ TEST(Tridiagonal, RowsInnerGradientsAtSmallRowCountsMatchTheScanThomas) {
                                    uniform(ax, 54, -1, 1)};
     Tensor w = uniform(ax, 55, -1, 1);
     auto [v_op, g_op] = value_and_grad(
-        [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); }, args);
+        [&](const std::vector<Tensor>& a) { return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i")); },
+        args);
     auto [v_scan, g_scan] = value_and_grad(
-        [&](const std::vector<Tensor>& a) { return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i")); },
+        [&](const std::vector<Tensor>& a) {
+          return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+        },
         args);
     EXPECT_NEAR(v_op.item(), v_scan.item(), 1e-12) << "n " << n;
     for (int k = 0; k < 4; ++k)
-      EXPECT_LT(max_rel_diff(g_op[k].to_vector(), contiguous(transpose(g_scan[k], g_op[k].axes().names())).to_vector()),
+      EXPECT_LT(max_rel_diff(g_op[k].to_vector(),
+                             contiguous(transpose(g_scan[k], g_op[k].axes().names())).to_vector()),
                 1e-12)
           << "n " << n << " input " << k;
   }
@@ -201,7 +211,8 @@ TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
   // The same with the right-hand sides rows-inner (col, i): shared rows next to per-system rows.
   Tensor rhs_rows = contiguous(transpose(rhs, {"col", "i"}));
   const std::vector<double> want = contiguous(transpose(x2, {"col", "i"})).to_vector();
-  EXPECT_LT(max_rel_diff(tridiagonal_solve(scalar(-1), diag, scalar(-1), rhs_rows, "i").to_vector(), want), 1e-14);
+  EXPECT_LT(max_rel_diff(tridiagonal_solve(scalar(-1), diag, scalar(-1), rhs_rows, "i").to_vector(), want),
+            1e-14);
   EXPECT_EQ(tridiagonal_solve(lower_nan, diag, upper_nan, rhs_rows, "i").to_vector(),
             tridiagonal_solve(lower, diag, upper, rhs_rows, "i").to_vector());
 }

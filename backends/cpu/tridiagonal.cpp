@@ -67,7 +67,7 @@ inline void stream_aligned(T* p, const V& x) {
   x.store_aligned(p);
 }
 
-// dst[w] = v(w) for w < count, streamed (see stream_store).
+// dst[w] = v(w) for w < count, streamed where aligned (see stream_aligned).
 template <class T, class F>
 inline void stream_values(T* dst, int64_t count, F v) {
   int64_t w = 0;
@@ -322,7 +322,8 @@ class ThomasPanel {
       const T* next = dp_ + (i + 1) * P_;
       for (int g = 0; g < groups; ++g) {
         const int64_t at = g * VS;
-        (V::load_aligned(e + at) - V::load_aligned(c + at) * V::load_aligned(next + at)).store_aligned(e + at);
+        (V::load_aligned(e + at) - V::load_aligned(c + at) * V::load_aligned(next + at))
+            .store_aligned(e + at);
       }
     }
     if (mode_[Op::x] == Mode::rows) write_rows(count);
@@ -394,7 +395,8 @@ class ThomasPanel {
       else
         back_substitute(nv, [&](int64_t i, int v, const V& r) { r.store_unaligned(x + i * step + v * VS); });
     } else if (mode_[Op::x] == Mode::tile) {
-      back_substitute(nv, [&](int64_t i, int v, const V& r) { r.store_aligned(tile_[Op::x] + i * P_ + v * VS); });
+      back_substitute(nv,
+                      [&](int64_t i, int v, const V& r) { r.store_aligned(tile_[Op::x] + i * P_ + v * VS); });
     } else {
       back_substitute(nv, [](int64_t, int, const V&) {});
     }
@@ -565,7 +567,8 @@ class ThomasPanel {
     }
     rows_ = tiles && kRowBlocks && count <= kNarrow;
     for (int o = 0; o < Op::count && rows_; ++o)
-      rows_ = mode_[o] == Mode::none || mode_[o] == Mode::broadcast || (mode_[o] == Mode::tile && a_.step[o] == 1);
+      rows_ = mode_[o] == Mode::none || mode_[o] == Mode::broadcast ||
+              (mode_[o] == Mode::tile && a_.step[o] == 1);
     if (rows_) {
       tiles = false;
       for (int o = 0; o < Op::count; ++o) {
@@ -650,7 +653,7 @@ class ThomasPanel {
   T* tile_[Op::count] = {};
   T* cp_ = nullptr;
   T* dp_ = nullptr;
-  bool rows_ = false;                      // this panel goes through solve_rows
+  bool rows_ = false;                       // this panel goes through solve_rows
   const T* lane_[Op::count][kNarrow] = {};  // Mode::rows: each lane's system (row 0)
 };
 
