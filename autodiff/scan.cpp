@@ -142,6 +142,7 @@ struct ScanRun final : detail::CustomNode {
   bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store,
                      int64_t from) {
     detail::StepProgram& p = compiled();
+    if (!p.on_host()) return device_forward(ck, store_ck, y_store, from);
     const int64_t k = opt.checkpoint_every;
     const bool ck_inside = store_ck && k == 1;
     auto loop = fuse([&](detail::ScalarLoop& l) {
@@ -166,6 +167,28 @@ struct ScanRun final : detail::CustomNode {
     return true;
   }
 
+  // On a device, fused_forward's steps as one program per step (CUDA: one graph launch per step):
+  // the checkpoint (every carry kept), x_t, the step, y_t and the next carry. False when device
+  // fusion is off (TENAX_CUDA_FUSION=0: then the step's programs replay one by one).
+  bool device_forward(CarrySlots& ck, bool store_ck, const std::vector<detail::SliceCopy>& y_store,
+                      int64_t from) {
+    detail::StepProgram& p = compiled();
+    if (!detail::cuda_fusion_enabled()) return false;
+    const int64_t k = opt.checkpoint_every;
+    const bool ck_inside = store_ck && k == 1;
+    detail::KernelProgram step;
+    if (ck_inside)
+      for (const auto& c : ck.store) c.append_to(step, 0, 1);
+    if (!p.append_forward(step)) return false;
+    for (const auto& c : y_store) c.append_to(step, p.origin(), p.dir());
+    if (!p.append_next(step)) return false;
+    for (int64_t s = from; s < steps; ++s) {
+      if (store_ck && !ck_inside && s % k == 0) ck.from_carry(s / k);
+      step.run("scan step", s, s);
+    }
+    return true;
+  }
+
   // The reverse sweep from checkpoints every k steps (k = 1: every carry). Per chunk [c, e): the
   // carry at c from its checkpoint, the steps c..e-2 recomputed forwards storing each carry in a
   // segment slot, then steps e-1..c backwards, each from its slot. The first chunk builds the
@@ -178,9 +201,16 @@ struct ScanRun final : detail::CustomNode {
     // With k = 1 the checkpoints are the slots (slot index = step); else the segment (step - c).
     CarrySlots& slots = k > 1 ? segment : ck;
     std::unique_ptr<detail::ScalarLoop> forwards, backwards;
+    // On a device with every carry kept: the checkpoint, x_t, the step and its reverse step as one
+    // program per step (one graph launch), once the first chunk has built the programs.
+    std::unique_ptr<detail::KernelProgram> device_backwards;
     bool fused = false, tried = false;
     for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
       const int64_t e = std::min(c + k, steps);
+      if (device_backwards) {
+        for (int64_t s = c; s >= 0; --s) device_backwards->run("scan step", s, s);
+        break;
+      }
       if (fused && k == 1) {  // every remaining step in one run, each from its checkpoint
         backwards->run(c, c + 1, -1);
         break;
@@ -204,6 +234,14 @@ struct ScanRun final : detail::CustomNode {
       }
       if (tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
       tried = true;
+      if (!p.on_host()) {
+        if (k != 1 || !detail::cuda_fusion_enabled()) continue;
+        device_backwards = std::make_unique<detail::KernelProgram>();
+        for (const auto& l : slots.load) l.append_to(*device_backwards, 0, 1);
+        if (!p.append_forward(*device_backwards) || !p.append_backward(*device_backwards))
+          device_backwards.reset();
+        continue;
+      }
       if (k > 1)
         forwards = fuse([&](detail::ScalarLoop& l) {
           return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);

@@ -53,6 +53,22 @@ void SliceCopy::run(int64_t i) {
   fn_(dims_, args_);
 }
 
+void SliceCopy::run_or_record(int64_t s, int64_t origin, int64_t dir) {
+  if (on_host()) {
+    run(origin + dir * s);
+    return;
+  }
+  LoopArg at[2] = {args_[0], args_[1]};
+  at[moving_].data = base_ + origin * stride_bytes_;
+  g_capture->moving(fn_, dims_, at, moving_, dir * stride_bytes_, s);
+}
+
+void SliceCopy::append_to(KernelProgram& program, int64_t origin, int64_t dir) const {
+  LoopArg at[2] = {args_[0], args_[1]};
+  at[moving_].data = base_ + origin * stride_bytes_;
+  program.append_moving(fn_, dims_, at, moving_, dir * stride_bytes_);
+}
+
 bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative) const {
   if (!flat_ || outer_ != 1 || count_ != 1) return false;
   ScalarLoop::Ins ins;
@@ -95,15 +111,24 @@ void StepProgram::set_carry(const std::vector<Tensor>& carry) {
   for (size_t k = 0; k < carry_.size(); ++k) copy_into(carry_[k], carry[k]);
 }
 
+// On a device the slice copies are part of the programs (SliceCopy::run_or_record): one graph
+// per step runs them with the step's calls. On the host they run apart, as the fused scalar loops
+// want them (append_forward, append_backward).
 void StepProgram::forward(int64_t s) {
-  for (SliceCopy& c : x_load_) c.run(index(s));
+  const bool host = on_host();
+  if (host)
+    for (SliceCopy& c : x_load_) c.run(index(s));
   if (forward_built_) {
-    forward_.run("scan step", s);
+    forward_.run("scan step", s, s);
     return;
   }
   {
     LoopPositionScope where("scan step", s);
-    capture_into(forward_, [&] { plan_->forward(values_); });
+    capture_into(forward_, [&] {
+      if (!host)
+        for (SliceCopy& c : x_load_) c.run_or_record(s, origin(), dir());
+      plan_->forward(values_);
+    });
   }
   forward_built_ = true;
 }
@@ -132,6 +157,25 @@ bool StepProgram::append_backward(ScalarLoop& loop) const {
   if (!vjp_.append_to(loop)) return false;
   for (const SliceCopy& c : x_adj_store_)
     if (!c.append_to(loop, origin(), dir())) return false;
+  return true;
+}
+
+bool StepProgram::append_forward(KernelProgram& program) const {
+  if (on_host() || !forward_built_) return false;
+  program.append(forward_);
+  return true;
+}
+
+bool StepProgram::append_next(KernelProgram& program) const {
+  if (on_host() || !next_built_) return false;
+  program.append(next_);
+  return true;
+}
+
+bool StepProgram::append_backward(KernelProgram& program) const {
+  if (on_host() || !backward_built_) return false;
+  program.append(seed_);
+  program.append(vjp_);
   return true;
 }
 
@@ -195,10 +239,12 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
 
 void StepProgram::backward(int64_t s) {
   LoopPositionScope where("scan step", s);
+  const bool host = on_host();
   if (backward_built_) {
     seed_.run("scan step", s);
-    for (SliceCopy& c : y_seed_) c.run(index(s));
-    vjp_.run("scan step", s);
+    if (host)
+      for (SliceCopy& c : y_seed_) c.run(index(s));
+    vjp_.run("scan step", s, s);
   } else {
     const ScanPlan& p = *plan_;
     // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
@@ -236,8 +282,11 @@ void StepProgram::backward(int64_t s) {
     for (size_t k = 0; k < xs_adj_.size(); ++k)
       if (xs_adj_[k].defined())
         x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
-    for (SliceCopy& c : y_seed_) c.run(index(s));
+    if (host)
+      for (SliceCopy& c : y_seed_) c.run(index(s));
     capture_into(vjp_, [&] {
+      if (!host)
+        for (SliceCopy& c : y_seed_) c.run_or_record(s, origin(), dir());
       p.backward(values_, adjoints_, needs_, batch_, &fresh);
       // What the step hands on must be defined: a carry or x adjoint no rule wrote is zero.
       for (size_t k = 0; k < carry_.size(); ++k) {
@@ -251,10 +300,13 @@ void StepProgram::backward(int64_t s) {
         const auto v = static_cast<int32_t>(p.n_carry() + static_cast<int>(k));
         if (xs_adj_[k].defined()) (void)p.adjoint(values_, adjoints_, v, batch_, &fresh);
       }
+      if (!host)
+        for (SliceCopy& c : x_adj_store_) c.run_or_record(s, origin(), dir());
     });
     backward_built_ = true;
   }
-  for (SliceCopy& c : x_adj_store_) c.run(index(s));
+  if (host)
+    for (SliceCopy& c : x_adj_store_) c.run(index(s));
 }
 
 }  // namespace tenax::detail

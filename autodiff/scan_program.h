@@ -20,6 +20,13 @@ class SliceCopy {
   /// into_fixed: fixed (+)= whole[over = i]; else whole[over = i] (+)= fixed.
   SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate);
   void run(int64_t i);
+  /// On a device, while a capture is active: runs it at step s (slice origin + dir * s) and records
+  /// it as a moving call, so that the program replays it at the slice of the step it runs as (its
+  /// replay index is the step). On the host: run(origin + dir * s).
+  void run_or_record(int64_t s, int64_t origin, int64_t dir);
+  /// Appends it to a device program as a moving call at slice origin + dir * step.
+  void append_to(KernelProgram& program, int64_t origin, int64_t dir) const;
+  [[nodiscard]] bool on_host() const { return fixed_.device().kind == Device::Kind::cpu; }
   /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
   /// the run's offset, ScalarLoop::run); false when the slice is not one element.
   bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;
@@ -64,6 +71,15 @@ class StepProgram {
   bool append_forward(ScalarLoop& loop) const;
   bool append_next(ScalarLoop& loop) const;
   bool append_backward(ScalarLoop& loop) const;
+  /// On a device: appends what forward(s), next_carry() or backward(s) replays (the slice copies
+  /// included) to a program whose replay index is the step, so that a sweep runs one program (one
+  /// graph) per step; false on the host or while not built. `program` must not outlive this.
+  bool append_forward(KernelProgram& program) const;
+  bool append_next(KernelProgram& program) const;
+  bool append_backward(KernelProgram& program) const;
+  [[nodiscard]] bool on_host() const {
+    return carry_.empty() || carry_[0].device().kind == Device::Kind::cpu;
+  }
   /// Whether the programs the append_ functions need are built (forward, next carry, and with
   /// `backward` the reverse step of the current reverse pass).
   [[nodiscard]] bool built(bool backward) const {

@@ -188,6 +188,20 @@ using TridiagonalFn = int64_t (*)(const TridiagonalArgs& args);
 /// the copy; both pointers are contiguous buffers.
 using TransferFn = void (*)(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
 
+/// A recorded device call offered to a fused chain (DeviceProgramFns::fuse): an elementwise kernel
+/// on its loop, or (dot set) a contraction of dtype index `dtype`.
+struct ChainCall {
+  ElementwiseFn fn = nullptr;
+  const LoopDims* dims = nullptr;
+  const LoopArg* args = nullptr;
+  const ContractArgs* dot = nullptr;
+  int dtype = 0;
+  /// An elementwise call whose operand `moving` points `stride` bytes further per unit of the
+  /// replay's index (a scan's slice copy), args holding its address at index 0; -1: none.
+  int moving = -1;
+  int64_t stride = 0;
+};
+
 /// Device-side support for recorded programs (the CUDA table; null on the host).
 struct DeviceProgramFns {
   /// Device memory on the device that owns `near`, holding a copy of `bytes` bytes from `host`.
@@ -198,8 +212,19 @@ struct DeviceProgramFns {
   /// Records what body(ctx) launches on the device owning `near` into an executable graph
   /// (nothing runs while recording); null when the device cannot record it.
   void* (*capture_graph)(void (*body)(void*), void* ctx, const void* near) = nullptr;
-  void (*launch_graph)(void* graph) = nullptr;
+  /// Launches a graph; chains with moving operands recorded in it run at `index`.
+  void (*launch_graph)(void* graph, int64_t index) = nullptr;
   void (*destroy_graph)(void* graph) = nullptr;
+  /// Which fused chain `call` can join (calls of one key run in one kernel), or -1: too large, or
+  /// a kernel with no chain form.
+  int (*chain_key)(const ChainCall& call) = nullptr;
+  /// One kernel that runs the first `*taken` of the `n` calls (one key) in order, each finished
+  /// before the next starts: as many as fit one chain; null when fewer than two do, unless the
+  /// first is a moving call (which makes a chain alone, of any size). Its launches run on the
+  /// device owning `near`.
+  void* (*fuse)(const ChainCall* calls, std::size_t n, std::size_t* taken, const void* near) = nullptr;
+  void (*launch_fused)(void* chain, int64_t index) = nullptr;
+  void (*destroy_fused)(void* chain) = nullptr;
 };
 
 /// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
@@ -262,6 +287,9 @@ int cuda_device_count();
 /// CUDA kernel launches made so far (every device; a cuSPARSE solve counts as one): what the
 /// benchmarks divide by steps for "launches per step". 0 without the CUDA backend.
 int64_t cuda_kernel_launches();
+/// Kernels (and copies, library calls) run on CUDA devices so far: a graph launch counts its nodes,
+/// a fused chain one. "Kernels per step" in the benchmarks. 0 without the CUDA backend.
+int64_t cuda_kernels_run();
 /// The default allocator of CUDA device `index` (stream-ordered pool), or null without the CUDA
 /// backend or that device. storage.cpp installs it on first use of the device.
 Allocator* default_cuda_allocator(int index);

@@ -14,6 +14,7 @@
 #include "expect_message.h"
 #include "op_check.h"
 #include "tenax/backends/kernels.h"
+#include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
 
 namespace tenax {
@@ -319,6 +320,100 @@ TEST_F(Cuda, ScanValueAndGradientMatchTheHostUnderCheckpointing) {
       EXPECT_LT(max_diff(to(gg[k], Device::cpu()), gh[k]), 1e-10) << "argument " << k;
     }
   }
+}
+
+// A step of many small calls: every unary and binary op of the table, scalars (fills, scales),
+// broadcasts, contractions, an outer product reduced over a short axis (atomics in a chain).
+struct EveryOpCell {
+  Tensor w, v;
+  std::pair<std::vector<Tensor>, std::vector<Tensor>> operator()(const std::vector<Tensor>& c,
+                                                                 const std::vector<Tensor>& x) const {
+    const Tensor z = dot(w, rename(c[0], "h", "k"), {"k"}) + x[0];
+    const Tensor a = sigmoid(z) * tanh(z) + softplus(z) * 0.1 - abs(z) * 0.05;
+    const Tensor p = exp(-square(a)) + log1p(square(a)) + sqrt(square(a) + 1.0) + log(square(z) + 2.0);
+    const Tensor q = div(p, square(v) + 1.5) + pow(square(v) + 1.2, a) + maximum(a, v) + minimum(a, -v);
+    const Tensor outer = q * rename(q, "h", "k");
+    const Tensor h = q * 0.5 + sum(outer, {"k"}) * (0.1 / 6.0) - dot(w, rename(q, "h", "k"), {"k"}) * 0.05;
+    return {{h}, {sum(h * h)}};
+  }
+};
+
+Tensor every_op_loss(const std::vector<Tensor>& a, const ScanOptions& o) {
+  ScanResult r = scan(EveryOpCell{a[0], a[1]}, {a[2]}, {a[3]}, "t", o);
+  return sum(r.ys[0] * r.ys[0]) + sum(r.carry[0] * r.carry[0]);
+}
+
+// Fused chains (the default on a device) give the host's value and gradients, those of the plain
+// kernels (TENAX_CUDA_FUSION=0), in fewer kernels; in float64 and float32, forwards and in
+// reverse with checkpoints (the slice copies of x_t, y_t's cotangent and x_t's adjoint move with
+// the step inside the chains).
+TEST_F(Cuda, FusedChainsMatchThePlainKernelsAndTheHostInFewerKernels) {
+  const Device gpu = Device::cuda(0);
+  const std::vector<Tensor> host{randn(Axes{{"h", 6}, {"k", 6}}, 11) * 0.3, randn(Axes{{"h", 6}}, 12),
+                                 randn(Axes{{"h", 6}}, 13), randn(Axes{{"t", 25}, {"h", 6}}, 14)};
+  // Forwards, every carry kept; in reverse with checkpoints every 4 steps; in reverse, every carry
+  // kept; under a memory budget of 8 carries (recursive bisection).
+  std::vector<ScanOptions> schedules(4);
+  schedules[1].reverse = schedules[2].reverse = true;
+  schedules[1].checkpoint_every = 4;
+  schedules[3].memory_budget = 8 * 6 * 8;
+  for (const auto& [dtype, o] : {std::pair{DType::f64, schedules[0]}, std::pair{DType::f32, schedules[0]},
+                                 std::pair{DType::f64, schedules[1]}, std::pair{DType::f64, schedules[2]},
+                                 std::pair{DType::f64, schedules[3]}}) {
+    auto every_op = [o = o](const std::vector<Tensor>& a) { return every_op_loss(a, o); };
+    std::vector<Tensor> in;
+    for (const Tensor& t : host) in.push_back(astype(t, dtype));
+    const double tol = dtype == DType::f64 ? 1e-10 : 2e-4;
+    auto [vh, gh] = value_and_grad(every_op, in);
+    auto run = [&](bool fused) {
+      detail::set_cuda_fusion(fused);
+      const int64_t k0 = detail::cuda_kernels_run();
+      auto vg = value_and_grad(every_op, on(in, gpu));
+      const int64_t kernels = detail::cuda_kernels_run() - k0;
+      detail::set_cuda_fusion(true);
+      return std::make_pair(vg, kernels);
+    };
+    const auto [plain, plain_kernels] = run(false);
+    const auto [fused, fused_kernels] = run(true);
+    const double want = astype(vh, DType::f64).item();
+    for (const auto* r : {&plain, &fused}) {
+      EXPECT_NEAR(astype(to(r->first, Device::cpu()), DType::f64).item(), want, tol * std::abs(want));
+      for (size_t k = 0; k < gh.size(); ++k) {
+        const Tensor g = astype(to(r->second[k], Device::cpu()), DType::f64);
+        const Tensor want_g = astype(gh[k], DType::f64);
+        EXPECT_LT(max_diff(g, want_g), tol * (1 + max_diff(want_g, want_g * 0.0))) << "argument " << k;
+      }
+    }
+    // Every step's run of small calls is one kernel: several times fewer than one per call.
+    EXPECT_LT(fused_kernels * 3, plain_kernels) << "fused " << fused_kernels << ", plain " << plain_kernels;
+    std::cout << dtype_name(dtype) << (o.reverse ? ", reverse" : "") << ", checkpoints every "
+              << o.checkpoint_every << (o.memory_budget ? ", bisection" : "")
+              << ": kernels per value + gradient, plain " << plain_kernels << ", fused " << fused_kernels
+              << "\n";
+  }
+}
+
+// With fused chains a scan step is one launch (one graph) each way: the checkpoint store, x_t,
+// the step, y_t and the next carry forwards; the checkpoint load, the step again and its reverse
+// step backwards. Counted as the difference between 40 and 20 steps (the traced first steps and
+// the capture launch their calls one by one).
+TEST_F(Cuda, AScanStepIsOneLaunchEachWay) {
+  const Device gpu = Device::cuda(0);
+  auto launches = [&](int64_t steps, bool fused) {
+    const std::vector<Tensor> in{randn(Axes{{"h", 6}, {"k", 6}}, 11) * 0.3, randn(Axes{{"h", 6}}, 12),
+                                 randn(Axes{{"h", 6}}, 13), randn(Axes{{"t", steps}, {"h", 6}}, 14)};
+    detail::set_cuda_fusion(fused);
+    const int64_t l0 = detail::cuda_kernel_launches();
+    auto every_op = [](const std::vector<Tensor>& a) { return every_op_loss(a, ScanOptions{}); };
+    (void)value_and_grad(every_op, on(in, gpu));
+    detail::set_cuda_fusion(true);
+    return detail::cuda_kernel_launches() - l0;
+  };
+  const double fused = double(launches(40, true) - launches(20, true)) / 20.0;
+  const double plain = double(launches(40, false) - launches(20, false)) / 20.0;
+  std::cout << "launches per step (value + gradient): fused " << fused << ", plain " << plain << "\n";
+  EXPECT_EQ(fused, 2.0);
+  EXPECT_GT(plain, 4.0);
 }
 
 TEST_F(Cuda, LinearRecurrenceAndNmapMatchTheHostWithGradients) {

@@ -54,13 +54,22 @@ inline void upload(int64_t* dst, const int64_t* host, int64_t count, const char*
         what);
 }
 
-/// Kernel launches (and library calls such as a cuSPARSE solve) made so far, all devices
-/// (device.cu; read through detail::cuda_kernel_launches()).
+/// Kernel launches (and library calls such as a cuSPARSE solve) made so far, all devices, and the
+/// kernels they ran (a graph runs all its nodes) (device.cu; read through
+/// detail::cuda_kernel_launches() and detail::cuda_kernels_run()).
 extern std::atomic<int64_t> g_launches;
+extern std::atomic<int64_t> g_kernels;
 /// Set while a graph is being recorded on this thread: what is recorded is not launched.
 inline thread_local bool g_recording = false;
 inline void count_launches(int64_t n = 1) {
-  if (!g_recording) g_launches.fetch_add(n, std::memory_order_relaxed);
+  if (g_recording) return;
+  g_launches.fetch_add(n, std::memory_order_relaxed);
+  g_kernels.fetch_add(n, std::memory_order_relaxed);
+}
+/// One graph launch that runs `nodes` kernels.
+inline void count_graph_launch(int64_t nodes) {
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_kernels.fetch_add(nodes, std::memory_order_relaxed);
 }
 struct NotCounting {
   bool was = g_recording;

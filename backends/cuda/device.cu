@@ -85,7 +85,9 @@ void transfer(void* dst, Device dst_device, const void* src, Device src_device, 
 }  // namespace
 
 std::atomic<int64_t> cuda::g_launches{0};
+std::atomic<int64_t> cuda::g_kernels{0};
 int64_t cuda_kernel_launches() { return cuda::g_launches.load(std::memory_order_relaxed); }
+int64_t cuda_kernels_run() { return cuda::g_kernels.load(std::memory_order_relaxed); }
 
 int cuda_device_count() {
   int n = 0;
@@ -114,6 +116,7 @@ void register_cuda_kernels(KernelTable& t) {
   register_cuda_recurrence(t);
   register_cuda_tridiagonal(t);
   register_cuda_programs(t);
+  register_cuda_fusion(t);  // after the elementwise kernels: it looks them up
 }
 
 }  // namespace tenax::detail

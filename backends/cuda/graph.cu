@@ -3,9 +3,13 @@
 // calls with one launch.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tenax/backends/cuda/common.h"
+#include "tenax/backends/cuda/fusion.h"
 #include "tenax/backends/cuda/register.h"
 
 namespace tenax::detail {
@@ -38,14 +42,21 @@ unsigned long long read_word(const void* p) {
   return w;
 }
 
+// An executable graph; with moving chains (fusion.h) also the recorded graph, whose nodes they
+// name, and the index they were last set to.
 struct Graph {
   cudaGraphExec_t exec = nullptr;
+  cudaGraph_t graph = nullptr;
   int device = 0;
+  int64_t nodes = 0;
+  std::vector<cuda::MovingNode> moving;
+  int64_t index = INT64_MIN;  // none set yet
 };
 
 void* capture_graph(void (*body)(void*), void* ctx, const void* near) {
   const int device = cuda::use_device_of(near, "graph capture");
   check(cudaStreamBeginCapture(cudaStreamPerThread, cudaStreamCaptureModeThreadLocal), "graph capture");
+  cuda::g_moving_nodes.clear();
   cudaGraph_t graph = nullptr;
   {
     cuda::NotCounting quiet;  // recorded, not launched
@@ -59,24 +70,41 @@ void* capture_graph(void (*body)(void*), void* ctx, const void* near) {
     }
   }
   check(cudaStreamEndCapture(cudaStreamPerThread, &graph), "graph capture");
+  std::size_t nodes = 0;
+  cudaError_t e = cudaGraphGetNodes(graph, nullptr, &nodes);
   cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-  (void)cudaGraphDestroy(graph);
-  check(e, "graph instantiate");
-  return new Graph{exec, device};
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  auto* g = new Graph{exec, graph, device, static_cast<int64_t>(nodes), std::move(cuda::g_moving_nodes)};
+  cuda::g_moving_nodes.clear();
+  if (g->moving.empty() || e != cudaSuccess) {
+    (void)cudaGraphDestroy(graph);
+    g->graph = nullptr;
+  }
+  if (e != cudaSuccess) {
+    delete g;
+    check(e, "graph instantiate");
+  }
+  return g;
 }
 
-void launch_graph(void* g) {
+void launch_graph(void* g, int64_t index) {
   auto* graph = static_cast<Graph*>(g);
   check(cudaSetDevice(graph->device), "graph launch");
+  if (!graph->moving.empty() && index != graph->index) {
+    for (const cuda::MovingNode& m : graph->moving) cuda::set_chain_index(graph->exec, m, index);
+    graph->index = index;
+  }
   check(cudaGraphLaunch(graph->exec, cudaStreamPerThread), "graph launch");
-  cuda::count_launches();
+  cuda::count_graph_launch(graph->nodes);
 }
 
 void destroy_graph(void* g) {
   auto* graph = static_cast<Graph*>(g);
   if (!graph) return;
-  if (cudaSetDevice(graph->device) == cudaSuccess) (void)cudaGraphExecDestroy(graph->exec);
+  if (cudaSetDevice(graph->device) == cudaSuccess) {
+    (void)cudaGraphExecDestroy(graph->exec);
+    if (graph->graph) (void)cudaGraphDestroy(graph->graph);
+  }
   (void)cudaGetLastError();
   delete graph;
 }

@@ -5,6 +5,7 @@ namespace tenax::detail {
 
 int cuda_device_count() { return 0; }
 int64_t cuda_kernel_launches() { return 0; }
+int64_t cuda_kernels_run() { return 0; }
 
 Allocator* default_cuda_allocator(int) { return nullptr; }
 

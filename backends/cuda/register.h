@@ -10,5 +10,6 @@ void register_cuda_contract(KernelTable& t);
 void register_cuda_linalg(KernelTable& t);
 void register_cuda_recurrence(KernelTable& t);
 void register_cuda_programs(KernelTable& t);
+void register_cuda_fusion(KernelTable& t);
 
 }  // namespace tenax::detail

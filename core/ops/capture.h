@@ -31,8 +31,9 @@ class KernelProgram {
   ~KernelProgram() = default;
   /// Replays every call. `what` names the loop position for errors (e.g. "scan step 12"): a
   /// linear-algebra kernel that fails (matrix not positive definite, singular) raises
-  /// NumericError naming the kernel, the batch index and `what`.
-  void run(const char* what, int64_t position) const;
+  /// NumericError naming the kernel, the batch index and `what`. Moving calls (slice copies,
+  /// KernelCapture::moving) run at slice `index`.
+  void run(const char* what, int64_t position, int64_t index = 0) const;
   /// Raises what a replay on a device found and deferred (a failed matrix of a linear-algebra
   /// kernel: device replays do not wait for each call). Waits for the device; the error names
   /// `what` but not the step. A no-op for host programs.
@@ -42,6 +43,12 @@ class KernelProgram {
   /// Appends every call to `loop` as a scalar instruction; false (and `loop` is then unusable)
   /// when a call is not a host elementwise kernel on single elements with a scalar twin.
   bool append_to(ScalarLoop& loop) const;
+  /// Appends the calls of `other` (a program of the same device, captured, not being captured
+  /// into): this program then replays them too, in order, reading `other`'s fill and scale
+  /// values, so `other` must outlive it. Its buffers are shared.
+  void append(const KernelProgram& other);
+  /// Appends a moving call (see KernelCapture::moving) without running it.
+  void append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride);
 
  private:
   friend class KernelCapture;
@@ -70,6 +77,13 @@ class KernelProgram {
     /// a device pointer it writes (whose device records it).
     bool graph_safe = false;
     const void* near = nullptr;
+    /// A device contraction: its arguments, index into device_dots_ (-1: none), and dtype index.
+    int32_t device_dot = -1;
+    int8_t dtype = 0;
+    /// A moving elementwise call: operand `moving` is `stride` bytes further per unit of the
+    /// replay's index (its argument holds the address at index 0); -1: none.
+    int8_t moving = -1;
+    int64_t stride = 0;
   };
   /// A run of calls replayed by one graph launch (graph set), or one by one.
   struct Segment {
@@ -90,9 +104,13 @@ class KernelProgram {
     const ContractPlan* plan = nullptr;
     /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row.
     ScalarLoop::Form form;
+    /// The first call of a fused device chain: index into chains_ (the record stays 48 bytes).
+    int16_t chain = -1;
   };
-  void run_calls(size_t begin, size_t end, const char* what, int64_t position) const;
+  static_assert(sizeof(Hot) <= 48, "a replay record is read per call: keep it small");
+  void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   void plan_segments() const;
+  void plan_chains() const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
@@ -100,7 +118,10 @@ class KernelProgram {
   std::vector<ContractPlan> plans_;   ///< contractions resolved at capture
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
   std::vector<Deferred> deferred_;
+  std::vector<ContractArgs> device_dots_;  ///< the device contractions' arguments (for chains)
   mutable std::vector<Segment> segments_;  ///< planned at the first run
+  mutable std::vector<std::shared_ptr<void>> chains_;  ///< fused device chains, likewise
+  mutable std::vector<size_t> chain_end_;              ///< per chain, the call after its last
   mutable std::vector<Hot> hot_;           ///< likewise
   mutable bool planned_ = false;
 };
@@ -117,6 +138,11 @@ struct DeviceLoopScope {
 /// Whether device programs replay through CUDA graphs (default on; TENAX_CUDA_GRAPHS=0 turns
 /// them off, for comparison and debugging).
 bool cuda_graphs_enabled();
+/// Whether device programs fuse runs of small elementwise calls and contractions into one kernel
+/// each (default on; TENAX_CUDA_FUSION=0 or set_cuda_fusion(false) turns it off, for comparison
+/// and debugging). Read when a program is planned (its first replay).
+bool cuda_fusion_enabled();
+void set_cuda_fusion(bool on);
 
 /// While alive, kernels() on this thread hands out a table that runs each kernel and appends the
 /// call to `program`, and every buffer allocated is kept alive by `program`. Nested captures are
@@ -139,6 +165,13 @@ class KernelCapture {
                 const void* near = nullptr, std::function<int64_t()> replay = {});
   /// Runs a resolved host contraction and records it (replayed without a std::function).
   void contract(const ContractPlan& plan);
+  /// Runs a device contraction (kernel `fn`, dtype index `dtype`) and records it.
+  void device_contract(ContractFn fn, const ContractArgs& a, int dtype);
+  /// Runs the two-operand device kernel `fn` (a copy or accumulation) with operand `moving` at
+  /// args[moving].data + index * stride bytes, and records it as a moving call (args[moving]
+  /// holding the address at index 0): replays run it at their own index.
+  void moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride,
+              int64_t index);
   /// Registers a failure word of a deferred device call (read by KernelProgram::finish).
   void defer(const unsigned long long* word, const char* kernel);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
