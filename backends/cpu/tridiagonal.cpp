@@ -7,21 +7,25 @@
 //   registers, VS systems at a time (solve_rows);
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
 // Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
-// oneTBB.
+// oneTBB. The Thomas panels live in tridiagonal_thomas.h, built for the baseline here and for
+// AVX2 + FMA in tridiagonal_avx2.cpp (float64 rows-inner solves go there where the CPU has it);
+// this file holds the pivoting variant and the dispatch.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
-#include <xsimd/xsimd.hpp>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "tenax/backends/cpu/register.h"
+#include "tenax/backends/cpu/tridiagonal_thomas.h"
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+#include "tenax/backends/cpu/tridiagonal_avx2.h"
+#endif
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -32,630 +36,6 @@ void sgtsv_(const int* n, const int* nrhs, float* dl, float* d, float* du, float
 
 namespace tenax::cpu {
 namespace {
-
-using detail::TridiagonalArgs;
-using Op = TridiagonalArgs::Operand;
-
-template <class T>
-const T* in_ptr(const TridiagonalArgs& a, int o) {
-  return static_cast<const T*>(a.in[o]);
-}
-
-// Whether vectors of V can be stored past the caches (stream_aligned): 16-byte SSE2 vectors.
-template <class V>
-constexpr bool kStreamableVector =
-#if defined(__SSE2__)
-    sizeof(V) == 16;
-#else
-    false;
-#endif
-
-// Stores a vector that nothing reads back soon (x, fresh adjoints) at a 16-byte aligned address
-// past the caches (a non-temporal store does not first read the line it writes); the caller
-// issues _mm_sfence before its results are handed to another thread. Only for kStreamableVector.
-template <class T, class V>
-inline void stream_aligned(T* p, const V& x) {
-#if defined(__SSE2__)
-  if constexpr (sizeof(V) == 16) {
-    if constexpr (std::is_same_v<T, double>)
-      _mm_stream_pd(p, x);
-    else
-      _mm_stream_ps(p, x);
-    return;
-  }
-#endif
-  x.store_aligned(p);
-}
-
-// dst[w] = v(w) for w < count, streamed where aligned (see stream_aligned).
-template <class T, class F>
-inline void stream_values(T* dst, int64_t count, F v) {
-  int64_t w = 0;
-#if defined(__SSE2__)
-  for (; w < count && (reinterpret_cast<uintptr_t>(dst + w) & 15); ++w) dst[w] = v(w);
-  if constexpr (std::is_same_v<T, double>)
-    for (; w + 2 <= count; w += 2) _mm_stream_pd(dst + w, _mm_set_pd(v(w + 1), v(w)));
-  else
-    for (; w + 4 <= count; w += 4) _mm_stream_ps(dst + w, _mm_set_ps(v(w + 3), v(w + 2), v(w + 1), v(w)));
-#endif
-  for (; w < count; ++w) dst[w] = v(w);
-}
-
-inline void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-// ---- Thomas, W systems at a time ----
-
-template <class T>
-class ThomasPanel {
- public:
-  using V = xsimd::batch<T>;
-  static constexpr int VS = static_cast<int>(V::size);
-  // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go up to 4096
-  // at a time, as many as keep c' and d' within 800 KiB (in L2; float64 at n = 100: 512 systems).
-  // Each row of a panel is then a run of 4 KB, too short for the hardware prefetchers (they
-  // restart at every row), hence the sweep's own prefetches (kAhead); without them wide panels
-  // kept c' and d' in L3 to get 32 KB runs (26-28 ms at n = 100; with prefetches and L2-sized
-  // panels 16-17 ms). Systems whose rows are contiguous, or that are copied into tiles, go 32 at
-  // a time (16 and 64 measured slower).
-  static constexpr int kWide = 4096;
-  static constexpr int64_t kWideScratch = 800 << 10;
-  static constexpr int kNarrow = 32;
-  static constexpr bool kStreamable = kStreamableVector<V>;
-  // solve_rows transposes VS x VS blocks in registers (SSE2-sized vectors: 2 doubles, 4 floats).
-  static constexpr bool kRowBlocks = VS == 2 || VS == 4;
-  static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
-  static constexpr int64_t kFetchRows = 2 * kLineRows;
-  // The sweep over a run of adjacent systems fetches the operands of row i + kAhead while it
-  // works on row i, one cache line at a time: the rows of a panel lie a whole row of the batch
-  // apart in memory, where the hardware prefetchers restart at every row (26 -> 19 ms at 100 000
-  // x 100 with the then 4096-wide panels; see bench/RESULTS.md).
-  static constexpr int64_t kAhead = 2;
-  static constexpr int kVectorsPerLine = std::max<int>(1, 64 / (VS * static_cast<int>(sizeof(T))));
-
-  ThomasPanel(const TridiagonalArgs& a, int width, std::vector<T>& scratch)
-      : a_(a), n_(a.n), P_(width), scratch_(scratch) {}
-
-  // Solves systems [first, first + count) (count <= width); returns the first failure or -1.
-  int64_t solve(int64_t first, int count) {
-    bind(first, count);
-    if (rows_) return solve_rows(first, count);
-    const int64_t n = n_;
-    const int nv = (count + VS - 1) / VS;
-    const V zero(T(0)), one(T(1));
-    Mask bad = zero != zero;
-    // Row 0 (lower[0] is outside the matrix).
-    for (int v = 0; v < nv; ++v) {
-      const V d = load(Op::diag, 0, v);
-      bad = bad | is_bad(d);
-      const V inv = one / d;
-      (n > 1 ? upper_at(0, v) * inv : zero).store_aligned(cp_ + v * VS);
-      (load(Op::rhs, 0, v) * inv).store_aligned(dp_ + v * VS);
-    }
-    if (all_unit())
-      sweep<true>(nv, bad);
-    else
-      sweep<false>(nv, bad);
-    if (xsimd::any(bad)) {
-      const int64_t f = first_bad(first, count);
-      if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
-    }
-    back_substitute(nv);
-    if (a_.vjp)
-      accumulate_adjoints(first, count);
-    else if (mode_[Op::x] == Mode::tile)
-      scatter_x(first, count);
-    stream_fence();  // streamed x / adjoints are visible before the panel's task completes
-    return -1;
-  }
-
- private:
-  // unit: a run of adjacent systems; broadcast: one system's values for all; rows: each
-  // system's rows contiguous (solve_rows); tile: copied row-interleaved into a tile; none: x not
-  // written (the fused reverse rule).
-  enum class Mode { unit, broadcast, rows, tile, none };
-  using Mask = typename V::batch_bool_type;
-
-  // Whether the sweep's operands (x is only written afterwards) are all runs of adjacent systems.
-  [[nodiscard]] bool all_unit() const {
-    for (int o = 0; o < Op::x; ++o)
-      if (mode_[o] != Mode::unit) return false;
-    return true;
-  }
-
-  // ---- systems apart, each one's rows contiguous (the row axis innermost) ----
-  // VS systems make a group (one vector lane each), the panel's groups go through together (their
-  // division chains overlap). A block of VS rows of an operand is loaded as one vector per system
-  // and transposed in registers into one vector per row, so no operand is copied into a tile; x
-  // goes back the same way. c' and d' are laid out as in the other paths (row i, lane w at
-  // i * P_ + w), so first_bad and the fused reverse rule work unchanged.
-
-  // m[k] = VS consecutive values of lane k  ->  m[j] = value j of every lane.
-  static void transpose(V (&m)[VS]) {
-    if constexpr (VS == 2) {
-      const V a = xsimd::zip_lo(m[0], m[1]), b = xsimd::zip_hi(m[0], m[1]);
-      m[0] = a;
-      m[1] = b;
-    } else if constexpr (VS == 4) {
-      using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
-      const W t0 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[0], m[1]));
-      const W t1 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[0], m[1]));
-      const W t2 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[2], m[3]));
-      const W t3 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[2], m[3]));
-      m[0] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t0, t2));
-      m[1] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t0, t2));
-      m[2] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t1, t3));
-      m[3] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t1, t3));
-    }
-  }
-
-  // m[j] = row r0 + j of operand o for the lanes of group g; rows outside [0, n) read as zero.
-  void load_block(int o, int64_t r0, int g, V (&m)[VS]) const {
-    const bool inside = r0 >= 0 && r0 + VS <= n_;
-    if (mode_[o] == Mode::broadcast) {
-      for (int j = 0; j < VS; ++j)
-        m[j] = r0 + j >= 0 && r0 + j < n_ ? V(base_[o][(r0 + j) * a_.step[o]]) : V(T(0));
-      return;
-    }
-    const T* const* lane = lane_[o] + g * VS;
-    if (inside) {
-      for (int k = 0; k < VS; ++k) m[k] = V::load_unaligned(lane[k] + r0);
-      transpose(m);
-      return;
-    }
-    alignas(sizeof(V)) T t[VS * VS];
-    for (int j = 0; j < VS; ++j)
-      for (int k = 0; k < VS; ++k) t[j * VS + k] = r0 + j >= 0 && r0 + j < n_ ? lane[k][r0 + j] : T(0);
-    for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(t + j * VS);
-  }
-
-  // Copies x (in the d' rows) out to each system's contiguous rows, one group at a time and its
-  // rows in order, so each lane's writes fill whole cache lines one after another (streamed past
-  // the caches when aligned; a store per row block straight from the back substitution would
-  // interleave 32 systems' partial lines).
-  void write_rows(int count) const {
-    const int groups = (count + VS - 1) / VS;
-    bool streamed = kStreamable;
-    for (int k = 0; k < count && streamed; ++k)
-      streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
-    for (int g = 0; g < groups; ++g) {
-      T* const* lane = const_cast<T* const*>(lane_[Op::x]) + g * VS;
-      const int real = std::min(VS, count - g * VS);
-      auto block = [&](int64_t i0, auto put) {
-        V m[VS];
-        for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(dp_ + (i0 + j) * P_ + g * VS);
-        transpose(m);
-        for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
-      };
-      int64_t i0 = 0;
-      if (streamed)
-        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { stream_aligned(p, v); });
-      else
-        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { v.store_unaligned(p); });
-      for (; i0 < n_; ++i0)
-        for (int k = 0; k < real; ++k) lane[k][i0] = dp_[i0 * P_ + g * VS + k];
-    }
-  }
-
-  // Rows i0 .. i0 + VS - 1 of the forward elimination for every group. kInterior: every operand
-  // is in Mode::rows and the block is neither the first nor the last (all rows it reads exist;
-  // no lower[0] or upper[n-1] among them).
-  template <bool kInterior>
-  void forward_block(int64_t i0, int groups, Mask& bad) {
-    const int64_t n = n_;
-    const V zero(T(0)), one(T(1));
-    // A's (i, i-1) and (i, i+1) entries; A^T's are A's (i-1, i) and (i+1, i).
-    const int lo = a_.transpose ? Op::upper : Op::lower, up = a_.transpose ? Op::lower : Op::upper;
-    const int64_t lo_row = i0 - (a_.transpose ? 1 : 0), up_row = i0 + (a_.transpose ? 1 : 0);
-    // Each lane's rows are a stream of their own, too many for the hardware prefetchers: every
-    // cache line's worth of rows, fetch the lines kFetchRows on.
-    const bool fetch = i0 % kLineRows == 0 && i0 + kFetchRows < n;
-    for (int g = 0; g < groups; ++g) {
-      if (fetch)
-        for (int o = 0; o < Op::x; ++o)
-          if (kInterior || mode_[o] == Mode::rows)
-            for (int k = 0; k < VS; ++k) prefetch(lane_[o][g * VS + k] + i0 + kFetchRows);
-      V l[VS], d[VS], r[VS], u[VS];
-      if constexpr (kInterior) {
-        const T* const* ll = lane_[lo] + g * VS;
-        const T* const* dl = lane_[Op::diag] + g * VS;
-        const T* const* rl = lane_[Op::rhs] + g * VS;
-        const T* const* ul = lane_[up] + g * VS;
-        for (int k = 0; k < VS; ++k) {
-          l[k] = V::load_unaligned(ll[k] + lo_row);
-          d[k] = V::load_unaligned(dl[k] + i0);
-          r[k] = V::load_unaligned(rl[k] + i0);
-          u[k] = V::load_unaligned(ul[k] + up_row);
-        }
-        transpose(l);
-        transpose(d);
-        transpose(r);
-        transpose(u);
-      } else {
-        load_block(lo, lo_row, g, l);
-        load_block(Op::diag, i0, g, d);
-        load_block(Op::rhs, i0, g, r);
-        load_block(up, up_row, g, u);
-      }
-      const int64_t at = g * VS;
-      V c = kInterior || i0 > 0 ? V::load_aligned(cp_ + (i0 - 1) * P_ + at) : zero;
-      V e = kInterior || i0 > 0 ? V::load_aligned(dp_ + (i0 - 1) * P_ + at) : zero;
-      for (int j = 0; j < VS && (kInterior || i0 + j < n); ++j) {
-        const int64_t i = i0 + j;
-        const V lj = kInterior || i > 0 ? l[j] : zero;  // lower[0] is outside the matrix
-        const V dj = d[j] - lj * c;
-        bad = bad | is_bad(dj);
-        const V inv = one / dj;
-        c = kInterior || i + 1 < n ? u[j] * inv : zero;  // so is upper[n-1]
-        e = (r[j] - lj * e) * inv;
-        c.store_aligned(cp_ + i * P_ + at);
-        e.store_aligned(dp_ + i * P_ + at);
-      }
-    }
-  }
-
-  int64_t solve_rows(int64_t first, int count) {
-    const int64_t n = n_;
-    const int groups = (count + VS - 1) / VS;
-    const V zero(T(0)), one(T(1));
-    Mask bad = zero != zero;
-    bool all_rows = true;
-    for (int o = 0; o < Op::x; ++o) all_rows = all_rows && mode_[o] == Mode::rows;
-    for (int64_t i0 = 0; i0 < n; i0 += VS) {
-      // Blocks away from the first and last rows, with every operand a lane's rows: no checks.
-      if (all_rows && i0 >= 1 && i0 + VS + 1 <= n)
-        forward_block<true>(i0, groups, bad);
-      else
-        forward_block<false>(i0, groups, bad);
-    }
-    if (xsimd::any(bad)) {
-      const int64_t f = first_bad(first, count);
-      if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
-    }
-    // Back substitution; d' becomes x in place.
-    for (int64_t i = n - 2; i >= 0; --i) {
-      const T* c = cp_ + i * P_;
-      T* e = dp_ + i * P_;
-      const T* next = dp_ + (i + 1) * P_;
-      for (int g = 0; g < groups; ++g) {
-        const int64_t at = g * VS;
-        (V::load_aligned(e + at) - V::load_aligned(c + at) * V::load_aligned(next + at))
-            .store_aligned(e + at);
-      }
-    }
-    if (mode_[Op::x] == Mode::rows) write_rows(count);
-    if (a_.vjp) accumulate_adjoints(first, count);
-    stream_fence();
-    return -1;
-  }
-
-  // Rows 1 .. n-1 of the forward elimination. kUnit: every operand is a run of adjacent systems,
-  // read through one pointer per row (no per-load dispatch on the operand's mode).
-  template <bool kUnit>
-  void sweep(int nv, Mask& bad) {
-    const V zero(T(0)), one(T(1));
-    for (int64_t i = 1; i < n_; ++i) {
-      const bool last = i + 1 == n_;
-      const T* cprev = cp_ + (i - 1) * P_;
-      const T* dprev = dp_ + (i - 1) * P_;
-      T* c = cp_ + i * P_;
-      T* r = dp_ + i * P_;
-      const T *li = nullptr, *di = nullptr, *ri = nullptr, *ui = nullptr;
-      // The same operands kAhead rows on (nullptr: past the end), fetched a cache line at a time.
-      const T *lf = nullptr, *df = nullptr, *rf = nullptr, *uf = nullptr;
-      if constexpr (kUnit) {
-        // A^T's (i, i-1) is A's upper of row i-1, its (i, i+1) A's lower of row i+1.
-        li = lower_row(i);
-        di = row(Op::diag, i);
-        ri = row(Op::rhs, i);
-        if (!last) ui = upper_row(i);
-        if (const int64_t f = i + kAhead; f < n_) {
-          lf = lower_row(f);
-          df = row(Op::diag, f);
-          rf = row(Op::rhs, f);
-          if (f + 1 < n_) uf = upper_row(f);
-        }
-      }
-      for (int v = 0; v < nv; ++v) {
-        if (kUnit && lf && v % kVectorsPerLine == 0) {
-          const int64_t at = int64_t{v} * VS;
-          prefetch(lf + at);
-          prefetch(df + at);
-          prefetch(rf + at);
-          if (uf) prefetch(uf + at);
-        }
-        const V l = kUnit ? V::load_unaligned(li + v * VS) : lower_at(i, v);
-        const V d = (kUnit ? V::load_unaligned(di + v * VS) : load(Op::diag, i, v)) -
-                    l * V::load_aligned(cprev + v * VS);
-        bad = bad | is_bad(d);
-        const V inv = one / d;
-        const V rhs = kUnit ? V::load_unaligned(ri + v * VS) : load(Op::rhs, i, v);
-        ((rhs - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
-        if (last)
-          zero.store_aligned(c + v * VS);
-        else
-          ((kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv).store_aligned(c + v * VS);
-      }
-    }
-  }
-
-  // x_i = d'_i - c'_i x_{i+1}, x_{n-1} = d'_{n-1}; d' becomes x in place (λ, for the fused
-  // reverse rule). x is written through one loop per destination kind, chosen once per panel.
-  void back_substitute(int nv) {
-    if (mode_[Op::x] == Mode::unit) {
-      T* x = const_cast<T*>(base_[Op::x]);
-      const int64_t step = a_.step[Op::x];
-      const bool streamed = kStreamable && reinterpret_cast<uintptr_t>(x) % sizeof(V) == 0 &&
-                            (step * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(sizeof(V)) == 0;
-      if (streamed)
-        back_substitute(nv, [&](int64_t i, int v, const V& r) { stream_aligned(x + i * step + v * VS, r); });
-      else
-        back_substitute(nv, [&](int64_t i, int v, const V& r) { r.store_unaligned(x + i * step + v * VS); });
-    } else if (mode_[Op::x] == Mode::tile) {
-      back_substitute(nv,
-                      [&](int64_t i, int v, const V& r) { r.store_aligned(tile_[Op::x] + i * P_ + v * VS); });
-    } else {
-      back_substitute(nv, [](int64_t, int, const V&) {});
-    }
-  }
-  template <class Store>
-  void back_substitute(int nv, Store store) {
-    const int64_t n = n_;
-    for (int v = 0; v < nv; ++v) store(n - 1, v, V::load_aligned(dp_ + (n - 1) * P_ + v * VS));
-    for (int64_t i = n - 2; i >= 0; --i) {
-      const T* c = cp_ + i * P_;
-      T* r = dp_ + i * P_;
-      const T* xnext = dp_ + (i + 1) * P_;
-      for (int v = 0; v < nv; ++v) {
-        const V x =
-            V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
-        x.store_aligned(r + v * VS);
-        store(i, v, x);
-      }
-    }
-  }
-
-  // dst[w * stride] = v(w) (an uninitialised fresh adjoint) or += v(w), for w < count.
-  template <class F>
-  static void put(T* dst, int64_t count, int64_t stride, bool assign, F v) {
-    if (assign && stride == 1)
-      stream_values(dst, count, v);
-    else if (assign)
-      for (int64_t w = 0; w < count; ++w) dst[w * stride] = v(w);
-    else
-      for (int64_t w = 0; w < count; ++w) dst[w * stride] += v(w);
-  }
-  template <class F>
-  static void put(T* dst, int64_t count, bool assign, F v) {  // unit stride (vectorised)
-    if (assign)
-      stream_values(dst, count, v);
-    else
-      for (int64_t w = 0; w < count; ++w) dst[w] += v(w);
-  }
-
-  // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows. An adjoint
-  // flagged `assign` is written (its lower[0] / upper[n-1] entries set to zero), not accumulated.
-  void accumulate_adjoints(int64_t first, int count) {
-    using S = TridiagonalArgs::Adjoints;
-    const S& j = *a_.vjp;
-    const int64_t n = n_;
-    T* base[S::slots] = {};
-    bool unit = true;
-    for (int k = 0; k < S::slots; ++k) {
-      const void* p = k == S::solution ? j.x : j.adj[k - 1];
-      if (!p) continue;
-      const int64_t* off = j.off[k] + first;
-      base[k] = const_cast<T*>(static_cast<const T*>(p)) + off[0];
-      for (int w = 1; w < count && unit; ++w) unit = off[w] == off[0] + w;
-    }
-    const T* x = base[S::solution];
-    const int64_t sx = j.step[S::solution];
-    const bool set_r = j.assign[S::adj_rhs - 1], set_d = j.assign[S::adj_diag - 1];
-    const bool set_l = j.assign[S::adj_lower - 1], set_u = j.assign[S::adj_upper - 1];
-    auto zero = [](int64_t) { return T(0); };
-    // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1}
-    if (unit) {  // adjacent systems: rows outer, the panel's systems inner (vectorised loops)
-      for (int64_t i = 0; i < n; ++i) {
-        const T* lam = dp_ + i * P_;
-        const T* xi = x + i * sx;
-        if (i + kAhead < n)  // x's rows lie a batch row apart, like the operands' (see sweep)
-          for (int w = 0; w < count; w += kLineRows) prefetch(xi + kAhead * sx + w);
-        if (T* r = base[S::adj_rhs])
-          put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
-        if (T* d = base[S::adj_diag])
-          put(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
-        if (T* l = base[S::adj_lower]) {
-          l += i * j.step[S::adj_lower];
-          if (i > 0)
-            put(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
-          else if (set_l)
-            put(l, count, true, zero);
-        }
-        if (T* u = base[S::adj_upper]) {
-          u += i * j.step[S::adj_upper];
-          if (i + 1 < n)
-            put(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
-          else if (set_u)
-            put(u, count, true, zero);
-        }
-      }
-      return;
-    }
-    for (int w = 0; w < count; ++w) {  // systems apart: one system at a time, rows inner
-      auto at = [&](int k) {
-        return static_cast<T*>(k == S::solution ? const_cast<void*>(j.x) : j.adj[k - 1]) +
-               j.off[k][first + w];
-      };
-      const T* xw = at(S::solution);
-      const T* lam = dp_ + w;
-      if (j.adj[S::adj_rhs - 1])
-        put(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
-      if (j.adj[S::adj_diag - 1])
-        put(at(S::adj_diag), n, j.step[S::adj_diag], set_d,
-            [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
-      if (j.adj[S::adj_lower - 1]) {
-        T* l = at(S::adj_lower);
-        const int64_t st = j.step[S::adj_lower];
-        if (set_l) l[0] = T(0);
-        put(l + st, n - 1, st, set_l, [&](int64_t i) { return -lam[(i + 1) * P_] * xw[i * sx]; });
-      }
-      if (j.adj[S::adj_upper - 1]) {
-        T* u = at(S::adj_upper);
-        const int64_t st = j.step[S::adj_upper];
-        if (set_u) u[(n - 1) * st] = T(0);
-        put(u, n - 1, st, set_u, [&](int64_t i) { return -lam[i * P_] * xw[(i + 1) * sx]; });
-      }
-    }
-  }
-
-  static auto is_bad(const V& d) {
-    // zero, infinite or NaN pivot
-    return (d == V(T(0))) | !(xsimd::abs(d) < V(std::numeric_limits<T>::infinity()));
-  }
-
-  // The first system of the panel whose elimination meets a bad pivot, found again lane by lane.
-  int64_t first_bad(int64_t first, int count) const {
-    for (int w = 0; w < count; ++w) {
-      auto at = [&](int o, int64_t i) { return in_ptr<T>(a_, o)[a_.off[o][first + w] + i * a_.step[o]]; };
-      auto lower = [&](int64_t i) { return a_.transpose ? at(Op::upper, i - 1) : at(Op::lower, i); };
-      auto upper = [&](int64_t i) { return a_.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
-      T c = T(0);
-      for (int64_t i = 0; i < n_; ++i) {
-        const T d = at(Op::diag, i) - (i > 0 ? lower(i) * c : T(0));
-        if (d == T(0) || !std::isfinite(d)) return first + w;
-        c = i + 1 < n_ ? upper(i) / d : T(0);
-      }
-    }
-    return -1;
-  }
-
-  // c' and d' of the forward sweep, then (only when some operand needs one) a row-interleaved tile
-  // per operand. The buffer is the thread's, kept from call to call (a scan step calls this every
-  // step), and only grows; pointers are set here, at the start of each panel.
-  void lay_out(bool tiles) {
-    // d' starts kSkew elements past a multiple of c''s size: rows i of c' and d' (read together)
-    // would otherwise sit a large power-of-two-ish distance apart, in the same cache sets.
-    constexpr int64_t kSkew = 72;
-    const auto need = static_cast<size_t>((tiles ? 7 : 2) * n_ * P_ + kSkew + VS);
-    if (scratch_.size() < need) scratch_.resize(need);
-    T* p = scratch_.data();
-    while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
-    cp_ = p;
-    dp_ = p + n_ * P_ + kSkew;
-    for (int o = 0; o < Op::count; ++o) tile_[o] = tiles ? dp_ + (1 + o) * n_ * P_ : nullptr;
-  }
-
-  void bind(int64_t first, int count) {
-    bool tiles = false;
-    for (int o = 0; o < Op::count; ++o) {
-      if (o == Op::x && !a_.out) {  // the fused reverse rule keeps λ in d'
-        mode_[o] = Mode::none;
-        continue;
-      }
-      const int64_t* off = a_.off[o] + first;
-      base_[o] = (o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o)) + off[0];
-      bool unit = count % VS == 0, same = true;
-      for (int w = 1; w < count; ++w) {
-        unit = unit && off[w] == off[0] + w;
-        same = same && off[w] == off[0];
-      }
-      mode_[o] = unit ? Mode::unit : (same && o != Op::x) ? Mode::broadcast : Mode::tile;
-      tiles = tiles || mode_[o] == Mode::tile;
-    }
-    rows_ = tiles && kRowBlocks && count <= kNarrow;
-    for (int o = 0; o < Op::count && rows_; ++o)
-      rows_ = mode_[o] == Mode::none || mode_[o] == Mode::broadcast ||
-              (mode_[o] == Mode::tile && a_.step[o] == 1);
-    if (rows_) {
-      tiles = false;
-      for (int o = 0; o < Op::count; ++o) {
-        if (mode_[o] != Mode::tile) continue;
-        mode_[o] = Mode::rows;
-        const T* src = o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o);
-        const int64_t* off = a_.off[o] + first;
-        // Padding lanes (past count) read the last system again and are never written.
-        for (int w = 0; w < P_; ++w) lane_[o][w] = src + off[std::min(w, count - 1)];
-      }
-    }
-    lay_out(tiles);  // (re)points into the thread's scratch, which another panel may have grown
-    for (int o = 0; o < Op::x; ++o)
-      if (mode_[o] == Mode::tile) gather(o, a_.off[o] + first, count);
-  }
-
-  // Row-interleaves operand o of `count` systems into its tile; padding lanes (up to the next
-  // multiple of VS) solve x = 0 with the identity matrix, so they never fail.
-  void gather(int o, const int64_t* off, int count) {
-    const T* src = in_ptr<T>(a_, o);
-    const int64_t step = a_.step[o];
-    T* t = tile_[o];
-    for (int w = 0; w < count; ++w) {
-      const T* p = src + off[w];
-      for (int64_t i = 0; i < n_; ++i) t[i * P_ + w] = p[i * step];
-    }
-    const T pad = o == Op::diag ? T(1) : T(0);
-    const int padded = (count + VS - 1) / VS * VS;
-    for (int w = count; w < padded; ++w)
-      for (int64_t i = 0; i < n_; ++i) t[i * P_ + w] = pad;
-  }
-
-  // Row i of operand o of a run of adjacent systems (Mode::unit).
-  const T* row(int o, int64_t i) const { return base_[o] + i * a_.step[o]; }
-  // Rows of A's entries (i, i-1) and (i, i+1) of a run of adjacent systems (see lower_at).
-  const T* lower_row(int64_t i) const { return a_.transpose ? row(Op::upper, i - 1) : row(Op::lower, i); }
-  const T* upper_row(int64_t i) const { return a_.transpose ? row(Op::lower, i + 1) : row(Op::upper, i); }
-  static void prefetch(const T* p) { __builtin_prefetch(p, 0, 3); }
-
-  // Row i of operand o for the systems of vector v.
-  V load(int o, int64_t i, int v) const {
-    switch (mode_[o]) {
-      case Mode::unit:
-        return V::load_unaligned(base_[o] + i * a_.step[o] + v * VS);
-      case Mode::broadcast:
-        return V(base_[o][i * a_.step[o]]);
-      case Mode::rows:  // only read by solve_rows
-      case Mode::tile:
-      case Mode::none:
-        break;
-    }
-    return V::load_aligned(tile_[o] + i * P_ + v * VS);
-  }
-  // A's entries (i, i-1) and (i, i+1); A^T's are A's (i-1, i) and (i+1, i).
-  V lower_at(int64_t i, int v) const {
-    return a_.transpose ? load(Op::upper, i - 1, v) : load(Op::lower, i, v);
-  }
-  V upper_at(int64_t i, int v) const {
-    return a_.transpose ? load(Op::lower, i + 1, v) : load(Op::upper, i, v);
-  }
-
-  void scatter_x(int64_t first, int count) {
-    T* dst = static_cast<T*>(a_.out);
-    const int64_t* off = a_.off[Op::x] + first;
-    const int64_t step = a_.step[Op::x];
-    const T* t = tile_[Op::x];
-    for (int w = 0; w < count; ++w) {
-      T* p = dst + off[w];
-      if (step == 1)
-        stream_values(p, n_, [&](int64_t i) { return t[i * P_ + w]; });
-      else
-        for (int64_t i = 0; i < n_; ++i) p[i * step] = t[i * P_ + w];
-    }
-  }
-
-  const TridiagonalArgs& a_;
-  int64_t n_;
-  int P_;
-  Mode mode_[Op::count] = {};
-  const T* base_[Op::count] = {};
-  std::vector<T>& scratch_;
-  T* tile_[Op::count] = {};
-  T* cp_ = nullptr;
-  T* dp_ = nullptr;
-  bool rows_ = false;                       // this panel goes through solve_rows
-  const T* lane_[Op::count][kNarrow] = {};  // Mode::rows: each lane's system (row 0)
-};
 
 // ---- partial pivoting: LAPACK gtsv on a contiguous copy of each system ----
 
@@ -697,59 +77,40 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
 
 // ---- dispatch over blocks of systems ----
 
-// Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost) for
-// every operand that varies by system, as wide as keeps c' and d' within kWideScratch bytes.
-template <class T>
-int panel_width(const TridiagonalArgs& a) {
-  using P = ThomasPanel<T>;
-  bool adjacent = a.systems > 1;
-  for (int o = 0; o < Op::count && adjacent; ++o) {
+// Whether float64 solves whose systems' rows are contiguous go to the AVX2 + FMA build of the
+// panels (4-wide register transposes; measured in bench/RESULTS.md): where the build has it, the
+// CPU has both, and TENAX_CPU_AVX2 is not 0 (for comparison, and to test the baseline on AVX2
+// machines). The other layouts measured no faster with AVX2 and keep the baseline.
+bool avx2_rows() {
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  static const bool on = [] {
+    const char* v = std::getenv("TENAX_CPU_AVX2");
+    if (v && std::string(v) == "0") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return on;
+#else
+  return false;
+#endif
+}
+
+// Each system's rows contiguous and consecutive systems not adjacent, for every operand that
+// varies by system.
+bool rows_inner(const TridiagonalArgs& a) {
+  if (a.systems < 2) return false;
+  for (int o = 0; o < Op::count; ++o) {
     if (o == Op::x && !a.out) continue;
     const int64_t d = a.off[o][1] - a.off[o][0];
-    adjacent = d == 1 || (d == 0 && o != Op::x);
+    if (d == 0 && o != Op::x) continue;
+    if (a.step[o] != 1 || d == 1) return false;
   }
-  if (!adjacent) return P::kNarrow;
-  const int64_t fit = P::kWideScratch / (2 * a.n * static_cast<int64_t>(sizeof(T))) / P::VS * P::VS;
-  return static_cast<int>(std::clamp<int64_t>(fit, P::kNarrow, P::kWide));
+  return true;
 }
 
-template <class T>
-int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
-  thread_local std::vector<T> scratch;
-  // No wider than the range (rounded to whole vectors): a few systems need no wide panel.
-  constexpr int64_t VS = ThomasPanel<T>::VS;
-  const int width = static_cast<int>(std::min<int64_t>(panel_width<T>(a), (end - begin + VS - 1) / VS * VS));
-  ThomasPanel<T> panel(a, width, scratch);
-  for (int64_t s = begin; s < end; s += width) {
-    int count = static_cast<int>(std::min<int64_t>(width, end - s));
-    // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
-    // own: tiles as wide as the wide panel would not fit any cache.
-    if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
-      const int whole = count / VS * VS;
-      if (whole > 0) {
-        const int64_t failed = panel.solve(s, whole);
-        if (failed >= 0) return failed;
-      }
-      ThomasPanel<T> tail(a, ThomasPanel<T>::kNarrow, scratch);
-      for (int64_t t = s + whole; t < s + count; t += ThomasPanel<T>::kNarrow) {
-        const int64_t failed =
-            tail.solve(t, static_cast<int>(std::min<int64_t>(ThomasPanel<T>::kNarrow, s + count - t)));
-        if (failed >= 0) return failed;
-      }
-      continue;
-    }
-    const int64_t failed = panel.solve(s, count);
-    if (failed >= 0) return failed;
-  }
-  return -1;
-}
-
-template <class T>
-int64_t tridiagonal(const TridiagonalArgs& a) {
-  if (a.systems <= 0 || a.n <= 0) return -1;
-  auto range = [&a](int64_t begin, int64_t end) {
-    return a.pivoting ? pivoting_range<T>(a, begin, end) : thomas_range<T>(a, begin, end);
-  };
+// Runs range(begin, end) over blocks of systems in parallel; the first failed system or -1.
+template <class T, class Range>
+int64_t solve_in_blocks(const TridiagonalArgs& a, Range range) {
   // Whole panels with at least ~32k unknowns each are worth a task.
   const int64_t W = panel_width<T>(a);
   const int64_t per_task = std::max<int64_t>(W, ((int64_t{1} << 15) / a.n + W - 1) / W * W);
@@ -767,6 +128,22 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   });
   const int64_t f = first_failure.load();
   return f == std::numeric_limits<int64_t>::max() ? -1 : f;
+}
+
+template <class T>
+int64_t tridiagonal(const TridiagonalArgs& a) {
+  if (a.systems <= 0 || a.n <= 0) return -1;
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if constexpr (std::is_same_v<T, double>) {
+    if (!a.pivoting && avx2_rows() && rows_inner(a)) {
+      return solve_in_blocks<T>(
+          a, [&a](int64_t begin, int64_t end) { return thomas_range_avx2(a, begin, end); });
+    }
+  }
+#endif
+  return solve_in_blocks<T>(a, [&a](int64_t begin, int64_t end) {
+    return a.pivoting ? pivoting_range<T>(a, begin, end) : thomas_range<T>(a, begin, end);
+  });
 }
 
 }  // namespace

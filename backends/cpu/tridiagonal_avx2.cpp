@@ -1,0 +1,19 @@
+// The Thomas panels (tridiagonal_thomas.h) built for AVX2 + FMA: 4 doubles per vector, so the
+// rows-inner path transposes 4 x 4 blocks and runs 4 systems per instruction. Compiled with
+// -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both
+// (tridiagonal.cpp checks at run time).
+#include "tenax/backends/cpu/tridiagonal_avx2.h"
+
+#include "tenax/backends/cpu/tridiagonal_thomas.h"
+
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "tridiagonal_avx2.cpp must be compiled with -mavx2 -mfma"
+#endif
+
+namespace tenax::cpu {
+
+int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end) {
+  return thomas_range<double>(a, begin, end);
+}
+
+}  // namespace tenax::cpu
