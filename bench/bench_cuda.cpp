@@ -68,12 +68,12 @@ void BM_Kalman_ValueAndGrad(benchmark::State& state) {
   const TensorMap in = {{"y", to(y, d)}};
   if (std::abs(fetch(mod.run("loglik", in)) - want) > 1e-9 * std::abs(want))
     state.SkipWithError("the device's log-likelihood differs from the host's");
-  const Counts launches0 = counts();
+  const Counts c0 = counts();
   for (auto _ : state) {
     ModelGradient g = mod.value_and_grad("loglik", in);
     benchmark::DoNotOptimize(fetch(g.value) + fetch(g.grads.back()));
   }
-  per_step(state, steps, launches0);
+  per_step(state, steps, c0);
 }
 BENCHMARK(BM_Kalman_ValueAndGrad)
     ->Args({0, 1, 1000})
@@ -99,12 +99,12 @@ void BM_Recurrence_ScanValueAndGrad(benchmark::State& state) {
     };
     return sum(square(scan(body, {to(scalar(0.0), d)}, {a[1]}, "t").ys[0]));
   };
-  const Counts launches0 = counts();
+  const Counts c0 = counts();
   for (auto _ : state) {
     auto [v, g] = value_and_grad(loss, args);
     benchmark::DoNotOptimize(fetch(v) + fetch(g[0]));
   }
-  per_step(state, steps, launches0);
+  per_step(state, steps, c0);
 }
 BENCHMARK(BM_Recurrence_ScanValueAndGrad)
     ->Args({0, 20000})
@@ -120,12 +120,12 @@ void BM_Recurrence_LinearRecurrence(benchmark::State& state) {
   if (state.error_occurred()) return;
   const std::vector<Tensor> args{to(scalar(0.9), d), to(randn(Axes{{"t", steps}}, 7), d)};
   auto loss = [](const std::vector<Tensor>& a) { return sum(square(linear_recurrence(a[0], a[1], "t"))); };
-  const Counts launches0 = counts();
+  const Counts c0 = counts();
   for (auto _ : state) {
     auto [v, g] = value_and_grad(loss, args);
     benchmark::DoNotOptimize(fetch(v) + fetch(g[0]));
   }
-  per_step(state, steps, launches0);
+  per_step(state, steps, c0);
 }
 BENCHMARK(BM_Recurrence_LinearRecurrence)
     ->Args({0, 100000})
@@ -153,7 +153,7 @@ void BM_BatchedRecurrence_Scan(benchmark::State& state) {
     ScanResult r = scan(body, {a[3]}, {a[4]}, "t");
     return sum(square(r.carry[0])) + sum(r.ys[0]);
   };
-  const Counts launches0 = counts();
+  const Counts c0 = counts();
   for (auto _ : state) {
     if (grad) {
       auto [v, g] = value_and_grad(loss, args);
@@ -162,7 +162,7 @@ void BM_BatchedRecurrence_Scan(benchmark::State& state) {
       benchmark::DoNotOptimize(fetch(loss(args)));
     }
   }
-  per_step(state, steps, launches0);
+  per_step(state, steps, c0);
 }
 BENCHMARK(BM_BatchedRecurrence_Scan)
     ->Args({0, 512, 0})
