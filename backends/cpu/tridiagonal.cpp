@@ -13,9 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -23,6 +21,7 @@
 
 #include "tenax/backends/cpu/register.h"
 #include "tenax/backends/cpu/tridiagonal_thomas.h"
+#include "tenax/core/env.h"
 #if defined(TENAX_HAVE_AVX2_KERNELS)
 #include "tenax/backends/cpu/tridiagonal_avx2.h"
 #endif
@@ -84,8 +83,7 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
 bool avx2_rows() {
 #if defined(TENAX_HAVE_AVX2_KERNELS)
   static const bool on = [] {
-    const char* v = std::getenv("TENAX_CPU_AVX2");
-    if (v && std::string(v) == "0") return false;
+    if (!detail::env_switch("TENAX_CPU_AVX2")) return false;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();

@@ -2,14 +2,8 @@
 // and appends the call (with deep copies of its argument blocks) to the active program.
 #include "tenax/core/ops/capture.h"
 
-#include <algorithm>
-#include <atomic>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 
@@ -385,14 +379,9 @@ const Tables& tables() {
   return t;
 }
 
-const char* failure_reason(const char* kernel) {
-  const std::string k = kernel;
-  if (k == "cholesky") return "is not positive definite";
-  if (k == "triangular_solve") return "has a zero on its diagonal";
-  return "is singular";
-}
-
 }  // namespace
+
+const KernelTable& real_kernels(int device_kind) { return tables().real[device_kind]; }
 
 namespace {
 const KernelTable::FlatTwin* twins_of(ElementwiseFn fn) {
@@ -411,241 +400,6 @@ FlatFn flat_twin(ElementwiseFn fn) {
 ScalarFn scalar_twin(ElementwiseFn fn) {
   const KernelTable::FlatTwin* t = twins_of(fn);
   return t ? t->one : nullptr;
-}
-
-bool KernelProgram::append_to(ScalarLoop& loop) const {
-  for (const Call& c : calls_) {
-    if (!c.flat || c.outer != 1 || c.count != 1 || (!c.one && c.form.kind == ScalarLoop::Kind::call))
-      return false;
-    const FlatArg* args = &flat_args_[static_cast<size_t>(c.first_arg)];
-    ScalarLoop::Ins ins;
-    ins.kind = c.form.kind;
-    if (ins.kind == ScalarLoop::Kind::call) {
-      ins.fn = c.one;
-      ins.arity = c.arity;
-      for (int a = 0; a < c.arity; ++a) ins.p[a] = args[a].data;
-    } else {
-      ins.arity = c.form.arity;
-      for (int a = 0; a < c.form.arity; ++a) ins.p[a] = args[c.form.operand[a]].data;
-    }
-    loop.push(ins);
-  }
-  return true;
-}
-
-void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position,
-                              int64_t index) const {
-  for (size_t k = begin; k < end; ++k) {
-    const Hot& h = hot_[k];
-    if (h.flat) {
-      if (h.form.kind != ScalarLoop::Kind::call)
-        run_form(h.form, h.args, h.count);
-      else
-        h.flat(h.outer, h.count, h.args);
-      continue;
-    }
-    if (h.plan) {
-      h.plan->run(*h.plan);
-      continue;
-    }
-    if (h.chain >= 0) {  // never a flat or planned (host) call
-      const auto c = static_cast<size_t>(h.chain);
-      tables().real[1].program.launch_fused(chains_[c].get(), index);
-      k = chain_end_[c] - 1;
-      continue;
-    }
-    const Call& c = calls_[k];
-    if (c.fn && c.moving >= 0) {
-      LoopArg now[2] = {args_[static_cast<size_t>(c.first_arg)], args_[static_cast<size_t>(c.first_arg) + 1]};
-      now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
-      c.fn(c.dims, now);
-      continue;
-    }
-    if (c.fn) {
-      c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
-      continue;
-    }
-    const int64_t bad = c.other();
-    if (bad >= 0 && c.describe)
-      throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
-                         " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
-    if (bad >= 0)
-      throw NumericError(std::string("[") + c.kernel + "] at " + what + " " + std::to_string(position) +
-                         ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(c.kernel));
-  }
-}
-
-namespace {
-thread_local int g_device_loop = 0;
-}
-DeviceLoopScope::DeviceLoopScope() { ++g_device_loop; }
-DeviceLoopScope::~DeviceLoopScope() { --g_device_loop; }
-
-void note_device_wait(const char* op, int device) {
-  if (g_device_loop == 0) return;
-  static std::mutex mutex;
-  static std::set<std::string> warned;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!warned.insert(op).second) return;
-  std::fprintf(
-      stderr,
-      "tenax: warning: [%s] copies from cuda:%d to the host (it waits for the device) inside a scan step or "
-      "map chunk, so every step pays a round trip; shown once per op\n",
-      op, device);
-}
-
-bool cuda_graphs_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TENAX_CUDA_GRAPHS");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
-}
-
-namespace {
-std::atomic<bool>& fusion_flag() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TENAX_CUDA_FUSION");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
-}
-}  // namespace
-bool cuda_fusion_enabled() { return fusion_flag().load(std::memory_order_relaxed); }
-void set_cuda_fusion(bool on) { fusion_flag().store(on, std::memory_order_relaxed); }
-
-// Runs of two or more device calls that the device can chain (small elementwise calls and
-// contractions of one dtype, consecutive in the program) become one fused kernel each; the first
-// call's replay record launches it and skips the rest. A moving call (a slice copy) becomes a
-// chain even alone, so that a graph can hold it (its index set per launch). A chain the device
-// cannot build stays as plain calls.
-void KernelProgram::plan_chains() const {
-  chains_.clear();
-  chain_end_.clear();
-  const DeviceProgramFns& fns = tables().real[1].program;
-  if (!fns.fuse || !cuda_fusion_enabled()) return;
-  std::vector<ChainCall> run;
-  auto key_of = [&](const Call& c, ChainCall& cc) {
-    if (!c.graph_safe) return -1;  // a host call, or a device call that does not record
-    if (c.fn) {
-      cc = {c.fn, &c.dims, &args_[static_cast<size_t>(c.first_arg)], nullptr, 0, c.moving, c.stride};
-    } else if (c.device_dot >= 0) {
-      cc = {nullptr, nullptr, nullptr, &device_dots_[static_cast<size_t>(c.device_dot)], c.dtype, -1, 0};
-    } else {
-      return -1;
-    }
-    return fns.chain_key(cc);
-  };
-  for (size_t k = 0; k < calls_.size();) {
-    ChainCall first;
-    const int key = key_of(calls_[k], first);
-    if (key < 0 && !(calls_[k].moving >= 0 && calls_[k].graph_safe)) {
-      ++k;
-      continue;
-    }
-    run.assign(1, first);
-    size_t e = k + 1;
-    for (ChainCall cc; key >= 0 && e < calls_.size() && key_of(calls_[e], cc) == key; ++e) run.push_back(cc);
-    // The run in chains of what fits one (a call that fits none stays plain; a moving call too
-    // large for a chain gets a launch of its own that a graph can move, DeviceProgramFns::fuse).
-    for (size_t at = 0; at < run.size();) {
-      size_t taken = 0;
-      void* chain = nullptr;
-      try {
-        chain = fns.fuse(run.data() + at, run.size() - at, &taken, calls_[k + at].near);
-      } catch (const DeviceError&) {
-        break;
-      }
-      if (chain) {
-        chains_.emplace_back(chain, fns.destroy_fused);
-        hot_[k + at].chain = static_cast<int16_t>(chains_.size() - 1);
-        chain_end_.push_back(k + at + taken);
-        if (chains_.size() == INT16_MAX) return;  // the rest plain
-      }
-      at += std::max<size_t>(taken, 1);
-    }
-    k = e;
-  }
-}
-
-// Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
-// A run the device cannot record falls back to plain launches (same results, more launches).
-void KernelProgram::plan_segments() const {
-  planned_ = true;
-  hot_.clear();
-  for (const Call& c : calls_)
-    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer,
-                    c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, c.form});
-  plan_chains();
-  segments_.clear();
-  const DeviceProgramFns& fns = tables().real[1].program;
-  if (!fns.capture_graph || !cuda_graphs_enabled()) return;
-  // A moving call records into a graph only inside a chain (whose index the graph sets per launch).
-  std::vector<char> safe(calls_.size());
-  for (size_t k = 0; k < calls_.size(); ++k) safe[k] = calls_[k].graph_safe && calls_[k].moving < 0;
-  for (size_t k = 0; k < calls_.size(); ++k)
-    if (hot_[k].chain >= 0)
-      for (size_t j = k; j < chain_end_[static_cast<size_t>(hot_[k].chain)]; ++j) safe[j] = 1;
-  size_t plain = 0;  // first call not yet in a segment
-  for (size_t k = 0; k < calls_.size();) {
-    size_t e = k;
-    while (e < calls_.size() && safe[e]) ++e;
-    if (e - k < 2) {
-      k = e + 1;
-      continue;
-    }
-    struct Ctx {
-      const KernelProgram* self;
-      size_t begin, end;
-    } ctx{this, k, e};
-    auto body = [](void* p) {
-      auto* c = static_cast<Ctx*>(p);
-      c->self->run_calls(c->begin, c->end, "graph capture", 0, 0);
-    };
-    void* g = nullptr;
-    try {
-      g = fns.capture_graph(body, &ctx, calls_[k].near);
-    } catch (const DeviceError&) {
-      g = nullptr;
-    }
-    if (g) {
-      if (plain < k) segments_.push_back({plain, k, nullptr});
-      segments_.push_back({k, e, std::shared_ptr<void>(g, fns.destroy_graph)});
-      plain = e;
-    }
-    k = e;
-  }
-  if (segments_.empty()) return;
-  if (plain < calls_.size()) segments_.push_back({plain, calls_.size(), nullptr});
-}
-
-void KernelProgram::run(const char* what, int64_t position, int64_t index) const {
-  DeviceLoopScope loop;
-  if (!planned_) plan_segments();
-  if (segments_.empty()) {
-    run_calls(0, calls_.size(), what, position, index);
-    return;
-  }
-  const DeviceProgramFns& fns = tables().real[1].program;
-  for (const Segment& s : segments_) {
-    if (s.graph)
-      fns.launch_graph(s.graph.get(), index);
-    else
-      run_calls(s.begin, s.end, what, position, index);
-  }
-}
-
-void KernelProgram::finish(const char* what) const {
-  if (deferred_.empty()) return;
-  const DeviceProgramFns& fns = tables().real[1].program;
-  for (const Deferred& d : deferred_) {
-    const unsigned long long w = fns.read_word(d.word);
-    if (w != static_cast<unsigned long long>(LLONG_MAX))
-      throw NumericError(
-          std::string("[") + d.kernel + "] in a " + what + " on the GPU: the matrix at batch index " +
-          std::to_string(w) + " " + failure_reason(d.kernel) +
-          " (the GPU checks when the sweep ends, so the step is not named; run on the host for it)");
-  }
 }
 
 KernelCapture::KernelCapture(KernelProgram& program) : program_(program) {
@@ -767,40 +521,6 @@ void KernelCapture::moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg
   now[moving].data = static_cast<char*>(now[moving].data) + index * stride;
   fn(dims, now);
   program_.append_moving(fn, dims, args, moving, stride);
-}
-
-void KernelProgram::append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving,
-                                  int64_t stride) {
-  Call call;
-  call.fn = fn;
-  call.dims = dims;
-  call.graph_safe = true;  // inside a chain only (plan_segments)
-  call.near = args[1 - moving].data;
-  call.moving = static_cast<int8_t>(moving);
-  call.stride = stride;
-  call.first_arg = static_cast<int32_t>(args_.size());
-  args_.push_back(args[0]);
-  args_.push_back(args[1]);
-  calls_.push_back(std::move(call));
-  planned_ = false;
-}
-
-void KernelProgram::append(const KernelProgram& other) {
-  const auto arg0 = static_cast<int32_t>(args_.size()), flat0 = static_cast<int32_t>(flat_args_.size());
-  const auto plan0 = static_cast<int32_t>(plans_.size()), dot0 = static_cast<int32_t>(device_dots_.size());
-  args_.insert(args_.end(), other.args_.begin(), other.args_.end());
-  flat_args_.insert(flat_args_.end(), other.flat_args_.begin(), other.flat_args_.end());
-  plans_.insert(plans_.end(), other.plans_.begin(), other.plans_.end());
-  device_dots_.insert(device_dots_.end(), other.device_dots_.begin(), other.device_dots_.end());
-  buffers_.insert(buffers_.end(), other.buffers_.begin(), other.buffers_.end());
-  deferred_.insert(deferred_.end(), other.deferred_.begin(), other.deferred_.end());
-  for (Call c : other.calls_) {
-    c.first_arg += c.flat ? flat0 : arg0;
-    if (c.plan >= 0) c.plan += plan0;
-    if (c.device_dot >= 0) c.device_dot += dot0;
-    calls_.push_back(std::move(c));
-  }
-  planned_ = false;
 }
 
 void KernelCapture::defer(const unsigned long long* word, const char* kernel) {

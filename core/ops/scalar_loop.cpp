@@ -3,17 +3,14 @@
 #include "tenax/core/ops/scalar_loop.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <string>
+
+#include "tenax/core/env.h"
 
 namespace tenax::detail {
 namespace {
 
 std::atomic<bool>& scalar_loops_flag() {
-  static std::atomic<bool> on = [] {
-    const char* v = std::getenv("TENAX_SCALAR_LOOPS");
-    return !(v && std::string(v) == "0");
-  }();
+  static std::atomic<bool> on = env_switch("TENAX_SCALAR_LOOPS");
   return on;
 }
 
