@@ -275,7 +275,7 @@ struct KernelTable {
 
 /// Device kernels that wait for the device (a device-to-host copy, e.g. of a failure flag) call
 /// this: inside a replayed scan step or a map chunk (where it costs a round trip every time) it
-/// warns once per op on stderr, naming the op and the device. Defined in core/ops/capture.cpp.
+/// warns once per op on stderr, naming the op and the device. Defined in core/ops/kernel_program.cpp.
 void note_device_wait(const char* op, int device);
 
 /// Fills `t` with the host kernels (backends/cpu).
