@@ -1,6 +1,7 @@
-# Fails unless the AVX2 member of libtenax (tridiagonal_avx2.cpp.o) defines no external symbol but
-# its entry point: an inline or template function compiled with -mavx2 and also emitted by another
-# file is one definition the linker may pick for every caller, which would crash a CPU without AVX2.
+# Fails unless each AVX2 member of libtenax (tridiagonal_avx2.cpp.o, contract_avx2.cpp.o) defines no
+# external symbol but its entry points (backends/cpu/avx2.h): an inline or template function
+# compiled with -mavx2 and also emitted by another file is one definition the linker may pick for
+# every caller, which would crash a CPU without AVX2.
 # Usage: cmake -DNM=<nm> -DLIB=<libtenax.a> -P check_avx2_symbols.cmake
 execute_process(COMMAND ${NM} --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_QUIET)
 if(NOT rc EQUAL 0)
@@ -8,13 +9,14 @@ if(NOT rc EQUAL 0)
 endif()
 string(REPLACE "\n" ";" lines "${out}")
 set(in_member OFF)
-set(found OFF)
+set(found "")
 set(bad "")
 foreach(line IN LISTS lines)
   if(line MATCHES "^(.*\\.o):$")
-    if(CMAKE_MATCH_1 MATCHES "tridiagonal_avx2")
+    set(member "${CMAKE_MATCH_1}")
+    if(member MATCHES "_avx2\\.cpp\\.o$")
       set(in_member ON)
-      set(found ON)
+      list(APPEND found "${member}")
     else()
       set(in_member OFF)
     endif()
@@ -22,16 +24,17 @@ foreach(line IN LISTS lines)
     set(kind "${CMAKE_MATCH_1}")
     set(name "${CMAKE_MATCH_2}")
     # Upper case: external (T, D, B, R, W, V, u); lower case: local to the object.
-    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "thomas_range_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
+    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "(thomas_range|fixed_kernel)_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
       list(APPEND bad "${kind} ${name}")
     endif()
   endif()
 endforeach()
-if(NOT found)
-  message(FATAL_ERROR "no tridiagonal_avx2 object in ${LIB}")
+list(LENGTH found members)
+if(NOT members EQUAL 2)
+  message(FATAL_ERROR "expected the two AVX2 objects in ${LIB}, found: ${found}")
 endif()
 if(bad)
   string(REPLACE ";" "\n  " bad "${bad}")
   message(FATAL_ERROR "the AVX2 object exports symbols another object may define too:\n  ${bad}")
 endif()
-message(STATUS "the AVX2 object exports its entry point only")
+message(STATUS "the AVX2 objects export their entry points only")

@@ -104,6 +104,45 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
   }
 }
 
+TEST(Dot, EveryTinySizeAndLayoutMatchesNaiveLoops) {
+  // M, N, K in 1..4 (no batch) run fixed-size kernels: a row of z a vector at a time where z's rows
+  // are contiguous (y's rows loaded as vectors, or gathered when y is stored n-major), unrolled
+  // scalars otherwise; on AVX2 CPUs the AVX2 build (test_forward_baseline runs the baseline). Both
+  // operand orders, both dtypes, and the accumulating form (an adjoint fed by two products).
+  for (int64_t M = 1; M <= 4; ++M)
+    for (int64_t N = 1; N <= 4; ++N)
+      for (int64_t K = 1; K <= 4; ++K) {
+        const std::string at =
+            "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+        const Tensor x = randn(Axes{{"b", 1}, {"m", M}, {"k", K}}, uint64_t(M * 100 + N * 10 + K));
+        const Tensor y = randn(Axes{{"b", 1}, {"k", K}, {"n", N}}, uint64_t(M * 100 + N * 10 + K + 7));
+        const Tensor ref = naive_matmul(x, y, 1, M, K, N);
+        const Tensor xt = contiguous(transpose(x, {"b", "k", "m"})),
+                     yt = contiguous(transpose(y, {"b", "n", "k"}));
+        for (const auto& [xa, ya] :
+             {std::pair{x, y}, std::pair{xt, y}, std::pair{x, yt}, std::pair{xt, yt}}) {
+          EXPECT_LE(mismatch(dot(xa, ya, {"k"}), ref, 1e-14, 1e-14), 1.0) << at;
+          const Tensor z32 = dot(astype(xa, DType::f32), astype(ya, DType::f32), {"k"});
+          EXPECT_EQ(z32.dtype(), DType::f32);
+          EXPECT_LE(mismatch(astype(z32, DType::f64), ref, 1e-5, 1e-5), 1.0) << at << " float32";
+        }
+        // d/dx [Σ (x y) ⊙ w + Σ (x yt) ⊙ w] = 2 w yᵀ: the second product's VJP accumulates.
+        const Tensor w = randn(Axes{{"b", 1}, {"m", M}, {"n", N}}, 9);
+        const Tensor g = grad(
+            [&](const std::vector<Tensor>& a) {
+              return sum(dot(a[0], y, {"k"}) * w) + sum(dot(a[0], yt, {"k"}) * w);
+            },
+            {x})[0];
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k) {
+            double e = 0;
+            for (int64_t n = 0; n < N; ++n)
+              e += 2 * w.at({{"b", 0}, {"m", m}, {"n", n}}) * y.at({{"b", 0}, {"k", k}, {"n", n}});
+            EXPECT_NEAR(g.at({{"b", 0}, {"m", m}, {"k", k}}), e, 1e-13) << at << " m=" << m << " k=" << k;
+          }
+      }
+}
+
 TEST(Dot, TinyProductsAccumulateIntoAdjoints) {
   // x feeds two products: its adjoint gets the second VJP's contraction accumulated into the first.
   // d/dx [Σ (x y) ⊙ W + Σ (x y2) ⊙ W2] = W yᵀ + W2 y2ᵀ, by loops.

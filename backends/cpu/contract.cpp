@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "tenax/backends/cpu/avx2.h"
+#include "tenax/backends/cpu/contract_fixed.h"
 #include "tenax/backends/cpu/register.h"
 
 namespace tenax::cpu {
@@ -166,35 +168,6 @@ bool contract_small(const ContractArgs& a) {
   return true;
 }
 
-// Tiny contractions (every group one axis or none, M, N, K <= 4, no batch) with the sizes known
-// at compile time: fully unrolled, strides at run time. These are most of the calls of a
-// small-state scan step (a Kalman filter at state 4: 24 per value + gradient step). A captured
-// step replays them from their plan (detail::ContractPlan) without re-reading ContractArgs.
-template <class T, int M, int N, int K>
-void contract_fixed(const detail::ContractPlan& p) {
-  const T* x = static_cast<const T*>(p.x);
-  const T* y = static_cast<const T*>(p.y);
-  T* z = static_cast<T*>(p.z);
-  T acc[M][N] = {};
-  for (int m = 0; m < M; ++m)
-    for (int k = 0; k < K; ++k) {
-      const T xv = x[m * p.mx + k * p.kx];
-      for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * p.ky + n * p.ny];
-    }
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      T& d = z[m * p.mz + n * p.nz];
-      d = p.accumulate ? d + acc[m][n] : acc[m][n];
-    }
-}
-
-using FixedFn = void (*)(const detail::ContractPlan&);
-
-template <class T, int... I>
-constexpr std::array<FixedFn, 64> fixed_table(std::integer_sequence<int, I...>) {
-  return {&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>...};
-}
-
 // The size and stride of a group whose dims of size > 1 number at most one; false otherwise.
 // Unlike single(), which routes groups of several dims to the offset-table loops (measured faster
 // there, and merging the two helpers measurably slowed the state-8 Kalman step), size-1 dims are
@@ -220,12 +193,18 @@ bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
       !squeeze(a.k, a.k.y, unused, p.ky))
     return false;
   if (M > 4 || N > 4 || K > 4 || M * N * K == 0) return false;
-  static constexpr auto table = fixed_table<T>(std::make_integer_sequence<int, 64>{});
-  p.run = table[static_cast<size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1))];
   p.x = a.x;
   p.y = a.y;
   p.z = a.z;
   p.accumulate = a.accumulate;
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if (cpu_avx2()) {
+    p.run = std::is_same_v<T, double> ? fixed_kernel_avx2_f64(p, m, n, k) : fixed_kernel_avx2_f32(p, m, n, k);
+    return true;
+  }
+#endif
+  p.run = fixed_kernel<T>(p, m, n, k);
   return true;
 }
 

@@ -19,12 +19,9 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 
+#include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/register.h"
 #include "tenax/backends/cpu/tridiagonal_thomas.h"
-#include "tenax/core/env.h"
-#if defined(TENAX_HAVE_AVX2_KERNELS)
-#include "tenax/backends/cpu/tridiagonal_avx2.h"
-#endif
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -76,23 +73,6 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
 
 // ---- dispatch over blocks of systems ----
 
-// Whether float64 solves whose systems' rows are contiguous go to the AVX2 + FMA build of the
-// panels (4-wide register transposes; measured in bench/RESULTS.md): where the build has it, the
-// CPU has both, and TENAX_CPU_AVX2 is not 0 (for comparison, and to test the baseline on AVX2
-// machines). The other layouts measured no faster with AVX2 and keep the baseline.
-bool avx2_rows() {
-#if defined(TENAX_HAVE_AVX2_KERNELS)
-  static const bool on = [] {
-    if (!detail::env_switch("TENAX_CPU_AVX2")) return false;
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return on;
-#else
-  return false;
-#endif
-}
-
 // Each system's rows contiguous and consecutive systems not adjacent, for every operand that
 // varies by system.
 bool rows_inner(const TridiagonalArgs& a) {
@@ -132,8 +112,10 @@ template <class T>
 int64_t tridiagonal(const TridiagonalArgs& a) {
   if (a.systems <= 0 || a.n <= 0) return -1;
 #if defined(TENAX_HAVE_AVX2_KERNELS)
+  // Float64 solves whose systems' rows are contiguous go to the AVX2 build (4-wide register
+  // transposes; measured in bench/RESULTS.md); the other layouts measured no faster with AVX2.
   if constexpr (std::is_same_v<T, double>) {
-    if (!a.pivoting && avx2_rows() && rows_inner(a)) {
+    if (!a.pivoting && cpu_avx2() && rows_inner(a)) {
       return solve_in_blocks<T>(
           a, [&a](int64_t begin, int64_t end) { return thomas_range_avx2(a, begin, end); });
     }

@@ -2,7 +2,7 @@
 // rows-inner path transposes 4 x 4 blocks and runs 4 systems per instruction. Compiled with
 // -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both
 // (tridiagonal.cpp checks at run time).
-#include "tenax/backends/cpu/tridiagonal_avx2.h"
+#include "tenax/backends/cpu/avx2.h"
 
 #include "tenax/backends/cpu/tridiagonal_thomas.h"
 

@@ -1,0 +1,28 @@
+#pragma once
+// The CPU backend's AVX2 + FMA builds: their entry points, in builds for x86-64 with a compiler
+// that has those flags (TENAX_HAVE_AVX2_KERNELS), and whether this process uses them. Each build
+// is a file compiled with -mavx2 -mfma that exports its entry points only (tests/ checks this):
+// tridiagonal_avx2.cpp (the Thomas panels) and contract_avx2.cpp (the tiny contractions).
+#include <cstdint>
+
+#include "tenax/backends/kernels.h"
+
+namespace tenax::cpu {
+
+/// Whether the AVX2 builds run: the build has them, the CPU has AVX2 and FMA, and the environment
+/// variable TENAX_CPU_AVX2 is not 0 (for comparison, and to test the baseline on AVX2 machines).
+/// Decided once per process.
+bool cpu_avx2();
+
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+/// thomas_range for float64 with 4-wide vectors: systems [begin, end) of `a`; the first failed
+/// system or -1.
+int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end);
+
+/// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel).
+using ContractFn = void (*)(const detail::ContractPlan&);
+ContractFn fixed_kernel_avx2_f64(const detail::ContractPlan& p, int m, int n, int k);
+ContractFn fixed_kernel_avx2_f32(const detail::ContractPlan& p, int m, int n, int k);
+#endif
+
+}  // namespace tenax::cpu

@@ -1,0 +1,122 @@
+#pragma once
+// The tiny contractions of the CPU backend (every group one axis or none, M, N, K <= 4, no batch)
+// with their sizes known at compile time, compiled once per instruction set like the Thomas panels
+// (tridiagonal_thomas.h): contract.cpp includes this for the build's baseline and
+// contract_avx2.cpp for AVX2 + FMA, chosen at run time. In an anonymous namespace on purpose: each
+// including file gets its own copy, built with its own flags, and shares no symbol of it.
+#include <array>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include <xsimd/xsimd.hpp>
+
+#include "tenax/backends/kernels.h"
+
+namespace tenax::cpu {
+namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per instruction set, see above
+
+using FixedFn = void (*)(const detail::ContractPlan&);
+
+// Fully unrolled, strides at run time: any layout.
+template <class T, int M, int N, int K>
+void contract_fixed(const detail::ContractPlan& p) {
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  T* z = static_cast<T*>(p.z);
+  T acc[M][N] = {};
+  for (int m = 0; m < M; ++m)
+    for (int k = 0; k < K; ++k) {
+      const T xv = x[m * p.mx + k * p.kx];
+      for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * p.ky + n * p.ny];
+    }
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      T& d = z[m * p.mz + n * p.nz];
+      d = p.accumulate ? d + acc[m][n] : acc[m][n];
+    }
+}
+
+// The vector type holding W elements of T in this build (void: none).
+template <class T, int W>
+using Row = xsimd::make_sized_batch_t<T, static_cast<std::size_t>(W)>;
+
+// How many elements of a row of z one vector holds: N itself where this build has a vector of N
+// elements, else 2 where N is even and it has pairs, else 0 (no vector form).
+template <class T, int N>
+constexpr int row_width() {
+  if constexpr (N > 1 && !std::is_void_v<Row<T, N>>) return N;
+  if constexpr (N % 2 == 0 && !std::is_void_v<Row<T, 2>>) return 2;
+  return 0;
+}
+
+// z[m, :] = Σ_k x[m, k] y[k, :] a row of z at a time (z's n stride 1), each x element broadcast
+// once against y's rows held in registers. kRowsY: y's n stride is 1 (its rows are loaded as
+// vectors); else each row of y is assembled from its elements once, up front.
+template <class T, int M, int N, int K, bool kRowsY>
+void contract_fixed_rows(const detail::ContractPlan& p) {
+  constexpr int W = row_width<T, N>();
+  using V = Row<T, W>;
+  constexpr int NV = N / W;
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  T* z = static_cast<T*>(p.z);
+  V yk[K][NV];
+  for (int k = 0; k < K; ++k)
+    for (int v = 0; v < NV; ++v) {
+      const T* row = y + k * p.ky + v * W * p.ny;
+      if constexpr (kRowsY)
+        yk[k][v] = V::load_unaligned(row);
+      else
+        yk[k][v] = [&]<std::size_t... J>(std::index_sequence<J...>) {
+          return V{row[static_cast<std::ptrdiff_t>(J) * p.ny]...};
+        }
+      (std::make_index_sequence<W>{});
+    }
+  for (int m = 0; m < M; ++m) {
+    V acc[NV];
+    for (int k = 0; k < K; ++k) {
+      const V xv(x[m * p.mx + k * p.kx]);
+      for (int v = 0; v < NV; ++v) acc[v] = k == 0 ? xv * yk[k][v] : xsimd::fma(xv, yk[k][v], acc[v]);
+    }
+    T* d = z + m * p.mz;
+    for (int v = 0; v < NV; ++v) {
+      if (p.accumulate) acc[v] += V::load_unaligned(d + v * W);
+      acc[v].store_unaligned(d + v * W);
+    }
+  }
+}
+
+// Kernel tables indexed (M-1) * 16 + (N-1) * 4 + (K-1); the row form is nullptr where N has no
+// vector form in this build.
+template <class T, int... I>
+constexpr std::array<FixedFn, 64> scalar_table(std::integer_sequence<int, I...> /*unused*/) {
+  return {&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>...};
+}
+template <class T, bool kRowsY, int I>
+constexpr FixedFn row_kernel() {
+  if constexpr (row_width<T, (I / 4) % 4 + 1>() > 0)
+    return &contract_fixed_rows<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1, kRowsY>;
+  else
+    return nullptr;
+}
+template <class T, bool kRowsY, int... I>
+constexpr std::array<FixedFn, 64> row_table(std::integer_sequence<int, I...> /*unused*/) {
+  return {row_kernel<T, kRowsY, I>()...};
+}
+
+// The kernel for a plan of sizes M x N x K (each 1..4) with its strides set: the row form where
+// z's rows are contiguous and N has one, the scalar form otherwise.
+template <class T>
+FixedFn fixed_kernel(const detail::ContractPlan& p, int M, int N, int K) {
+  static constexpr auto scalar = scalar_table<T>(std::make_integer_sequence<int, 64>{});
+  static constexpr auto rows = row_table<T, true>(std::make_integer_sequence<int, 64>{});
+  static constexpr auto gathered = row_table<T, false>(std::make_integer_sequence<int, 64>{});
+  const auto at = static_cast<std::size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1));
+  if (p.nz == 1)
+    if (FixedFn f = p.ny == 1 ? rows[at] : gathered[at]) return f;
+  return scalar[at];
+}
+
+}  // namespace
+}  // namespace tenax::cpu
