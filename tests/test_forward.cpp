@@ -126,20 +126,23 @@ TEST(Dot, EveryTinySizeAndLayoutMatchesNaiveLoops) {
           EXPECT_EQ(z32.dtype(), DType::f32);
           EXPECT_LE(mismatch(astype(z32, DType::f64), ref, 1e-5, 1e-5), 1.0) << at << " float32";
         }
-        // d/dx [Σ (x y) ⊙ w + Σ (x yt) ⊙ w] = 2 w yᵀ: the second product's VJP accumulates.
+        // d/dx [Σ (x y) ⊙ w + Σ (x yt) ⊙ w] = 2 w yᵀ: the second product's VJP accumulates. With x
+        // stored k-major (xt) the adjoint's columns are contiguous, not its rows.
         const Tensor w = randn(Axes{{"b", 1}, {"m", M}, {"n", N}}, 9);
-        const Tensor g = grad(
-            [&](const std::vector<Tensor>& a) {
-              return sum(dot(a[0], y, {"k"}) * w) + sum(dot(a[0], yt, {"k"}) * w);
-            },
-            {x})[0];
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t k = 0; k < K; ++k) {
-            double e = 0;
-            for (int64_t n = 0; n < N; ++n)
-              e += 2 * w.at({{"b", 0}, {"m", m}, {"n", n}}) * y.at({{"b", 0}, {"k", k}, {"n", n}});
-            EXPECT_NEAR(g.at({{"b", 0}, {"m", m}, {"k", k}}), e, 1e-13) << at << " m=" << m << " k=" << k;
-          }
+        for (const Tensor& xa : {x, xt}) {
+          const Tensor g = grad(
+              [&](const std::vector<Tensor>& a) {
+                return sum(dot(a[0], y, {"k"}) * w) + sum(dot(a[0], yt, {"k"}) * w);
+              },
+              {xa})[0];
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t k = 0; k < K; ++k) {
+              double e = 0;
+              for (int64_t n = 0; n < N; ++n)
+                e += 2 * w.at({{"b", 0}, {"m", m}, {"n", n}}) * y.at({{"b", 0}, {"k", k}, {"n", n}});
+              EXPECT_NEAR(g.at({{"b", 0}, {"m", m}, {"k", k}}), e, 1e-13) << at << " m=" << m << " k=" << k;
+            }
+        }
       }
 }
 

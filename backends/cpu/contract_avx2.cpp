@@ -10,10 +10,10 @@
 
 namespace tenax::cpu {
 
-ContractFn fixed_kernel_avx2_f64(const detail::ContractPlan& p, int m, int n, int k) {
+ContractFn fixed_kernel_avx2_f64(detail::ContractPlan& p, int m, int n, int k) {
   return fixed_kernel<double>(p, m, n, k);
 }
-ContractFn fixed_kernel_avx2_f32(const detail::ContractPlan& p, int m, int n, int k) {
+ContractFn fixed_kernel_avx2_f32(detail::ContractPlan& p, int m, int n, int k) {
   return fixed_kernel<float>(p, m, n, k);
 }
 

@@ -106,16 +106,30 @@ constexpr std::array<FixedFn, 64> row_table(std::integer_sequence<int, I...> /*u
 }
 
 // The kernel for a plan of sizes M x N x K (each 1..4) with its strides set: the row form where
-// z's rows are contiguous and N has one, the scalar form otherwise.
+// z's rows are contiguous and N has one; where z's columns are contiguous instead, the row form
+// of zᵀ = yᵀ xᵀ (the plan's operands and strides swapped, its sizes M and N too); the scalar form
+// otherwise. May rewrite `p` (the swap).
 template <class T>
-FixedFn fixed_kernel(const detail::ContractPlan& p, int M, int N, int K) {
+FixedFn fixed_kernel(detail::ContractPlan& p, int M, int N, int K) {
   static constexpr auto scalar = scalar_table<T>(std::make_integer_sequence<int, 64>{});
   static constexpr auto rows = row_table<T, true>(std::make_integer_sequence<int, 64>{});
   static constexpr auto gathered = row_table<T, false>(std::make_integer_sequence<int, 64>{});
-  const auto at = static_cast<std::size_t>((M - 1) * 16 + (N - 1) * 4 + (K - 1));
+  auto index = [K](int m, int n) { return static_cast<std::size_t>((m - 1) * 16 + (n - 1) * 4 + (K - 1)); };
   if (p.nz == 1)
-    if (FixedFn f = p.ny == 1 ? rows[at] : gathered[at]) return f;
-  return scalar[at];
+    if (FixedFn f = p.ny == 1 ? rows[index(M, N)] : gathered[index(M, N)]) return f;
+  if (p.mz == 1) {
+    if (FixedFn f = p.mx == 1 ? rows[index(N, M)] : gathered[index(N, M)]) {
+      std::swap(p.x, p.y);
+      const int64_t mx = p.mx, kx = p.kx;
+      p.mx = p.ny;
+      p.kx = p.ky;
+      p.ky = kx;
+      p.ny = mx;
+      std::swap(p.mz, p.nz);
+      return f;
+    }
+  }
+  return scalar[index(M, N)];
 }
 
 }  // namespace
