@@ -1,5 +1,6 @@
-// scan: validation, the forward loop over a traced plan, carry checkpoints, and the reverse pass
-// (a custom node on the enclosing tape) with every-k or binomial (bisection) checkpointing.
+// scan: validation, the forward loop over a traced plan, carry checkpoints (and, within a budget,
+// the steps' intermediates), and the reverse pass (a custom node on the enclosing tape) with
+// every-k or binomial (bisection) checkpointing.
 #include "tenax/autodiff/scan.h"
 
 #include <cmath>
@@ -35,7 +36,7 @@ struct ScanRun final : detail::CustomNode {
   int64_t residual_bytes() const override {
     int64_t b = 0;
     for (const Tensor& t : checkpoints) b += bytes_of(t);
-    return b;
+    return b + (program ? program->residual_bytes() : 0);
   }
 
   detail::StepProgram& compiled() {
@@ -229,7 +230,7 @@ struct ScanRun final : detail::CustomNode {
       }
       for (int64_t s = e - 1; s >= c; --s) {
         if (s + 1 < e) segment.to_carry(s - c);
-        p.forward(s);
+        if (!p.restore(s)) p.forward(s);
         p.backward(s);
       }
       if (tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
@@ -405,9 +406,12 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
   for (const Tensor& t : xs) record |= detail::is_tracked(t);
   record &= outer != nullptr;
 
+  int64_t residual_budget = 0;  // bytes the forward pass may keep of the steps' intermediates
   if (record) {
     int64_t carry_bytes = 0;
     for (const Tensor& t : init_w) carry_bytes += bytes_of(t);
+    residual_budget =
+        options.memory_budget > 0 ? options.memory_budget - carry_bytes * steps : options.residual_budget;
     if (options.memory_budget > 0 && carry_bytes * steps > options.memory_budget) {
       const int64_t slots = options.memory_budget / std::max<int64_t>(carry_bytes, 1);
       const auto need = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
@@ -462,12 +466,20 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       ScanRun::CarrySlots ck;
       if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
       std::vector<detail::SliceCopy> y_store;
+      bool keep = false;
       for (int64_t s = 2; s < steps; ++s) {
-        if (s == 3 && run->fused_forward(ck, store_ck, y_store, 3)) break;
+        if (s == 3) {
+          if (run->fused_forward(ck, store_ck, y_store, 3)) break;
+          // Steps that do not fuse (more than single elements): with every carry stored, the
+          // reverse pass reads each step's intermediates instead of recomputing the step, where
+          // they fit the budget (ScanOptions::residual_budget).
+          keep = store_ck && k == 1 && p.keep_residuals(residual_budget);
+        }
         if (store_ck && s % k == 0) ck.from_carry(s / k);
         p.forward(s);
         if (s == 2)
           for (size_t j = 0; j < ys.size(); ++j) y_store.emplace_back(p.y(j), ys[j], over, false, false);
+        if (keep) p.save(s);
         for (auto& c : y_store) c.run(run->index(s));
         p.next_carry();
       }

@@ -28,6 +28,11 @@ struct ScanOptions {
   /// checkpointing, O(T log T) recomputation) with at most budget / carry-bytes snapshots. A budget
   /// below (log2 T + 1) carries is a MemoryError. Overrides checkpoint_every.
   int64_t memory_budget = 0;
+  /// With every carry stored (checkpoint_every = 1, or a memory_budget they fit), the forward pass
+  /// on the host also keeps each step's intermediate values when all steps' take at most this
+  /// many bytes (with a memory_budget: what it leaves after the carries), and the reverse pass
+  /// reads them instead of recomputing each step. 0: always recompute (carries only).
+  int64_t residual_budget = int64_t{64} << 20;
   /// Number of steps when `xs` is empty (otherwise the size of `over`, and must agree).
   int64_t length = -1;
 };

@@ -1,6 +1,8 @@
 // A scan step compiled to kernel programs: captured on first use, replayed afterwards.
 #include "tenax/autodiff/scan_program.h"
 
+#include <algorithm>
+
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
 
@@ -124,6 +126,19 @@ void StepProgram::forward(int64_t s) {
   }
   {
     LoopPositionScope where("scan step", s);
+    // On the host the step's intermediates are carved from one arena: twice what the plan's
+    // values take, for the ops' own temporaries (a step that needs more overflows it, and its
+    // intermediates are then never kept, see keep_residuals).
+    if (host) {
+      int64_t bytes = 16 << 10;
+      for (size_t v = 0; v < plan_->n_vars(); ++v) {
+        const PlanVar& pv = plan_->var(static_cast<int32_t>(v));
+        if (pv.kind == VarKind::op)
+          bytes += 2 * ((pv.axes.numel() * static_cast<int64_t>(itemsize(pv.dtype)) + 63) / 64 * 64);
+      }
+      arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(bytes));
+    }
+    HostArenaScope carve(arena_.get());
     capture_into(forward_, [&] {
       if (!host)
         for (SliceCopy& c : x_load_) c.run_or_record(s, origin(), dir());
@@ -131,6 +146,28 @@ void StepProgram::forward(int64_t s) {
     });
   }
   forward_built_ = true;
+}
+
+bool StepProgram::keep_residuals(int64_t budget) {
+  if (!arena_ || arena_->overflowed() || !forward_built_) return false;
+  const auto used = static_cast<int64_t>(arena_->used());
+  if (used == 0 || budget <= 0 || used > budget / std::max<int64_t>(steps_, 1)) return false;
+  residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
+  saved_.assign(static_cast<size_t>(steps_), 0);
+  return true;
+}
+
+void StepProgram::save(int64_t s) {
+  arena_->save(static_cast<char*>(residuals_.data_ptr()) + static_cast<std::size_t>(s) * arena_->used());
+  saved_[static_cast<size_t>(s)] = 1;
+}
+
+bool StepProgram::restore(int64_t s) {
+  if (saved_.empty() || !saved_[static_cast<size_t>(s)]) return false;
+  for (SliceCopy& c : x_load_) c.run(index(s));
+  arena_->restore(static_cast<const char*>(residuals_.data_ptr()) +
+                  static_cast<std::size_t>(s) * arena_->used());
+  return true;
 }
 
 bool StepProgram::append_forward(ScalarLoop& loop) const {

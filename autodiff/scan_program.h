@@ -99,6 +99,17 @@ class StepProgram {
   void prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                         const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
                         const std::vector<Tensor>& carry_bar, const Axes& batch);
+  /// On the host, once forward() has built the forward program (captured into one arena): keeps
+  /// each step's intermediates from now on (save), for all steps, when they take at most
+  /// `budget` bytes in all; false (nothing kept) otherwise, or on a device.
+  bool keep_residuals(int64_t budget);
+  /// Bytes kept for them (0 when keep_residuals said no).
+  [[nodiscard]] int64_t residual_bytes() const { return residuals_.defined() ? residuals_.numel() : 0; }
+  /// Keeps the intermediates of step s, right after forward(s) (only after keep_residuals).
+  void save(int64_t s);
+  /// Instead of forward(s) before backward(s): puts step s's kept intermediates (and x_t) back;
+  /// false when they were not kept (run forward(s)).
+  bool restore(int64_t s);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
   /// Raises what device replays deferred (KernelProgram::finish): call when a sweep ends.
@@ -110,6 +121,10 @@ class StepProgram {
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
 
   std::shared_ptr<const ScanPlan> plan_;
+  // The forward program's intermediates lie in here (host), first so that it goes last.
+  std::unique_ptr<HostArena> arena_;
+  Tensor residuals_;         // (step, arena bytes) once keep_residuals said yes
+  std::vector<char> saved_;  // per step: its intermediates are in residuals_
   Name over_;
   bool reverse_;
   int64_t steps_;

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -10,6 +11,19 @@
 #include "tenax/core/error.h"
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/pool_allocator.h"
+
+// Under AddressSanitizer (GCC's and clang's spellings), host arenas poison what they have not
+// handed out (HostArena).
+#if defined(__SANITIZE_ADDRESS__)
+#define TENAX_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TENAX_ASAN 1
+#endif
+#endif
+#if TENAX_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 namespace tenax {
 namespace {
@@ -94,8 +108,95 @@ void check_memory_budget(Device d, int64_t request, const char* what) {
 }
 }  // namespace detail
 
+namespace detail {
+namespace {
+thread_local HostArena* t_arena = nullptr;
+}  // namespace
+
+#if TENAX_ASAN
+constexpr bool kPoison = true;
+#else
+constexpr bool kPoison = false;
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
+HostArena::HostArena(std::size_t capacity) : block_(Storage::allocate(capacity, Device::cpu())) {
+  if constexpr (kPoison) ASAN_POISON_MEMORY_REGION(block_->data(), block_->bytes());
+}
+
+HostArena::~HostArena() {
+  // Buffers carved from it may still hold the block: unpoisoned from here on, and when the pool
+  // takes the block back.
+  if constexpr (kPoison) ASAN_UNPOISON_MEMORY_REGION(block_->data(), block_->bytes());
+  block_->release();
+}
+
+void* HostArena::try_allocate(std::size_t bytes) {
+  constexpr std::size_t kRedzone = kPoison ? 64 : 0;
+  const std::size_t at = (used_ + kRedzone + 63) / 64 * 64;
+  if (at + bytes > block_->bytes()) {
+    overflowed_ = true;
+    return nullptr;
+  }
+  used_ = at + bytes;
+  char* p = static_cast<char*>(block_->data()) + at;
+  if constexpr (kPoison) {
+    ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+    pieces_.emplace_back(at, bytes);
+  }
+  return p;
+}
+
+void* HostArena::allocate(std::size_t bytes) {
+  if (void* p = try_allocate(bytes)) return p;
+  throw MemoryError("[alloc] " + std::to_string(bytes) + " bytes do not fit in a host arena of " +
+                    std::to_string(block_->bytes()) + " bytes (" + std::to_string(used_) + " used)");
+}
+
+void HostArena::save(void* to) const {
+  const auto* base = static_cast<const char*>(block_->data());
+  if constexpr (kPoison) {
+    for (const auto& [at, bytes] : pieces_) std::memcpy(static_cast<char*>(to) + at, base + at, bytes);
+  } else {
+    std::memcpy(to, base, used_);
+  }
+}
+
+void HostArena::restore(const void* from) {
+  auto* base = static_cast<char*>(block_->data());
+  if constexpr (kPoison) {
+    for (const auto& [at, bytes] : pieces_)
+      std::memcpy(base + at, static_cast<const char*>(from) + at, bytes);
+  } else {
+    std::memcpy(base, from, used_);
+  }
+}
+
+AllocatorStats HostArena::stats() const {
+  AllocatorStats s;
+  s.bytes_in_use = static_cast<int64_t>(used_);
+  s.peak_bytes = s.bytes_in_use;
+  return s;
+}
+
+HostArenaScope::HostArenaScope(HostArena* arena) : previous_(t_arena) { t_arena = arena; }
+HostArenaScope::~HostArenaScope() { t_arena = previous_; }
+}  // namespace detail
+
 Storage* Storage::allocate(std::size_t bytes, Device d) {
   detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
+  if (d.kind == Device::Kind::cpu && detail::t_arena) {
+    // A view of the arena's block that holds a reference to it (the block is metered as a whole).
+    if (void* data = detail::t_arena->try_allocate(bytes)) {
+      Storage* block = detail::t_arena->block();
+      block->retain();
+      Storage* s = wrap(
+          data, bytes, d, [](void* b) { static_cast<Storage*>(b)->release(); }, block);
+      if (detail::g_capture) detail::keep_for_capture(s);
+      return s;
+    }
+  }
   if (d.kind == Device::Kind::cpu) {
     Allocator& a = allocator_for(d);
     void* block = a.allocate(kHeader + bytes);

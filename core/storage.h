@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "tenax/core/device.h"
 
@@ -100,6 +102,60 @@ inline void meter_add(int64_t bytes) {
     if (m->in_use > m->peak) m->peak = m->in_use;
   }
 }
+}  // namespace detail
+
+namespace detail {
+/// One contiguous block of host memory that new host buffers are carved from, in order, while a
+/// HostArenaScope names it on this thread: scan captures its step into one, so that a step's
+/// intermediates lie in one range that a single copy saves or restores. Buffers are not returned
+/// to it: each holds a reference to the arena's block, which lives until the arena and the last of
+/// them are gone. When a buffer does not fit, it comes from the host allocator as usual and the
+/// arena is marked overflowed.
+class HostArena final : public Allocator {
+ public:
+  /// A block of `capacity` bytes from the host allocator (metered and budgeted as a buffer).
+  explicit HostArena(std::size_t capacity);
+  ~HostArena() override;
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+
+  /// `bytes` bytes at the next 64-byte boundary, or nullptr when they do not fit (see above).
+  void* try_allocate(std::size_t bytes);
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* /*ptr*/, std::size_t /*bytes*/) noexcept override {}
+  [[nodiscard]] Device device() const override { return Device::cpu(); }
+  [[nodiscard]] AllocatorStats stats() const override;
+  void reset_stats() override {}
+
+  [[nodiscard]] Storage* block() const { return block_; }
+  /// Bytes carved so far: what save and restore copy.
+  [[nodiscard]] std::size_t used() const { return used_; }
+  /// Whether some buffer did not fit and came from the host allocator instead.
+  [[nodiscard]] bool overflowed() const { return overflowed_; }
+  /// Copies the carved buffers' contents to `to` (used() bytes), or back from `from`. Under
+  /// AddressSanitizer the block is poisoned but for the buffers, with a redzone after each, and
+  /// these copy buffer by buffer.
+  void save(void* to) const;
+  void restore(const void* from);
+
+ private:
+  Storage* block_;
+  std::size_t used_ = 0;
+  bool overflowed_ = false;
+  std::vector<std::pair<std::size_t, std::size_t>> pieces_;  // (offset, bytes); AddressSanitizer only
+};
+
+/// While alive, new host buffers on this thread come from `arena` (scopes nest; nullptr: none).
+class HostArenaScope {
+ public:
+  explicit HostArenaScope(HostArena* arena);
+  ~HostArenaScope();
+  HostArenaScope(const HostArenaScope&) = delete;
+  HostArenaScope& operator=(const HostArenaScope&) = delete;
+
+ private:
+  HostArena* previous_;
+};
 }  // namespace detail
 
 /// Owning handle to a Storage.

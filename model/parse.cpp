@@ -545,8 +545,9 @@ class Parser {
     out.label = n["op"].get<std::string>();
     const std::string& op = out.label;
     if (op == "scan") {
-      only_keys(n, at, {"op", "outputs", "over", "init", "xs", "body", "reverse", "checkpoint_every", "memory_budget",
-                        "length", "description"});
+      only_keys(n, at,
+                {"op", "outputs", "over", "init", "xs", "body", "reverse", "checkpoint_every",
+                 "memory_budget", "residual_budget", "length", "description"});
       out.kind = NodeKind::scan;
       out.over = over_axes(n, at, true);
       out.init = resolve_all(need(n, "init", at, "the initial carry"), at + "/init", "names or numbers", scope);
@@ -555,6 +556,7 @@ class Parser {
       out.scan_options.reverse = boolean(n, "reverse", at, false);
       out.scan_options.checkpoint_every = integer(n, "checkpoint_every", at, 1, 1);
       out.scan_options.memory_budget = integer(n, "memory_budget", at, 0, 0);
+      out.scan_options.residual_budget = integer(n, "residual_budget", at, ScanOptions{}.residual_budget, 0);
       out.scan_options.length = integer(n, "length", at, -1, 0);
       const size_t n_out = n["outputs"].size();
       if (n_out < out.init.size())

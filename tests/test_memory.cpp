@@ -3,7 +3,9 @@
 // and tape.bytes().
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include <tenax/tenax.h>
 
@@ -69,6 +71,50 @@ TEST(MemoryFigures, PeakBytesAndTapeBytesAreQueryable) {
   EXPECT_GE(tape.bytes() - empty_bytes, 800);
   EXPECT_EQ(tape.stats().residual_bytes, 800);
   (void)y;
+}
+
+TEST(HostArena, CarvesInOrderSavesRestoresAndOverflowsToThePool) {
+  // The arena scan captures a step into (core/storage.h): buffers carved in order from one block,
+  // 64-byte aligned, that outlive the arena; one save / restore copies all of them; a buffer that
+  // does not fit comes from the host allocator and marks the arena overflowed.
+  const int64_t before = allocator_stats().bytes_in_use;
+  Tensor a, b, c;
+  std::vector<char> saved;
+  {
+    detail::HostArena arena(4096);
+    EXPECT_GE(allocator_stats().bytes_in_use - before, 4096);  // the block, metered as one buffer
+    {
+      detail::HostArenaScope scope(&arena);
+      a = tensor({1.0, 2.0, 3.0}, "i");
+      b = full(Axes{{"j", 100}}, 5.0);
+    }
+    c = zeros(Axes{{"i", 3}});  // after the scope: from the pool
+    auto* base = static_cast<char*>(arena.block()->data());
+    EXPECT_GE(static_cast<char*>(a.data_ptr()), base);  // at the start (after a redzone under ASan)
+    EXPECT_LE(static_cast<char*>(a.data_ptr()), base + 64);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data_ptr()) % 64, 0u);
+    EXPECT_GT(static_cast<char*>(b.data_ptr()), static_cast<char*>(a.data_ptr()));
+    EXPECT_LT(static_cast<char*>(b.data_ptr()), base + arena.used());
+    EXPECT_FALSE(arena.overflowed());
+    saved.resize(arena.used());
+    arena.save(saved.data());
+    a.data<double>()[1] = -7.0;
+    b.data<double>()[99] = -8.0;
+    arena.restore(saved.data());
+    EXPECT_EQ(a.to_vector(), std::vector<double>({1.0, 2.0, 3.0}));
+    EXPECT_EQ(b.at({{"j", 99}}), 5.0);
+    {
+      detail::HostArenaScope scope(&arena);
+      Tensor big = full(Axes{{"k", 1000}}, 2.0);  // 8000 bytes: does not fit
+      EXPECT_TRUE(arena.overflowed());
+      EXPECT_EQ(big.at({{"k", 999}}), 2.0);
+    }
+  }
+  // The carved buffers hold the block after the arena is gone.
+  EXPECT_EQ(a.to_vector(), std::vector<double>({1.0, 2.0, 3.0}));
+  EXPECT_EQ(sum(b).item(), 500.0);
+  a = b = c = Tensor();
+  EXPECT_EQ(allocator_stats().bytes_in_use, before);
 }
 
 }  // namespace

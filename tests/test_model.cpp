@@ -484,6 +484,28 @@ TEST(ModelErrors, EachClassNamesThePointer) {
   }
 }
 
+TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
+  // "residual_budget": 0 makes the scan recompute each step in its reverse pass instead of reading
+  // the kept intermediates (the default): the same gradient to the bit, and less memory kept.
+  const int T = 50;
+  json doc = read_json(kExamples / "kalman" / "model.json");
+  doc["axes"]["series"] = 2;
+  doc["axes"]["time"] = T;
+  json& scan_node = doc["graph"][0]["body"]["graph"][0];
+  ASSERT_EQ(scan_node["op"], "scan");
+  Model kept = load_model_json(doc, kExamples / "kalman");
+  scan_node["residual_budget"] = 0;
+  Model recomputed = load_model_json(doc, kExamples / "kalman");
+  const std::vector<double> y = simulate(from_model(kept), 2 * T, 5);
+  const TensorMap in = {{"y", tensor(y, Axes{{"series", 2}, {"time", T}, {"obs", 2}})}};
+  const ModelGradient a = kept.value_and_grad("loglik", in), b = recomputed.value_and_grad("loglik", in);
+  EXPECT_EQ(a.value.item(), b.value.item());
+  EXPECT_EQ(Model::flatten(a.grads), Model::flatten(b.grads));
+  scan_node["residual_budget"] = -1;
+  EXPECT_MESSAGE(load_error(doc, kExamples / "kalman"),
+                 "/graph/0/body/graph/0/residual_budget: expected an integer >= 0");
+}
+
 TEST(ModelErrors, InvalidJsonAndMissingInputs) {
   try {
     (void)load_model_string("{\"format\": 1, \"axes\": {");

@@ -222,6 +222,61 @@ TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries)
     }
 }
 
+TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
+  // Steps on vectors and matrices (not fused) keep each step's intermediates in the forward pass
+  // when they fit ScanOptions::residual_budget, and the reverse pass reads them back instead of
+  // recomputing the step. The gradients must be the recomputing pass's to the bit, in both
+  // directions (restoring reloads x_t: the reverse rule of c * x reads it), with the bytes kept
+  // on the tape's count; a budget they do not fit keeps carries only.
+  std::vector<Tensor> args = rnn_inputs();
+  args[3] = randn(Axes{{"t", 40}, {"h", 3}}, 8);
+  auto body = [](const Tensor& w, const Tensor& b) {
+    return [w, b](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      auto [next, y] = Rnn{w, b}(c, x);
+      return std::make_pair(std::vector<Tensor>{next[0] + c[0] * x[0] * 0.1}, y);
+    };
+  };
+  for (bool rev : {false, true}) {
+    auto run = [&](int64_t budget, int64_t* kept) {
+      Tape tape;
+      std::vector<Tensor> a;
+      for (const Tensor& t : args) a.push_back(tape.watch(t));
+      ScanOptions o;
+      o.reverse = rev;
+      o.residual_budget = budget;
+      ScanResult r = scan(body(a[0], a[1]), {a[2]}, {a[3]}, "t", o);
+      *kept = tape.stats().residual_bytes;
+      return tape.gradient(sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]), a);
+    };
+    int64_t carries_only = 0, with_steps = 0, too_small = 0;
+    const std::vector<Tensor> ref = run(0, &carries_only);
+    const std::vector<Tensor> kept = run(int64_t{64} << 20, &with_steps);
+    const std::vector<Tensor> tight = run(1000, &too_small);
+    EXPECT_EQ(carries_only, 40 * 3 * 8);
+    EXPECT_EQ(too_small, carries_only);
+    // Steps 3..39 are kept: at least the step's h-vectors (3 float64) several times over.
+    EXPECT_GT(with_steps, carries_only + 40 * 3 * 8 * 4) << "reverse=" << rev;
+    for (size_t k = 0; k < ref.size(); ++k) {
+      EXPECT_EQ(kept[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
+      EXPECT_EQ(tight[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
+    }
+    // And the recomputing pass is right: against the unrolled loop (rnn_loss_unrolled's body).
+    auto unrolled = [&](const std::vector<Tensor>& a) {
+      std::vector<Tensor> c{a[2]};
+      Tensor total = scalar(0.0);
+      for (int s = 0; s < 40; ++s) {
+        auto [next, y] = body(a[0], a[1])(c, {select(a[3], "t", rev ? 39 - s : s)});
+        total = total + y[0];
+        c = next;
+      }
+      return total + sum(c[0] * c[0]);
+    };
+    const std::vector<Tensor> loop = grad(unrolled, args);
+    for (size_t k = 0; k < ref.size(); ++k)
+      EXPECT_LT(mismatch(kept[k], loop[k], 1e-11, 1e-12), 1.0) << "argument " << k << " reverse=" << rev;
+  }
+}
+
 TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   // max, logsumexp and mean allocate temporaries and zero-fill outputs: the replay must redo both.
   ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
