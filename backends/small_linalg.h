@@ -6,6 +6,7 @@
 // constant (std::integral_constant), which the host uses to run sizes up to 4 unrolled.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define TENAX_HOST_DEVICE __host__ __device__
@@ -59,6 +60,29 @@ TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64
                                         int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
     if (A(i, i) == T(0)) return false;
+  if constexpr (!std::is_same_v<N, int64_t>) {
+    // n known at compile time (<= 4 on the host): one division per row instead of one per row
+    // and right-hand side (a Kalman step solves 2 x 2 systems for 4 right-hand sides at once).
+    T inv[N::value];
+    for (int64_t i = 0; i < n; ++i) inv[i] = T(1) / A(i, i);
+    for (int64_t c = 0; c < nrhs; ++c) {
+      T* z = r + c * cs;
+      if (lower) {
+        for (int64_t i = 0; i < n; ++i) {
+          T s = z[i * rs];
+          for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * rs];
+          z[i * rs] = s * inv[i];
+        }
+      } else {
+        for (int64_t i = n - 1; i >= 0; --i) {
+          T s = z[i * rs];
+          for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * rs];
+          z[i * rs] = s * inv[i];
+        }
+      }
+    }
+    return true;
+  }
   for (int64_t c = 0; c < nrhs; ++c) {
     T* z = r + c * cs;
     if (lower) {

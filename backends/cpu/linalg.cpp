@@ -69,12 +69,18 @@ int64_t cholesky(MatView a, MatView l, const MatBatch& batch) {
 template <class T>
 void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) {
   const int64_t n = l.n;
-  thread_local std::vector<double> buf;
-  buf.assign(static_cast<size_t>(2 * n * n), 0.0);
   with_size(n, [&](auto nc) {
+    // Scratch P and S (every element written before it is read): on the stack up to 4 x 4.
+    double fixed[2 * 16];
+    thread_local std::vector<double> buf;
+    double* scratch = fixed;
+    if constexpr (std::is_same_v<decltype(nc), int64_t>) {
+      buf.resize(static_cast<size_t>(2 * n * n));
+      scratch = buf.data();
+    }
     for (int64_t b = 0; b < batch.count; ++b)
       small::cholesky_vjp<T>(at<T>(l, batch.offsets_a, b), at<T>(lbar, batch.offsets_b, b),
-                             at<T>(abar, batch.offsets_c, b), nc, buf.data(), buf.data() + n * n);
+                             at<T>(abar, batch.offsets_c, b), nc, scratch, scratch + n * n);
   });
 }
 
