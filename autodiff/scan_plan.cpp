@@ -260,7 +260,23 @@ class PlanVjpContext final : public VjpContext {
     const int32_t v = in_[i].var;
     for (int k = 0; k < p_.n_inputs; ++k)
       if (k != i && in_[k].var == v) return adjoint(i);
-    if (!needs_grad(i) || plan_.view_parent(v) >= 0) return adjoint(i);
+    if (!needs_grad(i)) return adjoint(i);
+    if (plan_.view_parent(v) >= 0) {
+      // A view that covers its parent one to one, down to the root (rename, transpose, a slice or
+      // broadcast that keeps every element once), of a root adjoint not written yet: the rule
+      // writes the root whole through it instead of accumulating into a zero-filled root.
+      int32_t root = v;
+      bool one_to_one = true;
+      for (int32_t up = plan_.view_parent(root); up >= 0 && one_to_one; up = plan_.view_parent(root)) {
+        one_to_one = plan_.var(root).axes.numel() == plan_.var(up).axes.numel();
+        root = up;
+      }
+      const auto r = static_cast<size_t>(root);
+      if (!one_to_one || !fresh_ || !adjoints_[r].defined() || !(*fresh_)[r]) return adjoint(i);
+      (*fresh_)[r] = 0;
+      fresh = true;
+      return plan_.adjoint(values_, adjoints_, v, batch_, fresh_);
+    }
     Tensor& a = adjoints_[static_cast<size_t>(v)];
     if (a.defined()) {
       if (!fresh_ || !(*fresh_)[static_cast<size_t>(v)]) return a;

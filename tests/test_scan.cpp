@@ -290,6 +290,34 @@ TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   expect_scan_matches_unrolled(body, {randn(Axes{{"j", 3}}, 5)}, randn(Axes{{"t", 7}, {"j", 3}}, 6), ScanOptions{});
 }
 
+TEST(Scan, RulesWriteThroughViewsOnlyWhereTheyCoverTheirParent) {
+  // The reverse step lets the first rule that writes a carry's adjoint through a view write it
+  // whole (no zero fill) when the view covers the carry one to one. P: a renamed and transposed
+  // view and a renamed one feed a product whose rule writes P's adjoint first through the one,
+  // then adds through the other, then tanh(P)'s rule (earlier in the body) adds directly. Q: the
+  // first writer is a slice (rows 0 and 2 of 3), which must not write Q whole. v: a size-1
+  // broadcast, which covers it.
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor &p = c[0], &v = c[1], &q = c[2];  // (i=3, j=3), (j=3), (i=3, j=3)
+    Tensor direct = tanh(p) * 0.2;
+    Tensor next_q = tanh(q) * 0.5;
+    Tensor pt = transpose(rename(rename(rename(p, "i", "tmp"), "j", "i"), "tmp", "j"), {"j", "i"});
+    Tensor next_p = rename(dot(pt, rename(p, "i", "k"), {"j"}) * 0.1, "k", "j") + direct + x[0];
+    Tensor half = slice(q, "i", 0, 3, 2);
+    Tensor next_v = sum(half * 0.3, {"i"}) + sum(broadcast(v, Axes{{"u", 1}}) * 0.5, {"u"});
+    return std::make_pair(std::vector<Tensor>{next_p, next_v, next_q},
+                          std::vector<Tensor>{sum(next_v, {"j"})});
+  };
+  std::vector<Tensor> init{randn(Axes{{"i", 3}, {"j", 3}}, 11) * 0.4, randn(Axes{{"j", 3}}, 12) * 0.4,
+                           randn(Axes{{"i", 3}, {"j", 3}}, 14) * 0.4};
+  Tensor xs = randn(Axes{{"t", 9}, {"i", 3}, {"j", 3}}, 13) * 0.3;
+  for (bool rev : {false, true}) {
+    ScanOptions o;
+    o.reverse = rev;
+    expect_scan_matches_unrolled(body, init, xs, o);
+  }
+}
+
 TEST(Scan, CompiledStepsReplayTransposedBroadcastAndReducedOperands) {
   // Small calls replay through flat kernels over up to two loop dims: a transposed operand (P^T
   // aligned by name), a row and a column broadcast, and a reduction into a broadcast adjoint.
