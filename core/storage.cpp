@@ -134,7 +134,10 @@ HostArena::~HostArena() {
 
 void* HostArena::try_allocate(std::size_t bytes) {
   constexpr std::size_t kRedzone = kPoison ? 64 : 0;
-  const std::size_t at = (used_ + kRedzone + 63) / 64 * 64;
+  // 64-byte boundaries, but 16 for buffers under 64 bytes (a step's scalars and short vectors:
+  // less to save and restore; no host kernel needs more than its element alignment).
+  const std::size_t align = bytes < 64 ? 16 : 64;
+  const std::size_t at = (used_ + kRedzone + align - 1) / align * align;
   if (at + bytes > block_->bytes()) {
     overflowed_ = true;
     return nullptr;

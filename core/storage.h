@@ -119,7 +119,8 @@ class HostArena final : public Allocator {
   HostArena(const HostArena&) = delete;
   HostArena& operator=(const HostArena&) = delete;
 
-  /// `bytes` bytes at the next 64-byte boundary, or nullptr when they do not fit (see above).
+  /// `bytes` bytes at the next 64-byte boundary (16-byte for fewer than 64 bytes), or nullptr
+  /// when they do not fit (see above).
   void* try_allocate(std::size_t bytes);
   void* allocate(std::size_t bytes) override;
   void deallocate(void* /*ptr*/, std::size_t /*bytes*/) noexcept override {}
