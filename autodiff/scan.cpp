@@ -216,22 +216,26 @@ struct ScanRun final : detail::CustomNode {
         backwards->run(c, c + 1, -1);
         break;
       }
-      ck.to_carry(c / k);
-      if (fused) {
-        forwards->run(c, e - 1 - c, 1, c);
-        segment.from_carry(e - 1 - c);
-        backwards->run(e - 1, e - c, -1, c);
-        continue;
-      }
-      for (int64_t s = c; s + 1 < e; ++s) {
-        segment.from_carry(s - c);
-        p.forward(s);
-        p.next_carry();
-      }
-      for (int64_t s = e - 1; s >= c; --s) {
-        if (s + 1 < e) segment.to_carry(s - c);
-        if (!p.restore(s)) p.forward(s);
-        p.backward(s);
+      if (k == 1 && p.restore(c)) {  // the step's carry, x_t and intermediates as the forward pass kept them
+        p.backward(c);
+      } else {
+        ck.to_carry(c / k);
+        if (fused) {
+          forwards->run(c, e - 1 - c, 1, c);
+          segment.from_carry(e - 1 - c);
+          backwards->run(e - 1, e - c, -1, c);
+          continue;
+        }
+        for (int64_t s = c; s + 1 < e; ++s) {
+          segment.from_carry(s - c);
+          p.forward(s);
+          p.next_carry();
+        }
+        for (int64_t s = e - 1; s >= c; --s) {
+          if (s + 1 < e) segment.to_carry(s - c);
+          p.forward(s);
+          p.backward(s);
+        }
       }
       if (tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
       tried = true;
@@ -475,7 +479,7 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
           // they fit the budget (ScanOptions::residual_budget).
           keep = store_ck && k == 1 && p.keep_residuals(residual_budget);
         }
-        if (store_ck && s % k == 0) ck.from_carry(s / k);
+        if (store_ck && s % k == 0 && !keep) ck.from_carry(s / k);  // a kept step keeps its carry
         p.forward(s);
         if (s == 2)
           for (size_t j = 0; j < ys.size(); ++j) y_store.emplace_back(p.y(j), ys[j], over, false, false);

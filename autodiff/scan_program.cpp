@@ -95,6 +95,24 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
     : plan_(std::move(plan)), over_(over), reverse_(reverse), steps_(steps) {
   const ScanPlan& p = *plan_;
   values_.resize(p.n_vars());
+  // On the host a step's carries, inputs x_t and intermediates lie in one arena (the carries and
+  // x_t carved here, the intermediates when forward() captures the step), so that one copy keeps
+  // or restores all a reverse step reads of them (keep_residuals). Its size: the carries and x_t,
+  // and twice what the plan's values take, for the ops' own temporaries (a step that needs more
+  // overflows it, and its intermediates are then never kept).
+  if (carry.empty() || carry[0].device().kind == Device::Kind::cpu) {
+    auto bytes = [](const PlanVar& v) {
+      return (v.axes.numel() * static_cast<int64_t>(itemsize(v.dtype)) + 63) / 64 * 64;
+    };
+    int64_t total = 16 << 10;
+    for (size_t v = 0; v < p.n_vars(); ++v) {
+      const PlanVar& pv = p.var(static_cast<int32_t>(v));
+      if (pv.kind == VarKind::carry || pv.kind == VarKind::x) total += bytes(pv);
+      if (pv.kind == VarKind::op) total += 2 * bytes(pv);
+    }
+    arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
+  }
+  HostArenaScope carve(arena_.get());
   for (int k = 0; k < p.n_carry(); ++k) {
     const PlanVar& v = p.var(k);
     carry_.push_back(empty(v.axes, v.dtype, carry[static_cast<size_t>(k)].device()));
@@ -126,19 +144,7 @@ void StepProgram::forward(int64_t s) {
   }
   {
     LoopPositionScope where("scan step", s);
-    // On the host the step's intermediates are carved from one arena: twice what the plan's
-    // values take, for the ops' own temporaries (a step that needs more overflows it, and its
-    // intermediates are then never kept, see keep_residuals).
-    if (host) {
-      int64_t bytes = 16 << 10;
-      for (size_t v = 0; v < plan_->n_vars(); ++v) {
-        const PlanVar& pv = plan_->var(static_cast<int32_t>(v));
-        if (pv.kind == VarKind::op)
-          bytes += 2 * ((pv.axes.numel() * static_cast<int64_t>(itemsize(pv.dtype)) + 63) / 64 * 64);
-      }
-      arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(bytes));
-    }
-    HostArenaScope carve(arena_.get());
+    HostArenaScope carve(arena_.get());  // the step's intermediates (host), see the constructor
     capture_into(forward_, [&] {
       if (!host)
         for (SliceCopy& c : x_load_) c.run_or_record(s, origin(), dir());
@@ -164,7 +170,6 @@ void StepProgram::save(int64_t s) {
 
 bool StepProgram::restore(int64_t s) {
   if (saved_.empty() || !saved_[static_cast<size_t>(s)]) return false;
-  for (SliceCopy& c : x_load_) c.run(index(s));
   arena_->restore(static_cast<const char*>(residuals_.data_ptr()) +
                   static_cast<std::size_t>(s) * arena_->used());
   return true;

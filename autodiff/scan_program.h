@@ -99,16 +99,17 @@ class StepProgram {
   void prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                         const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
                         const std::vector<Tensor>& carry_bar, const Axes& batch);
-  /// On the host, once forward() has built the forward program (captured into one arena): keeps
-  /// each step's intermediates from now on (save), for all steps, when they take at most
+  /// On the host, once forward() has built the forward program: keeps each step's carries, x_t
+  /// and intermediates (one arena) from now on (save), for all steps, when they take at most
   /// `budget` bytes in all; false (nothing kept) otherwise, or on a device.
   bool keep_residuals(int64_t budget);
   /// Bytes kept for them (0 when keep_residuals said no).
   [[nodiscard]] int64_t residual_bytes() const { return residuals_.defined() ? residuals_.numel() : 0; }
-  /// Keeps the intermediates of step s, right after forward(s) (only after keep_residuals).
+  /// Keeps step s's carries, x_t and intermediates, right after forward(s) and before
+  /// next_carry() (only after keep_residuals).
   void save(int64_t s);
-  /// Instead of forward(s) before backward(s): puts step s's kept intermediates (and x_t) back;
-  /// false when they were not kept (run forward(s)).
+  /// Instead of loading step s's carry and running forward(s) before backward(s): puts what
+  /// save(s) kept back; false when it was not kept.
   bool restore(int64_t s);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
@@ -121,7 +122,8 @@ class StepProgram {
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
 
   std::shared_ptr<const ScanPlan> plan_;
-  // The forward program's intermediates lie in here (host), first so that it goes last.
+  // The carries, x_t and the forward program's intermediates lie in here (host); first, so that
+  // it goes last.
   std::unique_ptr<HostArena> arena_;
   Tensor residuals_;         // (step, arena bytes) once keep_residuals said yes
   std::vector<char> saved_;  // per step: its intermediates are in residuals_
