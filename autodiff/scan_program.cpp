@@ -158,7 +158,11 @@ bool StepProgram::keep_residuals(int64_t budget) {
   if (!arena_ || arena_->overflowed() || !forward_built_) return false;
   const auto used = static_cast<int64_t>(arena_->used());
   if (used == 0 || budget <= 0 || used > budget / std::max<int64_t>(steps_, 1)) return false;
-  residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
+  try {
+    residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
+  } catch (const MemoryError&) {
+    return false;  // over the host's memory budget (set_memory_budget): recompute instead
+  }
   saved_.assign(static_cast<size_t>(steps_), 0);
   return true;
 }

@@ -290,6 +290,36 @@ TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   expect_scan_matches_unrolled(body, {randn(Axes{{"j", 3}}, 5)}, randn(Axes{{"t", 7}, {"j", 3}}, 6), ScanOptions{});
 }
 
+TEST(Scan, KeepingIntermediatesGivesWayToTheHostMemoryBudget) {
+  // Keeping each step's intermediates is an optimisation: under a host memory budget
+  // (set_memory_budget) that has no room for them, the scan recomputes its steps instead of
+  // failing, with the same gradient.
+  std::vector<Tensor> args = rnn_inputs();
+  args[3] = randn(Axes{{"t", 2000}, {"h", 3}}, 8);
+  auto grads = [&](int64_t* kept) {
+    Tape tape;
+    std::vector<Tensor> a;
+    for (const Tensor& t : args) a.push_back(tape.watch(t));
+    ScanResult r = scan(Rnn{a[0], a[1]}, {a[2]}, {a[3]}, "t");
+    *kept = tape.stats().residual_bytes;
+    return tape.gradient(sum(r.ys[0]), a);
+  };
+  int64_t free_kept = 0, tight_kept = 0;
+  const std::vector<Tensor> ref = grads(&free_kept);
+  ASSERT_GT(free_kept, 2000 * 3 * 8 * 4);  // the intermediates were kept (several KB per step)
+  struct Restore {
+    ~Restore() { set_memory_budget(Device::cpu(), 0); }
+  } restore;
+  // Room for the scan's own buffers (stacked ys, checkpoints, adjoints: ~300 KB), not for them and
+  // the ~600 KB of kept intermediates as well.
+  set_memory_budget(Device::cpu(), allocator_stats().bytes_in_use + free_kept * 3 / 4);
+  const std::vector<Tensor> tight = grads(&tight_kept);
+  set_memory_budget(Device::cpu(), 0);
+  EXPECT_EQ(tight_kept, 2000 * 3 * 8);  // carries only
+  for (size_t k = 0; k < ref.size(); ++k)
+    EXPECT_EQ(tight[k].to_vector(), ref[k].to_vector()) << "argument " << k;
+}
+
 TEST(Scan, RulesWriteThroughViewsOnlyWhereTheyCoverTheirParent) {
   // The reverse step lets the first rule that writes a carry's adjoint through a view write it
   // whole (no zero fill) when the view covers the carry one to one. P: a renamed and transposed
