@@ -110,7 +110,11 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
       if (pv.kind == VarKind::carry || pv.kind == VarKind::x) total += bytes(pv);
       if (pv.kind == VarKind::op) total += 2 * bytes(pv);
     }
-    arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
+    try {
+      arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
+    } catch (const MemoryError&) {
+      // Over the host's memory budget: buffers one by one as they come (nothing kept).
+    }
   }
   HostArenaScope carve(arena_.get());
   for (int k = 0; k < p.n_carry(); ++k) {
