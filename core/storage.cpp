@@ -188,9 +188,9 @@ HostArenaScope::~HostArenaScope() { t_arena = previous_; }
 }  // namespace detail
 
 Storage* Storage::allocate(std::size_t bytes, Device d) {
-  detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
   if (d.kind == Device::Kind::cpu && detail::t_arena) {
-    // A view of the arena's block that holds a reference to it (the block is metered as a whole).
+    // A view of the arena's block that holds a reference to it (the block is metered and
+    // budgeted as a whole, when the arena is made).
     if (void* data = detail::t_arena->try_allocate(bytes)) {
       Storage* block = detail::t_arena->block();
       block->retain();
@@ -200,6 +200,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
       return s;
     }
   }
+  detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
   if (d.kind == Device::Kind::cpu) {
     Allocator& a = allocator_for(d);
     void* block = a.allocate(kHeader + bytes);
