@@ -53,6 +53,12 @@ TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
   return true;
 }
 
+/// The size of a compile-time n (std::integral_constant), 1 for a run-time one.
+template <class N>
+inline constexpr int64_t fixed_size = 1;
+template <class I, I v>
+inline constexpr int64_t fixed_size<std::integral_constant<I, v>> = v;
+
 /// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
 /// T lower or upper triangular; false when T has a zero on its diagonal.
 template <class T, class M, class N = int64_t>
@@ -60,42 +66,31 @@ TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64
                                         int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
     if (A(i, i) == T(0)) return false;
-  if constexpr (!std::is_same_v<N, int64_t>) {
-    // n known at compile time (<= 4 on the host): one division per row instead of one per row
-    // and right-hand side (a Kalman step solves 2 x 2 systems for 4 right-hand sides at once).
-    T inv[N::value];
+  // n known at compile time (<= 4 on the host): one division per row instead of one per row and
+  // right-hand side (a Kalman step solves 2 x 2 systems for 4 right-hand sides at once).
+  constexpr bool kFixed = !std::is_same_v<N, int64_t>;
+  T inv[fixed_size<N>];
+  if constexpr (kFixed)
     for (int64_t i = 0; i < n; ++i) inv[i] = T(1) / A(i, i);
-    for (int64_t c = 0; c < nrhs; ++c) {
-      T* z = r + c * cs;
-      if (lower) {
-        for (int64_t i = 0; i < n; ++i) {
-          T s = z[i * rs];
-          for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * rs];
-          z[i * rs] = s * inv[i];
-        }
-      } else {
-        for (int64_t i = n - 1; i >= 0; --i) {
-          T s = z[i * rs];
-          for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * rs];
-          z[i * rs] = s * inv[i];
-        }
-      }
-    }
-    return true;
-  }
+  auto divide = [&](T s, int64_t i) {
+    if constexpr (kFixed)
+      return s * inv[i];
+    else
+      return s / A(i, i);
+  };
   for (int64_t c = 0; c < nrhs; ++c) {
     T* z = r + c * cs;
     if (lower) {
       for (int64_t i = 0; i < n; ++i) {
         T s = z[i * rs];
         for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * rs];
-        z[i * rs] = s / A(i, i);
+        z[i * rs] = divide(s, i);
       }
     } else {
       for (int64_t i = n - 1; i >= 0; --i) {
         T s = z[i * rs];
         for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * rs];
-        z[i * rs] = s / A(i, i);
+        z[i * rs] = divide(s, i);
       }
     }
   }
