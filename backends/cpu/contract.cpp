@@ -1,10 +1,9 @@
-// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: unrolled fixed-size kernels for tiny
-// matrices (sizes <= 4), direct loops for small ones, BLAS gemm
+// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: fixed-size kernels for tiny matrices
+// (sizes <= 4, contract_fixed.h, with an AVX2 build), direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
 
-#include <array>
-#include <utility>
+#include <type_traits>
 #include <vector>
 
 #include "tenax/backends/cpu/avx2.h"
