@@ -151,12 +151,6 @@ void* HostArena::try_allocate(std::size_t bytes) {
   return p;
 }
 
-void* HostArena::allocate(std::size_t bytes) {
-  if (void* p = try_allocate(bytes)) return p;
-  throw MemoryError("[alloc] " + std::to_string(bytes) + " bytes do not fit in a host arena of " +
-                    std::to_string(block_->bytes()) + " bytes (" + std::to_string(used_) + " used)");
-}
-
 void HostArena::save(void* to) const {
   const auto* base = static_cast<const char*>(block_->data());
   if constexpr (kPoison) {
@@ -174,13 +168,6 @@ void HostArena::restore(const void* from) {
   } else {
     std::memcpy(base, from, used_);
   }
-}
-
-AllocatorStats HostArena::stats() const {
-  AllocatorStats s;
-  s.bytes_in_use = static_cast<int64_t>(used_);
-  s.peak_bytes = s.bytes_in_use;
-  return s;
 }
 
 HostArenaScope::HostArenaScope(HostArena* arena) : previous_(t_arena) { t_arena = arena; }

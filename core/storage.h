@@ -111,22 +111,17 @@ namespace detail {
 /// to it: each holds a reference to the arena's block, which lives until the arena and the last of
 /// them are gone. When a buffer does not fit, it comes from the host allocator as usual and the
 /// arena is marked overflowed.
-class HostArena final : public Allocator {
+class HostArena {
  public:
   /// A block of `capacity` bytes from the host allocator (metered and budgeted as a buffer).
   explicit HostArena(std::size_t capacity);
-  ~HostArena() override;
+  ~HostArena();
   HostArena(const HostArena&) = delete;
   HostArena& operator=(const HostArena&) = delete;
 
   /// `bytes` bytes at the next 64-byte boundary (16-byte for fewer than 64 bytes), or nullptr
   /// when they do not fit (see above).
   void* try_allocate(std::size_t bytes);
-  void* allocate(std::size_t bytes) override;
-  void deallocate(void* /*ptr*/, std::size_t /*bytes*/) noexcept override {}
-  [[nodiscard]] Device device() const override { return Device::cpu(); }
-  [[nodiscard]] AllocatorStats stats() const override;
-  void reset_stats() override {}
 
   [[nodiscard]] Storage* block() const { return block_; }
   /// Bytes carved so far: what save and restore copy.
@@ -134,8 +129,8 @@ class HostArena final : public Allocator {
   /// Whether some buffer did not fit and came from the host allocator instead.
   [[nodiscard]] bool overflowed() const { return overflowed_; }
   /// Copies the carved buffers' contents to `to` (used() bytes), or back from `from`. Under
-  /// AddressSanitizer the block is poisoned but for the buffers, with a redzone after each, and
-  /// these copy buffer by buffer.
+  /// AddressSanitizer the block is poisoned but for the buffers, with a 64-byte redzone before
+  /// each, and these copy buffer by buffer.
   void save(void* to) const;
   void restore(const void* from);
 

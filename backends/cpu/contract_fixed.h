@@ -120,11 +120,8 @@ FixedFn fixed_kernel(detail::ContractPlan& p, int M, int N, int K) {
   if (p.mz == 1) {
     if (FixedFn f = p.mx == 1 ? rows[index(N, M)] : gathered[index(N, M)]) {
       std::swap(p.x, p.y);
-      const int64_t mx = p.mx, kx = p.kx;
-      p.mx = p.ny;
-      p.kx = p.ky;
-      p.ky = kx;
-      p.ny = mx;
+      std::swap(p.mx, p.ny);
+      std::swap(p.kx, p.ky);
       std::swap(p.mz, p.nz);
       return f;
     }
