@@ -394,6 +394,8 @@ class Parser {
         const std::string& name = r.defines[q];
         const std::string where = control(op) ? pointer_join(r.at + "/outputs", q) : r.at + "/name";
         if (const auto* prev = scope.find(name)) fail(where, "the name '" + name + "' is already defined at " + prev->second);
+        if (producer.count(name) && producer[name] == int(k))
+          fail(where, "the name '" + name + "' is listed twice in this node's outputs");
         if (producer.count(name))
           fail(where, "the name '" + name + "' is already defined at " + raw[size_t(producer[name])].at);
         producer[name] = int(k);

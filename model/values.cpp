@@ -1,6 +1,7 @@
 // Reading and writing the numbers of parameters and inputs.
 #include "tenax/model/values.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -53,15 +54,18 @@ std::string read_file(const std::filesystem::path& file, const std::string& poin
 }  // namespace
 
 Tensor values_from_json(const json& v, const Axes& axes, DType dtype, const std::string& pointer) {
-  std::vector<double> out;
-  out.reserve(static_cast<size_t>(axes.numel()));
   if (v.is_number()) {
+    // One number for the whole array: straight into the tensor (no host vector first), so that
+    // the memory budget sees the one allocation before anything is written.
     const double x = v.get<double>();
     check_finite(x, pointer);
-    out.assign(static_cast<size_t>(axes.numel()), x);
-  } else {
-    walk(v, axes, 0, out, pointer);
+    return full(axes, x, dtype);
   }
+  // A nested list holds every number in the file, so its size is bounded by the text; the
+  // reservation is capped because the axes, not yet checked against the list, may be huge.
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(std::min<int64_t>(axes.numel(), int64_t{1} << 20)));
+  walk(v, axes, 0, out, pointer);
   return finish(out, axes, dtype);
 }
 

@@ -467,6 +467,15 @@ TEST(ModelErrors, EachClassNamesThePointer) {
     EXPECT_MESSAGE(load_error(d), "/graph/1/name: the name 'b' is already defined at /graph/0");
   }
   {
+    json d = small_doc();  // found by the fuzzer: the duplicate within one node read past the list
+    d["graph"].push_back({{"op", "nmap"},
+                          {"over", {"i"}},
+                          {"inputs", {"x"}},
+                          {"outputs", {"n", "n"}},
+                          {"body", {{"args", {"xi"}}, {"graph", json::array()}, {"results", {"xi", "xi"}}}}});
+    EXPECT_MESSAGE(load_error(d), "/graph/3/outputs/1: the name 'n' is listed twice in this node's outputs");
+  }
+  {
     json d = small_doc();
     d["parameters"]["a"]["constraint"] = "positive";
     d["parameters"]["a"]["value"] = {1, -2, 3};
@@ -504,6 +513,31 @@ TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
   scan_node["residual_budget"] = -1;
   EXPECT_MESSAGE(load_error(doc, kExamples / "kalman"),
                  "/graph/0/body/graph/0/residual_budget: expected an integer >= 0");
+}
+
+// Found by the fuzzer: one number for a huge array was expanded into a host vector first, past
+// the memory budget (seconds of page faults) or past what a vector can hold (std::length_error).
+TEST(ModelErrors, HugeArraysMeetTheMemoryBudget) {
+  auto load_error = [](const json& doc) -> std::string {
+    try {
+      (void)load_model_json(doc, ".");
+    } catch (const Error& e) {  // MemoryError or ModelError
+      return e.what();
+    }
+    return "(no error)";
+  };
+  json d = small_doc();
+  d["axes"]["i"] = int64_t{1} << 58;  // 2^61 bytes of float64
+  d["parameters"]["a"]["value"] = 1.5;
+  const std::string no_budget = load_error(d);
+  EXPECT_NE(no_budget.find("[alloc]"), std::string::npos) << no_budget;
+  set_memory_budget(Device::cpu(), int64_t{16} << 20);
+  d["axes"]["i"] = int64_t{1} << 25;  // 256 MiB: over the budget, within what a vector can hold
+  const std::string budget = load_error(d);
+  set_memory_budget(Device::cpu(), 0);
+  EXPECT_MESSAGE(budget, "would exceed the memory budget of 16.0 MiB");
+  d["parameters"]["a"]["value"] = json::array({1.0, 2.0});  // a list: checked against the axes
+  EXPECT_MESSAGE(load_error(d), "/parameters/a/value: expected a list of 33554432 entries along axis 'i'");
 }
 
 TEST(ModelErrors, InvalidJsonAndMissingInputs) {
