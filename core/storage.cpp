@@ -106,9 +106,7 @@ void check_memory_budget(Device d, int64_t request, const char* what) {
                     ": " + mib(st.bytes_in_use) + " in use (peak " + mib(st.peak_bytes) +
                     "); free tensors, use map or scan checkpointing, or raise it with set_memory_budget");
 }
-}  // namespace detail
 
-namespace detail {
 namespace {
 thread_local HostArena* t_arena = nullptr;
 }  // namespace

@@ -102,9 +102,7 @@ inline void meter_add(int64_t bytes) {
     if (m->in_use > m->peak) m->peak = m->in_use;
   }
 }
-}  // namespace detail
 
-namespace detail {
 /// One contiguous block of host memory that new host buffers are carved from, in order, while a
 /// HostArenaScope names it on this thread: scan captures its step into one, so that a step's
 /// intermediates lie in one range that a single copy saves or restores. Buffers are not returned
