@@ -58,6 +58,9 @@ Tensor transpose(const Tensor& x, const AxisList& order);
 Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t step = 1);
 /// The slice at `index` along `axis`, which disappears (view).
 Tensor select(const Tensor& x, Name axis, int64_t index);
+/// The diagonal (i, i) of the square matrices over (row, col), along `row`; `col` disappears
+/// (view; its gradient reaches the diagonal only).
+Tensor diagonal(const Tensor& x, Name row, Name col);
 /// Adds the axes `extra` (not already present) with stride 0, after x's axes (view).
 Tensor broadcast(const Tensor& x, const Axes& extra);
 /// A dense row-major copy (the only layout op that copies).

@@ -33,6 +33,7 @@ const std::map<std::string, std::vector<AttrField>>& table() {
     m["stack"] = {{"axis", AttrKind::name}};
     m["cholesky"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
     m["logdet"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
+    m["diagonal"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
     m["triangular_solve"] = {{"row", AttrKind::name},
                              {"col", AttrKind::name},
                              {"lower", AttrKind::boolean, 0, false, 1},
@@ -67,7 +68,12 @@ Name axis_name(const json& v, const std::string& pointer, const Axes& declared) 
 AxisList axis_list(const json& v, const std::string& pointer, const Axes& declared) {
   if (!v.is_array()) throw ModelError(pointer + ": expected a list of axis names, got " + v.dump());
   AxisList out;
-  for (std::size_t k = 0; k < v.size(); ++k) out.push_back(axis_name(v[k], pointer + "/" + std::to_string(k), declared));
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    const std::string at = pointer + "/" + std::to_string(k);
+    const Name n = axis_name(v[k], at, declared);
+    if (out.contains(n)) throw ModelError(at + ": axis '" + n.str() + "' is listed twice");
+    out.push_back(n);
+  }
   return out;
 }
 
@@ -107,7 +113,14 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
     switch (f.kind) {
       case AttrKind::names: out.attrs.axes = axis_list(*v, at, declared); break;
       case AttrKind::names2: out.attrs.axes2 = axis_list(*v, at, declared); break;
-      case AttrKind::name: out.attrs.axes.push_back(axis_name(*v, at, declared)); break;
+      case AttrKind::name: {
+        const Name n = axis_name(*v, at, declared);
+        if (out.attrs.axes.contains(n))
+          throw ModelError(at + ": axis '" + n.str() + "' is already given to op '" + op.name +
+                           "' by another attribute; name two different axes");
+        out.attrs.axes.push_back(n);
+        break;
+      }
       case AttrKind::shape: {
         AxisList names = axis_list(*v, at, declared);
         for (Name n : names) out.attrs.shape.push_back({n, declared.size_of(n)});

@@ -48,6 +48,14 @@ TEST(Errors, WrongDtype) {
   expect_error<DTypeError>([&] { (void)a3.data<float>(); }, {"float64", "not float32"});
 }
 
+TEST(Errors, DiagonalNeedsTwoAxesOfOneSize) {
+  const Tensor m = zeros(Axes{{"i", 2}, {"j", 3}});
+  expect_error<ShapeError>([&] { (void)diagonal(m, "i", "j"); },
+                           {"[diagonal]", "'i' and 'j'", "(i=2, j=3)", "differ in size"});
+  expect_error<AxisError>([&] { (void)diagonal(m, "i", "i"); }, {"[diagonal]", "both 'i'"});
+  expect_error<AxisError>([&] { (void)diagonal(m, "i", "k"); }, {"[diagonal]", "unknown axis 'k'"});
+}
+
 TEST(Errors, OutOfRangeSliceAndIndex) {
   expect_error<IndexError>([&] { (void)slice(a3, "i", 1, 5); }, {"[slice]", "[1, 5)", "axis 'i' of size 3"});
   expect_error<IndexError>([&] { (void)slice(a3, "i", 0, 2, 0); }, {"[slice]", "step 0"});

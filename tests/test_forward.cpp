@@ -251,6 +251,29 @@ TEST(Layout, ViewsNeverCopy) {
   EXPECT_NE(c.storage().get(), x.storage().get());
 }
 
+TEST(Layout, DiagonalIsAViewAlongRow) {
+  // x[b, i, j] = 100 b + 10 i + j: the diagonal of batch b holds 100 b + 11 i.
+  std::vector<double> v;
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) v.push_back(100.0 * b + 10.0 * i + j);
+  Tensor x = tensor(v, Axes{{"b", 2}, {"i", 3}, {"j", 3}});
+  for (const Tensor& xs : {x, transpose(x, {"j", "b", "i"}), contiguous(transpose(x, {"j", "i", "b"}))}) {
+    Tensor d = diagonal(xs, "i", "j");
+    EXPECT_EQ(d.storage().get(), xs.storage().get());
+    EXPECT_FALSE(d.axes().contains("j"));
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(d.at({{"b", b}, {"i", i}}), 100.0 * b + 11.0 * i) << xs.describe();
+  }
+  // Along col instead: the same elements under the other name.
+  EXPECT_EQ(diagonal(x, "j", "i").to_vector({"b", "j"}), diagonal(x, "i", "j").to_vector({"b", "i"}));
+  // The gradient of Σ w_i x_ii is w on the diagonal and zero elsewhere.
+  const Tensor w = tensor({1.0, -2.0, 3.0}, "i");
+  Tensor m = tensor({{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}, "i", "j");
+  Tensor g = grad([&](const std::vector<Tensor>& p) { return sum(mul(diagonal(p[0], "i", "j"), w)); }, {m})[0];
+  EXPECT_EQ(g.to_vector({"i", "j"}), std::vector<double>({1, 0, 0, 0, -2, 0, 0, 0, 3}));
+}
+
 TEST(Layout, ConcatAndStack) {
   Tensor a = tensor({{1, 2}, {3, 4}}, "i", "j"), b = tensor({{5, 6}}, "i", "j");
   Tensor c = concat({a, b}, "i");

@@ -424,6 +424,21 @@ TEST(ModelErrors, EachClassNamesThePointer) {
   }
   {
     json d = small_doc();
+    d["graph"][1] = {{"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "i"}}}};
+    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/col: axis 'i' is already given to op 'diagonal' by another attribute");
+  }
+  {
+    json d = small_doc();
+    d["graph"][1]["attrs"]["axes"] = json::array({"i", "i"});
+    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/axes/1: axis 'i' is listed twice");
+  }
+  {
+    json d = small_doc();
+    d["graph"][1] = {{"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "j"}}}};
+    EXPECT_MESSAGE(load_error(d), "/graph/1 (diagonal): [diagonal] axes 'i' and 'j' of (i=3, j=2) differ in size");
+  }
+  {
+    json d = small_doc();
     d["graph"][0]["inputs"][1] = "nothing";
     EXPECT_MESSAGE(load_error(d), "/graph/0/inputs/1: unknown name 'nothing'");
   }

@@ -1,4 +1,4 @@
-// Layout ops. rename, transpose, slice, select and broadcast are views: they never copy, and their
+// Layout ops. rename, transpose, slice, select, diagonal and broadcast are views: they never copy, and their
 // adjoint is the same view of the parent's adjoint (the tape applies forward() to it), so slicing a
 // tensor k times accumulates into ONE adjoint buffer. contiguous is the one copying layout op.
 #include <algorithm>
@@ -140,6 +140,41 @@ OpSample select_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
+// ---- diagonal: attrs.axes = {row, col} ----
+// The elements (i, i) of the matrices over (row, col), along `row`; col disappears. A view whose
+// row stride is the sum of the two: its adjoint is the diagonal of the parent's adjoint.
+Tensor diagonal_forward(Inputs in, const Attrs& a) {
+  const Tensor& x = in[0];
+  if (a.axes.size() != 2) throw AxisError("[diagonal] name two different axes, row and col");
+  const int r = axis_index(x, a.axes[0], "diagonal"), c = axis_index(x, a.axes[1], "diagonal");
+  if (x.axes().size(r) != x.axes().size(c))
+    throw ShapeError("[diagonal] axes '" + a.axes[0].str() + "' and '" + a.axes[1].str() + "' of " +
+                     x.axes().describe() + " differ in size; the diagonal needs a square matrix");
+  Axes ax = x.axes();
+  ax.erase(c);
+  int64_t st[kMaxRank];
+  for (int k = 0, j = 0; k < x.rank(); ++k)
+    if (k != c) st[j++] = k == r ? x.strides()[r] + x.strides()[c] : x.strides()[k];
+  return Tensor(x.storage(), x.offset(), ax, st, x.dtype());
+}
+Tensor diagonal_jvp(JvpContext& c) { return diagonal(c.tangent(0), c.attrs().axes[0], c.attrs().axes[1]); }
+OpSample diagonal_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 2));
+  const int64_t n = 1 + int64_t(rng() % 3);
+  const int at = int(rng() % (ax.rank() + 1));
+  Axes with;
+  for (int k = 0; k <= ax.rank(); ++k) {
+    if (k == at) {
+      with.push_back({"m", n});
+      with.push_back({"n", n});
+    }
+    if (k < ax.rank()) with.push_back(ax[k]);
+  }
+  OpSample s{{random_values(rng, with, dt, -1, 1)}, {}};
+  s.attrs.axes = rng() % 2 ? AxisList{"m", "n"} : AxisList{"n", "m"};
+  return s;
+}
+
 // ---- broadcast: attrs.shape = the new axes ----
 Tensor broadcast_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
@@ -179,6 +214,8 @@ const OpDef op_transpose = {"transpose", 1, transpose_forward, view_vjp, transpo
                             transpose_sample};
 const OpDef op_slice = {"slice", 1, slice_forward, view_vjp, slice_jvp, 0, 0, true, slice_sample};
 const OpDef op_select = {"select", 1, select_forward, view_vjp, select_jvp, 0, 0, true, select_sample};
+const OpDef op_diagonal = {"diagonal", 1, diagonal_forward, view_vjp, diagonal_jvp, 0, 0, true,
+                           diagonal_sample};
 const OpDef op_broadcast = {"broadcast", 1, broadcast_forward, view_vjp, broadcast_jvp, 0, 0, true,
                             broadcast_sample};
 const OpDef op_contiguous = {"contiguous", 1, contiguous_forward, contiguous_vjp, contiguous_jvp, 0, 0, false,
@@ -187,7 +224,8 @@ const OpDef op_contiguous = {"contiguous", 1, contiguous_forward, contiguous_vjp
 }  // namespace
 
 void register_layout_ops(std::vector<const OpDef*>& ops) {
-  for (const OpDef* op : {&op_rename, &op_transpose, &op_slice, &op_select, &op_broadcast, &op_contiguous})
+  for (const OpDef* op :
+       {&op_rename, &op_transpose, &op_slice, &op_select, &op_diagonal, &op_broadcast, &op_contiguous})
     ops.push_back(op);
 }
 
@@ -220,6 +258,14 @@ Tensor select(const Tensor& x, Name axis, int64_t index) {
   a.axes = AxisList{axis};
   a.i[0] = index;
   return detail::apply(detail::op_select, x, a);
+}
+Tensor diagonal(const Tensor& x, Name row, Name col) {
+  if (row == col)
+    throw AxisError("[diagonal] row and col are both '" + row.str() + "'; name two different axes of " +
+                    x.axes().describe());
+  Attrs a;
+  a.axes = AxisList{row, col};
+  return detail::apply(detail::op_diagonal, x, a);
 }
 Tensor broadcast(const Tensor& x, const Axes& extra) {
   Attrs a;
