@@ -515,7 +515,7 @@ TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
   json doc = read_json(kExamples / "kalman" / "model.json");
   doc["axes"]["series"] = 2;
   doc["axes"]["time"] = T;
-  json& scan_node = doc["graph"][0]["body"]["graph"][0];
+  json& scan_node = doc["graph"][1]["body"]["graph"][0];
   ASSERT_EQ(scan_node["op"], "scan");
   Model kept = load_model_json(doc, kExamples / "kalman");
   scan_node["residual_budget"] = 0;
@@ -527,7 +527,7 @@ TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
   EXPECT_EQ(Model::flatten(a.grads), Model::flatten(b.grads));
   scan_node["residual_budget"] = -1;
   EXPECT_MESSAGE(load_error(doc, kExamples / "kalman"),
-                 "/graph/0/body/graph/0/residual_budget: expected an integer >= 0");
+                 "/graph/1/body/graph/0/residual_budget: expected an integer >= 0");
 }
 
 // Found by the fuzzer: one number for a huge array was expanded into a host vector first, past
