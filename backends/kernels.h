@@ -91,6 +91,7 @@ struct ContractPlan {
   const void* y = nullptr;
   void* z = nullptr;
   int64_t mx = 0, kx = 0, ky = 0, ny = 0, mz = 0, nz = 0;
+  int64_t m = 0, k = 0;  ///< sizes read at run time (the kernels for sizes above 4); n is compiled in
   bool accumulate = false;
 };
 /// Fills `plan` when the backend has a resolved form for this contraction (false: replay the call).

@@ -107,11 +107,13 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
 TEST(Dot, EveryTinySizeAndLayoutMatchesNaiveLoops) {
   // M, N, K in 1..4 (no batch) run fixed-size kernels: a row of z a vector at a time where z's rows
   // are contiguous (y's rows loaded as vectors, or gathered when y is stored n-major), unrolled
-  // scalars otherwise; on AVX2 CPUs the AVX2 build (test_forward_baseline runs the baseline). Both
-  // operand orders, both dtypes, and the accumulating form (an adjoint fed by two products).
-  for (int64_t M = 1; M <= 4; ++M)
-    for (int64_t N = 1; N <= 4; ++N)
-      for (int64_t K = 1; K <= 4; ++K) {
+  // scalars otherwise; on AVX2 CPUs the AVX2 build (test_forward_baseline runs the baseline). Sizes
+  // up to 8 with one above 4 run the kernels with N compiled in and M, K read at run time (the odd
+  // N without a vector form: scalar). Both operand orders, both dtypes, and the accumulating form
+  // (an adjoint fed by two products).
+  for (int64_t M = 1; M <= 8; ++M)
+    for (int64_t N = 1; N <= 8; ++N)
+      for (int64_t K = 1; K <= 8; ++K) {
         const std::string at =
             "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
         const Tensor x = randn(Axes{{"b", 1}, {"m", M}, {"k", K}}, uint64_t(M * 100 + N * 10 + K));

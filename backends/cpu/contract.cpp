@@ -1,5 +1,5 @@
 // CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: fixed-size kernels for tiny matrices
-// (sizes <= 4, contract_fixed.h, with an AVX2 build), direct loops for small ones, BLAS gemm
+// (sizes <= 8, contract_fixed.h, with an AVX2 build), direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
 
@@ -191,7 +191,7 @@ bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
       !squeeze(a.n, a.n.z, unused, p.nz) || !squeeze(a.k, a.k.x, K, p.kx) ||
       !squeeze(a.k, a.k.y, unused, p.ky))
     return false;
-  if (M > 4 || N > 4 || K > 4 || M * N * K == 0) return false;
+  if (M > kMedium || N > kMedium || K > kMedium || M * N * K == 0) return false;
   p.x = a.x;
   p.y = a.y;
   p.z = a.z;
