@@ -265,14 +265,16 @@ TEST(Layout, DiagonalIsAViewAlongRow) {
     EXPECT_EQ(d.storage().get(), xs.storage().get());
     EXPECT_FALSE(d.axes().contains("j"));
     for (int b = 0; b < 2; ++b)
-      for (int i = 0; i < 3; ++i) EXPECT_EQ(d.at({{"b", b}, {"i", i}}), 100.0 * b + 11.0 * i) << xs.describe();
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(d.at({{"b", b}, {"i", i}}), 100.0 * b + 11.0 * i) << xs.describe();
   }
   // Along col instead: the same elements under the other name.
   EXPECT_EQ(diagonal(x, "j", "i").to_vector({"b", "j"}), diagonal(x, "i", "j").to_vector({"b", "i"}));
   // The gradient of Σ w_i x_ii is w on the diagonal and zero elsewhere.
   const Tensor w = tensor({1.0, -2.0, 3.0}, "i");
   Tensor m = tensor({{1, 2, 3}, {4, 5, 6}, {7, 8, 9}}, "i", "j");
-  Tensor g = grad([&](const std::vector<Tensor>& p) { return sum(mul(diagonal(p[0], "i", "j"), w)); }, {m})[0];
+  Tensor g =
+      grad([&](const std::vector<Tensor>& p) { return sum(mul(diagonal(p[0], "i", "j"), w)); }, {m})[0];
   EXPECT_EQ(g.to_vector({"i", "j"}), std::vector<double>({1, 0, 0, 0, -2, 0, 0, 0, 3}));
 }
 

@@ -424,8 +424,10 @@ TEST(ModelErrors, EachClassNamesThePointer) {
   }
   {
     json d = small_doc();
-    d["graph"][1] = {{"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "i"}}}};
-    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/col: axis 'i' is already given to op 'diagonal' by another attribute");
+    d["graph"][1] = {
+        {"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "i"}}}};
+    EXPECT_MESSAGE(load_error(d),
+                   "/graph/1/attrs/col: axis 'i' is already given to op 'diagonal' by another attribute");
   }
   {
     json d = small_doc();
@@ -434,8 +436,10 @@ TEST(ModelErrors, EachClassNamesThePointer) {
   }
   {
     json d = small_doc();
-    d["graph"][1] = {{"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "j"}}}};
-    EXPECT_MESSAGE(load_error(d), "/graph/1 (diagonal): [diagonal] axes 'i' and 'j' of (i=3, j=2) differ in size");
+    d["graph"][1] = {
+        {"name", "c"}, {"op", "diagonal"}, {"inputs", {"x"}}, {"attrs", {{"row", "i"}, {"col", "j"}}}};
+    EXPECT_MESSAGE(load_error(d),
+                   "/graph/1 (diagonal): [diagonal] axes 'i' and 'j' of (i=3, j=2) differ in size");
   }
   {
     json d = small_doc();

@@ -1,9 +1,9 @@
 #pragma once
 // The tiny contractions of the CPU backend (every group one axis or none, M, N, K <= 8, no batch)
-// with their sizes known at compile time (all three up to 4; N up to 8, M and K read at run time), compiled once per instruction set like the Thomas panels
-// (tridiagonal_thomas.h): contract.cpp includes this for the build's baseline and
-// contract_avx2.cpp for AVX2 + FMA, chosen at run time. In an anonymous namespace on purpose: each
-// including file gets its own copy, built with its own flags, and shares no symbol of it.
+// with their sizes known at compile time (all three up to 4; N up to 8, M and K read at run time), compiled
+// once per instruction set like the Thomas panels (tridiagonal_thomas.h): contract.cpp includes this for the
+// build's baseline and contract_avx2.cpp for AVX2 + FMA, chosen at run time. In an anonymous namespace on
+// purpose: each including file gets its own copy, built with its own flags, and shares no symbol of it.
 #include <array>
 #include <cstddef>
 #include <type_traits>
@@ -215,10 +215,10 @@ constexpr std::array<FixedFn, 64> row_table(std::integer_sequence<int, I...> /*u
   return {row_kernel<T, kRowsY, I>()...};
 }
 
-// The kernel for a plan of sizes M x N x K (each 1..4; above: medium_kernel) with its strides set: the row form where
-// z's rows are contiguous and N has one; where z's columns are contiguous instead, the row form
-// of zᵀ = yᵀ xᵀ (the plan's operands and strides swapped, its sizes M and N too); the scalar form
-// otherwise. May rewrite `p` (the swap).
+// The kernel for a plan of sizes M x N x K (each 1..4; above: medium_kernel) with its strides set: the row
+// form where z's rows are contiguous and N has one; where z's columns are contiguous instead, the row form of
+// zᵀ = yᵀ xᵀ (the plan's operands and strides swapped, its sizes M and N too); the scalar form otherwise. May
+// rewrite `p` (the swap).
 template <class T>
 FixedFn fixed_kernel(detail::ContractPlan& p, int M, int N, int K) {
   if (M > 4 || N > 4 || K > 4) return medium_kernel<T>(p, M, N, K);

@@ -214,8 +214,8 @@ const OpDef op_transpose = {"transpose", 1, transpose_forward, view_vjp, transpo
                             transpose_sample};
 const OpDef op_slice = {"slice", 1, slice_forward, view_vjp, slice_jvp, 0, 0, true, slice_sample};
 const OpDef op_select = {"select", 1, select_forward, view_vjp, select_jvp, 0, 0, true, select_sample};
-const OpDef op_diagonal = {"diagonal", 1, diagonal_forward, view_vjp, diagonal_jvp, 0, 0, true,
-                           diagonal_sample};
+const OpDef op_diagonal = {"diagonal", 1,    diagonal_forward, view_vjp, diagonal_jvp, 0,
+                           0,          true, diagonal_sample};
 const OpDef op_broadcast = {"broadcast", 1, broadcast_forward, view_vjp, broadcast_jvp, 0, 0, true,
                             broadcast_sample};
 const OpDef op_contiguous = {"contiguous", 1, contiguous_forward, contiguous_vjp, contiguous_jvp, 0, 0, false,
