@@ -87,6 +87,15 @@ void contract_fixed_rows(const detail::ContractPlan& p) {
   }
 }
 
+// Rewrites the plan of z = x y into that of zᵀ = yᵀ xᵀ (operands and their strides swapped; the
+// caller swaps the sizes M and N it tracks).
+inline void transpose_plan(detail::ContractPlan& p) {
+  std::swap(p.x, p.y);
+  std::swap(p.mx, p.ny);
+  std::swap(p.kx, p.ky);
+  std::swap(p.mz, p.nz);
+}
+
 // ---- sizes up to kMedium (at least one above 4): N compiled in, M and K read from the plan ----
 constexpr int kMedium = 8;
 
@@ -186,10 +195,7 @@ FixedFn medium_kernel(detail::ContractPlan& p, int M, int N, int K) {
     if (FixedFn f = p.ny == 1 ? rows[at(N)] : gathered[at(N)]) return f;
   if (p.mz == 1) {
     if (FixedFn f = p.mx == 1 ? rows[at(M)] : gathered[at(M)]) {
-      std::swap(p.x, p.y);
-      std::swap(p.mx, p.ny);
-      std::swap(p.kx, p.ky);
-      std::swap(p.mz, p.nz);
+      transpose_plan(p);
       p.m = N;
       return f;
     }
@@ -230,10 +236,7 @@ FixedFn fixed_kernel(detail::ContractPlan& p, int M, int N, int K) {
     if (FixedFn f = p.ny == 1 ? rows[index(M, N)] : gathered[index(M, N)]) return f;
   if (p.mz == 1) {
     if (FixedFn f = p.mx == 1 ? rows[index(N, M)] : gathered[index(N, M)]) {
-      std::swap(p.x, p.y);
-      std::swap(p.mx, p.ny);
-      std::swap(p.kx, p.ky);
-      std::swap(p.mz, p.nz);
+      transpose_plan(p);
       return f;
     }
   }
