@@ -96,6 +96,14 @@ TEST(Errors, NumericFailuresNameTheBatchIndex) {
                              {"[solve]", "singular"});
   expect_error<AxisError>([&] { (void)solve(spd, tensor({1.0, 1.0}, "q"), "r", "c"); },
                           {"[solve]", "needs axis 'r'"});
+  // With right-hand-side columns the matrices lack (solved as the kernel's columns), the failing
+  // matrix is still named by its own batch index.
+  Tensor mats = stack({spd, spd, singular}, "series");
+  Tensor cols = randn(Axes{{"r", 2}, {"k", 5}, {"series", 3}}, 1);
+  expect_error<NumericError>([&] { (void)solve(mats, cols, "r", "c"); }, {"[solve]", "series=2", "singular"});
+  Tensor zero_diag = stack({spd, tensor({{1.0, 0.0}, {3.0, 0.0}}, "r", "c"), spd}, "series");
+  expect_error<NumericError>([&] { (void)triangular_solve(zero_diag, cols, "r", "c"); },
+                             {"[triangular_solve]", "series=1", "singular"});
 }
 
 // A tensor that claims to live on cuda:0 without any memory there: enough to reach the device

@@ -229,6 +229,38 @@ TEST(Linalg, SolvesMatchLapack) {
   }
 }
 
+// On the host, one axis of the right-hand side that the matrix lacks becomes the kernel's columns
+// (the largest); the others stay batch entries. Every combination of batch and column axes, in a
+// transposed layout, must equal solving slice by slice.
+TEST(Linalg, SolvesOverRightHandSideAxesTheMatrixLacksEqualSliceBySlice) {
+  std::mt19937_64 rng(11);
+  const int n = 3;
+  Tensor spd = contiguous(detail::random_spd(rng, "r", "c", n, Axes{{"s", 2}}, DType::f64));
+  Tensor l = cholesky(spd, "r", "c");
+  Tensor a = spd + randn(Axes{{"r", n}, {"c", n}, {"s", 2}}, 3);
+  // b over (q, r, s, p): p and q are columns the matrices lack (q the larger), s batches the matrices.
+  Tensor b = contiguous(transpose(randn(Axes{{"p", 2}, {"r", n}, {"s", 2}, {"q", 4}}, 4), {"q", "r", "s", "p"}));
+  for (bool general : {false, true}) {
+    for (bool tr : {false, true}) {
+      const Tensor& m = general ? a : l;
+      Tensor rhs = tr ? rename(b, "r", "c") : b;
+      Tensor z = general ? solve(m, rhs, "r", "c", tr) : triangular_solve(m, rhs, "r", "c", true, tr);
+      const Name in = tr ? "c" : "r", out = tr ? "r" : "c";
+      for (int s = 0; s < 2; ++s)
+        for (int p = 0; p < 2; ++p)
+          for (int q = 0; q < 4; ++q) {
+            Tensor ms = select(m, "s", s);
+            Tensor col = select(select(select(rhs, "s", s), "p", p), "q", q);
+            Tensor want = general ? solve(ms, col, "r", "c", tr) : triangular_solve(ms, col, "r", "c", true, tr);
+            Tensor got = select(select(select(z, "s", s), "p", p), "q", q);
+            EXPECT_LE(mismatch(got, want, 1e-13, 1e-13), 1.0)
+                << "general=" << general << " transposed=" << tr << " s=" << s << " p=" << p << " q=" << q;
+            EXPECT_TRUE(got.has_axis(out) && !got.has_axis(in));
+          }
+    }
+  }
+}
+
 TEST(Linalg, LogdetMatchesClosedForms) {
   Tensor a = tensor({{1.0, 2.0}, {3.0, 4.0}}, "r", "c");  // det = -2
   EXPECT_NEAR(logdet(a, "r", "c").item(), std::log(2.0), 1e-15);

@@ -152,11 +152,27 @@ Tensor solve_forward(Inputs in, const Attrs& attrs) {
   if (tr) std::swap(a.rs, a.cs);
   Axes batch = s.z_axes;
   batch.erase(batch.index_of(s.out_axis));
+  RhsView r{z.data_ptr(), s.sq.n, 1, z.stride(s.out_axis), 0};
+  // On the host, an axis of b that the matrix lacks becomes the kernel's right-hand-side columns
+  // (the largest such axis): the matrix is then checked, inverted along its diagonal or factorised
+  // once for all of them, not once per column (a Kalman step's L⁻¹ (H P) solved 4 columns as 4
+  // batch entries, each with its own checks and divisions). On a device every column stays a batch
+  // entry: there each batch entry is a thread of its own.
+  if (t.device().kind == Device::Kind::cpu) {
+    int fold = -1;
+    for (int i = 0; i < batch.rank(); ++i)
+      if (!t.has_axis(batch.name(i)) && batch.size(i) > 1 && (fold < 0 || batch.size(i) > batch.size(fold)))
+        fold = i;
+    if (fold >= 0) {
+      r.nrhs = batch.size(fold);
+      r.cs = z.stride(batch.name(fold));
+      batch.erase(fold);
+    }
+  }
   std::vector<int64_t> ot, oz;
   batch_offsets(t, batch, ot);
   batch_offsets(z, batch, oz);
   MatBatch mb{static_cast<int64_t>(oz.size()), ot.data(), oz.data(), nullptr};
-  RhsView r{z.data_ptr(), s.sq.n, 1, z.stride(s.out_axis), 0};
   const KernelTable& k = kernels(t.device());
   const int fi = float_index(t.dtype(), op);
   int64_t bad = Triangular ? need(k.tri_solve[fi], op, t.device())(a, r, (attrs.i[0] != 0) != tr, mb)
@@ -188,18 +204,26 @@ void solve_vjp(VjpContext& c) {
   const Tensor& t = c.input(0);
   const Tensor& z = c.output();
   Tensor bbar = solve_again(Triangular, t, c.cotangent(), a, true);
-  if (c.needs_grad(1)) {
-    const Tensor& dst = c.adjoint(1);
-    accumulate(dst, bbar);
-  }
+  if (c.needs_grad(1)) add_to_adjoint(c, 1, bbar);  // a fresh adjoint is a copy, not zeros + bbar
   if (c.needs_grad(0)) {
+    // Ā (+)= -(b̄ ⊗ z), on the triangle for a triangular matrix: one pass of the mul rule's reverse
+    // kernel (dst (+)= g · mask) or of sub's (dst (+)= -g), not a product, then zeros, then a sum.
     Tensor outer = dot(bbar, z, summed_for_matrix(bbar, z, t.axes()));
-    const Tensor& dst = c.adjoint(0);
-    const double sign = -1.0;
-    Tensor scaled = Triangular ? outer * triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0,
-                                                       sign, sign, t.dtype(), t.device())
-                               : outer * sign;
-    accumulate(dst, scaled);
+    const Axes& ax = outer.axes();
+    bool assign = false;
+    const Tensor& dst = adjoint_for_pass(c, 0, outer.numel(), assign);
+    const KernelTable& k = kernels(outer.device());
+    const auto& rule = assign ? k.deriv_set : k.deriv_acc;
+    const int fi = float_index(outer.dtype(), Triangular ? "triangular_solve vjp" : "solve vjp");
+    if constexpr (Triangular) {
+      Tensor mask =
+          triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, -1.0, -1.0, t.dtype(), t.device());
+      LoopArg args[5] = {loop_arg(dst, ax), loop_arg(outer, ax), no_arg(), loop_arg(mask, ax), no_arg()};
+      rule[static_cast<int>(DerivOp::mul_a)][fi](loop_dims(ax), args);
+    } else {
+      LoopArg args[5] = {loop_arg(dst, ax), loop_arg(outer, ax), no_arg(), no_arg(), no_arg()};
+      rule[static_cast<int>(DerivOp::sub_b)][fi](loop_dims(ax), args);
+    }
   }
 }
 
