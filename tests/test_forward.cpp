@@ -239,7 +239,8 @@ TEST(Linalg, SolvesOverRightHandSideAxesTheMatrixLacksEqualSliceBySlice) {
   Tensor l = cholesky(spd, "r", "c");
   Tensor a = spd + randn(Axes{{"r", n}, {"c", n}, {"s", 2}}, 3);
   // b over (q, r, s, p): p and q are columns the matrices lack (q the larger), s batches the matrices.
-  Tensor b = contiguous(transpose(randn(Axes{{"p", 2}, {"r", n}, {"s", 2}, {"q", 4}}, 4), {"q", "r", "s", "p"}));
+  Tensor b =
+      contiguous(transpose(randn(Axes{{"p", 2}, {"r", n}, {"s", 2}, {"q", 4}}, 4), {"q", "r", "s", "p"}));
   for (bool general : {false, true}) {
     for (bool tr : {false, true}) {
       const Tensor& m = general ? a : l;
@@ -251,7 +252,8 @@ TEST(Linalg, SolvesOverRightHandSideAxesTheMatrixLacksEqualSliceBySlice) {
           for (int q = 0; q < 4; ++q) {
             Tensor ms = select(m, "s", s);
             Tensor col = select(select(select(rhs, "s", s), "p", p), "q", q);
-            Tensor want = general ? solve(ms, col, "r", "c", tr) : triangular_solve(ms, col, "r", "c", true, tr);
+            Tensor want =
+                general ? solve(ms, col, "r", "c", tr) : triangular_solve(ms, col, "r", "c", true, tr);
             Tensor got = select(select(select(z, "s", s), "p", p), "q", q);
             EXPECT_LE(mismatch(got, want, 1e-13, 1e-13), 1.0)
                 << "general=" << general << " transposed=" << tr << " s=" << s << " p=" << p << " q=" << q;

@@ -216,8 +216,8 @@ void solve_vjp(VjpContext& c) {
     const auto& rule = assign ? k.deriv_set : k.deriv_acc;
     const int fi = float_index(outer.dtype(), Triangular ? "triangular_solve vjp" : "solve vjp");
     if constexpr (Triangular) {
-      Tensor mask =
-          triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, -1.0, -1.0, t.dtype(), t.device());
+      Tensor mask = triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, -1.0, -1.0, t.dtype(),
+                                  t.device());
       LoopArg args[5] = {loop_arg(dst, ax), loop_arg(outer, ax), no_arg(), loop_arg(mask, ax), no_arg()};
       rule[static_cast<int>(DerivOp::mul_a)][fi](loop_dims(ax), args);
     } else {
