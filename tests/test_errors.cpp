@@ -56,6 +56,16 @@ TEST(Errors, DiagonalNeedsTwoAxesOfOneSize) {
   expect_error<AxisError>([&] { (void)diagonal(m, "i", "k"); }, {"[diagonal]", "unknown axis 'k'"});
 }
 
+TEST(Errors, MatrixOpsNameThemselvesWhenGivenOneAxisTwice) {
+  const Tensor a = tensor({{2.0, 0.0}, {0.0, 2.0}}, "i", "j");
+  const Tensor b = tensor({1.0, 1.0}, "i");
+  expect_error<AxisError>([&] { (void)cholesky(a, "i", "i"); }, {"[cholesky]", "both 'i'"});
+  expect_error<AxisError>([&] { (void)logdet(a, "j", "j"); }, {"[logdet]", "both 'j'"});
+  expect_error<AxisError>([&] { (void)triangular_solve(a, b, "i", "i"); },
+                          {"[triangular_solve]", "both 'i'"});
+  expect_error<AxisError>([&] { (void)solve(a, b, "i", "i", true); }, {"[solve]", "both 'i'"});
+}
+
 TEST(Errors, OutOfRangeSliceAndIndex) {
   expect_error<IndexError>([&] { (void)slice(a3, "i", 1, 5); }, {"[slice]", "[1, 5)", "axis 'i' of size 3"});
   expect_error<IndexError>([&] { (void)slice(a3, "i", 0, 2, 0); }, {"[slice]", "step 0"});

@@ -333,9 +333,18 @@ const OpDef op_solve = {"solve", 2, solve_forward<false>, solve_vjp<false>, solv
 const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample, false,
                          false};
 
-Attrs solve_attrs(Name row, Name col, bool lower, bool transpose) {
+// The (row, col) attribute of the matrix ops, checked first so that one axis given twice is named
+// with the op (AxisList's own check would only say "[axes]").
+AxisList matrix_axes(Name row, Name col, const char* op) {
+  if (row == col)
+    throw AxisError(std::string("[") + op + "] the row and column axes are both '" + row.str() +
+                    "': name the matrix's two axes");
+  return AxisList{row, col};
+}
+
+Attrs solve_attrs(Name row, Name col, bool lower, bool transpose, const char* op) {
   Attrs a;
-  a.axes = AxisList{row, col};
+  a.axes = matrix_axes(row, col, op);
   a.i[0] = lower;
   a.i[1] = transpose;
   return a;
@@ -353,18 +362,19 @@ namespace tenax {
 
 Tensor cholesky(const Tensor& a, Name row, Name col) {
   Attrs at;
-  at.axes = AxisList{row, col};
+  at.axes = detail::matrix_axes(row, col, "cholesky");
   return detail::apply(detail::op_cholesky, a, at);
 }
 Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower, bool transpose) {
-  return detail::apply(detail::op_triangular_solve, t, b, detail::solve_attrs(row, col, lower, transpose));
+  return detail::apply(detail::op_triangular_solve, t, b,
+                       detail::solve_attrs(row, col, lower, transpose, "triangular_solve"));
 }
 Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose) {
-  return detail::apply(detail::op_solve, a, b, detail::solve_attrs(row, col, true, transpose));
+  return detail::apply(detail::op_solve, a, b, detail::solve_attrs(row, col, true, transpose, "solve"));
 }
 Tensor logdet(const Tensor& a, Name row, Name col) {
   Attrs at;
-  at.axes = AxisList{row, col};
+  at.axes = detail::matrix_axes(row, col, "logdet");
   return detail::apply(detail::op_logdet, a, at);
 }
 
