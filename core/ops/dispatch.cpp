@@ -258,6 +258,13 @@ void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out
   }
 }
 
+AxisList matrix_axes(Name row, Name col, const Axes& of, const char* op) {
+  if (row == col)
+    throw AxisError(std::string("[") + op + "] the row and column axes are both '" + row.str() +
+                    "'; name two different axes of " + of.describe());
+  return AxisList{row, col};
+}
+
 std::string batch_index(const Axes& batch, int64_t b) {
   std::string s = "{";
   for (int d = batch.rank() - 1; d >= 0; --d) {

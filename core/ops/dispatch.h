@@ -197,5 +197,9 @@ void copy_into(const Tensor& dst, const Tensor& src);
 void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out);
 /// "{b=1, c=0}": the coordinates of flat index `b` (row-major) over `batch`, for error messages.
 std::string batch_index(const Axes& batch, int64_t b);
+/// The (row, col) attribute of a matrix op on a tensor over `of`, checked before the AxisList is
+/// built so that one axis given twice is an AxisError naming `op` (AxisList's own check says only
+/// "[axes]").
+AxisList matrix_axes(Name row, Name col, const Axes& of, const char* op);
 
 }  // namespace tenax::detail

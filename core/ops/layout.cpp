@@ -260,11 +260,8 @@ Tensor select(const Tensor& x, Name axis, int64_t index) {
   return detail::apply(detail::op_select, x, a);
 }
 Tensor diagonal(const Tensor& x, Name row, Name col) {
-  if (row == col)
-    throw AxisError("[diagonal] row and col are both '" + row.str() + "'; name two different axes of " +
-                    x.axes().describe());
   Attrs a;
-  a.axes = AxisList{row, col};
+  a.axes = detail::matrix_axes(row, col, x.axes(), "diagonal");
   return detail::apply(detail::op_diagonal, x, a);
 }
 Tensor broadcast(const Tensor& x, const Axes& extra) {

@@ -333,18 +333,9 @@ const OpDef op_solve = {"solve", 2, solve_forward<false>, solve_vjp<false>, solv
 const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample, false,
                          false};
 
-// The (row, col) attribute of the matrix ops, checked first so that one axis given twice is named
-// with the op (AxisList's own check would only say "[axes]").
-AxisList matrix_axes(Name row, Name col, const char* op) {
-  if (row == col)
-    throw AxisError(std::string("[") + op + "] the row and column axes are both '" + row.str() +
-                    "': name the matrix's two axes");
-  return AxisList{row, col};
-}
-
-Attrs solve_attrs(Name row, Name col, bool lower, bool transpose, const char* op) {
+Attrs solve_attrs(Name row, Name col, bool lower, bool transpose, const Axes& of, const char* op) {
   Attrs a;
-  a.axes = matrix_axes(row, col, op);
+  a.axes = matrix_axes(row, col, of, op);
   a.i[0] = lower;
   a.i[1] = transpose;
   return a;
@@ -362,19 +353,20 @@ namespace tenax {
 
 Tensor cholesky(const Tensor& a, Name row, Name col) {
   Attrs at;
-  at.axes = detail::matrix_axes(row, col, "cholesky");
+  at.axes = detail::matrix_axes(row, col, a.axes(), "cholesky");
   return detail::apply(detail::op_cholesky, a, at);
 }
 Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower, bool transpose) {
   return detail::apply(detail::op_triangular_solve, t, b,
-                       detail::solve_attrs(row, col, lower, transpose, "triangular_solve"));
+                       detail::solve_attrs(row, col, lower, transpose, t.axes(), "triangular_solve"));
 }
 Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose) {
-  return detail::apply(detail::op_solve, a, b, detail::solve_attrs(row, col, true, transpose, "solve"));
+  return detail::apply(detail::op_solve, a, b,
+                       detail::solve_attrs(row, col, true, transpose, a.axes(), "solve"));
 }
 Tensor logdet(const Tensor& a, Name row, Name col) {
   Attrs at;
-  at.axes = detail::matrix_axes(row, col, "logdet");
+  at.axes = detail::matrix_axes(row, col, a.axes(), "logdet");
   return detail::apply(detail::op_logdet, a, at);
 }
 
