@@ -102,12 +102,13 @@ class KernelProgram {
     const FlatArg* args = nullptr;
     int64_t outer = 1, count = 0;
     const ContractPlan* plan = nullptr;
-    /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row.
-    ScalarLoop::Form form;
-    /// The first call of a fused device chain: index into chains_ (the record stays 48 bytes).
+    /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row, its
+    /// operands resolved at planning (into inline_).
+    const InlineCall* inl = nullptr;
+    /// The first call of a fused device chain: index into chains_ (-1: none).
     int16_t chain = -1;
   };
-  static_assert(sizeof(Hot) <= 48, "a replay record is read per call: keep it small");
+  static_assert(sizeof(Hot) <= 56, "a replay record is read per call: keep it small");
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   void plan_segments() const;
   void plan_chains() const;
@@ -123,6 +124,7 @@ class KernelProgram {
   mutable std::vector<std::shared_ptr<void>> chains_;  ///< fused device chains, likewise
   mutable std::vector<size_t> chain_end_;              ///< per chain, the call after its last
   mutable std::vector<Hot> hot_;           ///< likewise
+  mutable std::vector<InlineCall> inline_;  ///< likewise: the inline calls hot_ points at
   mutable bool planned_ = false;
 };
 

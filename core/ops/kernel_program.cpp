@@ -51,11 +51,12 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
                               int64_t index) const {
   for (size_t k = begin; k < end; ++k) {
     const Hot& h = hot_[k];
+    if (h.inl) {
+      run_inline(*h.inl);
+      continue;
+    }
     if (h.flat) {
-      if (h.form.kind != ScalarLoop::Kind::call)
-        run_form(h.form, h.args, h.count);
-      else
-        h.flat(h.outer, h.count, h.args);
+      h.flat(h.outer, h.count, h.args);
       continue;
     }
     if (h.plan) {
@@ -182,9 +183,19 @@ void KernelProgram::plan_chains() const {
 void KernelProgram::plan_segments() const {
   planned_ = true;
   hot_.clear();
-  for (const Call& c : calls_)
-    hot_.push_back({c.flat, c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr, c.outer,
-                    c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, c.form});
+  inline_.clear();
+  auto is_inline = [](const Call& c) { return c.flat && c.form.kind != ScalarLoop::Kind::call; };
+  inline_.reserve(static_cast<size_t>(std::count_if(calls_.begin(), calls_.end(), is_inline)));
+  for (const Call& c : calls_) {
+    const FlatArg* args = c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr;
+    const InlineCall* inl = nullptr;
+    if (is_inline(c)) {
+      inline_.push_back(resolve_form(c.form, args, c.count));
+      inl = &inline_.back();
+    }
+    hot_.push_back(
+        {c.flat, args, c.outer, c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, inl});
+  }
   plan_chains();
   segments_.clear();
   const DeviceProgramFns& fns = real_kernels(1).program;

@@ -78,19 +78,40 @@ class ScalarLoop {
   std::vector<const void*> live_;
 };
 
-/// Runs one row of n elements of a call in inline form `f` (not Kind::call) on its flat arguments:
-/// the kernel's own arithmetic without its call and loop set-up; what a replayed kernel program
-/// does for float64 kernels that have one (core/ops/capture.h). Inline: it sits in the replay loop.
-inline void run_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
-  using K = ScalarLoop::Kind;
+/// A call of n elements in an inline form (not Kind::call) with its operands resolved: what a
+/// replayed kernel program runs for float64 kernels that have one (core/ops/capture.h), the
+/// kernel's own arithmetic without its call and loop set-up. o is written; a and b are read (b is
+/// a for the one-operand forms).
+struct InlineCall {
+  double* o = nullptr;
+  const double* a = nullptr;
+  const double* b = nullptr;
+  int64_t so = 0, sa = 0, sb = 0, n = 0;
+  ScalarLoop::Kind kind = ScalarLoop::Kind::call;
+};
+
+/// The InlineCall of one row of n elements of a call in form `f` on its flat arguments.
+inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
   const FlatArg& o = args[f.operand[0]];
   const FlatArg& a = args[f.operand[1]];
   const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
-  auto* po = static_cast<double*>(o.data);
-  const auto* pa = static_cast<const double*>(a.data);
-  const auto* pb = static_cast<const double*>(b.data);
-  const int64_t so = o.stride, sa = a.stride, sb = b.stride;
-  switch (f.kind) {
+  return {static_cast<double*>(o.data),
+          static_cast<const double*>(a.data),
+          static_cast<const double*>(b.data),
+          o.stride,
+          a.stride,
+          b.stride,
+          n,
+          f.kind};
+}
+
+/// Runs an InlineCall. Inline: it sits in the replay loop.
+inline void run_inline(const InlineCall& c) {
+  using K = ScalarLoop::Kind;
+  double* po = c.o;
+  const double *pa = c.a, *pb = c.b;
+  const int64_t so = c.so, sa = c.sa, sb = c.sb, n = c.n;
+  switch (c.kind) {
     case K::copy:
       for (int64_t i = 0; i < n; ++i) po[i * so] = pa[i * sa];
       break;
