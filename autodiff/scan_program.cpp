@@ -353,6 +353,23 @@ void StepProgram::backward(int64_t s) {
       if (!host)
         for (SliceCopy& c : x_adj_store_) c.run_or_record(s, origin(), dir());
     });
+    // Only this program reads its temporaries (the reverse rules' scratch) and the adjoints of the
+    // step's intermediates (allocated by the seed program); the adjoints of carries, outputs,
+    // inputs x_t and parameters are read or written elsewhere too. Replays may skip copies into
+    // the former (KernelProgram::allow_copy_forwarding).
+    if (host) {
+      std::vector<char> shared(p.n_vars(), 0);
+      for (size_t v = 0; v < p.n_vars(); ++v) shared[v] = p.var(static_cast<int32_t>(v)).kind != VarKind::op;
+      for (const auto& refs : {p.carry_out(), p.y_out()})
+        for (const PlanRef& r : refs)
+          if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
+      std::vector<const void*> owned_adj, shared_adj;
+      for (size_t v = 0; v < p.n_vars(); ++v)
+        if (adjoints_[v].defined() && adjoints_[v].numel() > 0)
+          (shared[v] ? shared_adj : owned_adj).push_back(adjoints_[v].data_ptr());
+      for (const Tensor& t : carry_bar_) shared_adj.push_back(t.data_ptr());
+      vjp_.allow_copy_forwarding(&seed_, std::move(owned_adj), std::move(shared_adj));
+    }
     backward_built_ = true;
   }
   if (host)

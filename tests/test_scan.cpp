@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "op_check.h"
+#include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax {
@@ -433,6 +435,38 @@ TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
   for (size_t k = 0; k < 3; ++k)
     EXPECT_LT(mismatch(j_fused[k], j_steps[k], 1e-14, 1e-14), 1.0) << "argument " << k;
   EXPECT_EQ(j_fused[2].axes().describe(), "(t=6, t_in=6)");
+}
+
+// Copy forwarding (KernelProgram::allow_copy_forwarding): a replay reads a copy's source instead
+// of a temporary only this program holds, and keeps the copy where the source changes before the
+// temporary's last read. The replays run after the inputs changed, so a stale buffer would show.
+TEST(CopyForwarding, ReadsTheSourceOnlyWhereThatGivesTheSameValues) {
+  const Tensor s = tensor({1.0, 2.0, 3.0, 4.0}, "i"), w = tensor({0.5, -1.0, 2.0, 3.0}, "i");
+  const Tensor out = zeros(Axes{{"i", 4}});
+  detail::KernelProgram forwarded;
+  detail::capture_into(forwarded, [&] {
+    const Tensor t = detail::copy_of(s);  // a temporary: only the program holds it afterwards
+    detail::copy_into(out, t * w + t);
+  });
+  forwarded.allow_copy_forwarding();
+  detail::copy_into(s, tensor({-2.0, 5.0, 0.25, 7.0}, "i"));
+  forwarded.run("test", 0);
+  EXPECT_EQ(forwarded.forwarded_copies(), 1U);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{-3.0, 0.0, 0.75, 28.0}));
+
+  // The source is overwritten after the copy and before the temporary is read: the copy stays.
+  detail::KernelProgram kept;
+  detail::capture_into(kept, [&] {
+    const Tensor t = detail::copy_of(s);
+    detail::copy_into(s, w);
+    detail::copy_into(out, t * w);
+  });
+  kept.allow_copy_forwarding();
+  detail::copy_into(s, tensor({1.0, 2.0, 3.0, 4.0}, "i"));
+  kept.run("test", 0);
+  EXPECT_EQ(kept.forwarded_copies(), 0U);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{0.5, -2.0, 6.0, 12.0}));
+  EXPECT_EQ(s.to_vector(), w.to_vector());
 }
 
 // simplify() on random programs over six elements (two read after the loop) and a moving input

@@ -190,46 +190,55 @@ DeviceBatch device_batch(const MatBatch& b, const void* near, const char* kernel
 
 // Records a batched matrix call: on the host with its own copy of the offsets; on a device as a
 // deferred, graph-safe call on device offsets. `call(batch)` runs the kernel.
+// `touched`: the base pointers of its tensors (KernelCapture::touches).
 template <int Dev, class Call>
-int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kernel, Call call) {
+int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kernel, Call call,
+                           std::initializer_list<const void*> touched) {
   if constexpr (Dev == 1) {
     auto d = device_batch(b, near, kernel);
     return g_capture->other([&] { return call(b); }, kernel, true, near, [call, d] { return call(d.view); });
   } else {
-    return g_capture->other([call, bc = BatchCopy(b)] { return call(bc.view()); }, kernel);
+    const int64_t r = g_capture->other([call, bc = BatchCopy(b)] { return call(bc.view()); }, kernel);
+    g_capture->touches(touched);
+    return r;
   }
 }
 
 template <int Dev, int Dt>
 int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
   const CholeskyFn fn = tables().real[Dev].cholesky[Dt];
-  return record_matrix_call<Dev>(b, l.data, "cholesky",
-                                 [fn, a, l](const MatBatch& m) { return fn(a, l, m); });
+  return record_matrix_call<Dev>(b, l.data, "cholesky", [fn, a, l](const MatBatch& m) { return fn(a, l, m); },
+                                 {a.data, l.data});
 }
 template <int Dev, int Dt>
 void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
   const CholeskyVjpFn fn = tables().real[Dev].cholesky_vjp[Dt];
-  (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp", [fn, l, lbar, abar](const MatBatch& m) {
-    fn(l, lbar, abar, m);
-    return int64_t{-1};
-  });
+  (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp",
+                                [fn, l, lbar, abar](const MatBatch& m) {
+                                  fn(l, lbar, abar, m);
+                                  return int64_t{-1};
+                                },
+                                {l.data, lbar.data, abar.data});
 }
 template <int Dev, int Dt>
 int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
   const TriSolveFn fn = tables().real[Dev].tri_solve[Dt];
   return record_matrix_call<Dev>(b, r.data, "triangular_solve",
-                                 [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); });
+                                 [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); },
+                                 {t.data, r.data});
 }
 template <int Dev, int Dt>
 int64_t solve_trampoline(MatView a, RhsView r, const MatBatch& b) {
   const SolveFn fn = tables().real[Dev].solve[Dt];
-  return record_matrix_call<Dev>(b, r.data, "solve", [fn, a, r](const MatBatch& m) { return fn(a, r, m); });
+  return record_matrix_call<Dev>(b, r.data, "solve", [fn, a, r](const MatBatch& m) { return fn(a, r, m); },
+                                 {a.data, r.data});
 }
 template <int Dev, int Dt>
 int64_t logdet_trampoline(MatView a, void* out, MatView inv_t, bool want, const MatBatch& b) {
   const LogdetFn fn = tables().real[Dev].logdet[Dt];
   return record_matrix_call<Dev>(
-      b, out, "logdet", [fn, a, out, inv_t, want](const MatBatch& m) { return fn(a, out, inv_t, want, m); });
+      b, out, "logdet", [fn, a, out, inv_t, want](const MatBatch& m) { return fn(a, out, inv_t, want, m); },
+      {a.data, out, want ? inv_t.data : nullptr});
 }
 template <int Dev, int Dt>
 void recurrence_trampoline(const RecurrenceArgs& r) {
@@ -525,6 +534,13 @@ void KernelCapture::moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg
 
 void KernelCapture::defer(const unsigned long long* word, const char* kernel) {
   program_.deferred_.push_back({word, kernel});
+}
+
+void KernelCapture::touches(std::initializer_list<const void*> pointers) {
+  KernelProgram::Call& c = program_.calls_.back();
+  c.touches = 0;
+  for (const void* p : pointers)
+    if (p) c.touch[c.touches++] = p;
 }
 
 void KernelCapture::check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe) {

@@ -4,6 +4,7 @@
 // is valid while its buffers keep their addresses: it holds every buffer allocated while it was
 // captured, and its callers write new values into the buffers it reads (never rebinding them).
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,21 @@ class KernelProgram {
   /// into): this program then replays them too, in order, reading `other`'s fill and scale
   /// values, so `other` must outlive it. Its buffers are shared.
   void append(const KernelProgram& other);
+  /// Declares that only this program reads the buffers that only it holds (its temporaries), so
+  /// that a replay may read a copy's source where it would read the copy, and skip the copy
+  /// (core/ops/copy_forwarding.cpp). `neighbour`'s buffers (a program run before this one, which
+  /// must outlive it) then count as known extents too, and a known buffer holding an `owned`
+  /// pointer and none of `shared` counts as this program's alone. Host programs only.
+  void allow_copy_forwarding(const KernelProgram* neighbour = nullptr, std::vector<const void*> owned = {},
+                             std::vector<const void*> shared = {}) {
+    forwarding_ = true;
+    neighbour_ = neighbour;
+    owned_ = std::move(owned);
+    shared_ = std::move(shared);
+    planned_ = false;
+  }
+  /// How many copies the replays skip (after the first run; for tests).
+  [[nodiscard]] size_t forwarded_copies() const { return forwarded_; }
   /// Appends a moving call (see KernelCapture::moving) without running it.
   void append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride);
 
@@ -71,6 +87,10 @@ class KernelProgram {
     /// The other kernels, with deep copies of their arguments; returns a failed batch index or -1.
     std::function<int64_t()> other;
     const char* kernel = "";  ///< for errors
+    /// For `other` host calls that say so: the base pointers of the tensors they read or write
+    /// (each taken as touching its whole buffer); -1: not known.
+    const void* touch[5] = {};
+    int8_t touches = -1;
     /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
     std::function<std::string(int64_t)> describe;
     /// A CUDA call that records into a graph (no host work between launches, no waiting), and
@@ -107,11 +127,13 @@ class KernelProgram {
     const InlineCall* inl = nullptr;
     /// The first call of a fused device chain: index into chains_ (-1: none).
     int16_t chain = -1;
+    uint32_t call = 0;  ///< its index into calls_ (copy forwarding drops records)
   };
   static_assert(sizeof(Hot) <= 56, "a replay record is read per call: keep it small");
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   void plan_segments() const;
   void plan_chains() const;
+  void forward_copies() const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
@@ -126,6 +148,14 @@ class KernelProgram {
   mutable std::vector<Hot> hot_;           ///< likewise
   mutable std::vector<InlineCall> inline_;  ///< likewise: the inline calls hot_ points at
   mutable bool planned_ = false;
+  // Copy forwarding (allow_copy_forwarding): the replay's own copies of the plans and flat
+  // arguments it redirects, and how many copies it skips.
+  bool forwarding_ = false;
+  const KernelProgram* neighbour_ = nullptr;
+  std::vector<const void*> owned_, shared_;
+  mutable std::vector<ContractPlan> hot_plans_;
+  mutable std::vector<FlatArg> hot_args_;
+  mutable size_t forwarded_ = 0;
 };
 
 /// While alive, device waits on this thread are inside a loop (a replayed scan step, a map chunk):
@@ -176,6 +206,9 @@ class KernelCapture {
               int64_t index);
   /// Registers a failure word of a deferred device call (read by KernelProgram::finish).
   void defer(const unsigned long long* word, const char* kernel);
+  /// Names the base pointers of the tensors the `other` call just recorded reads or writes (at
+  /// most 5), for copy forwarding.
+  void touches(std::initializer_list<const void*> pointers);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
   void check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe);
 

@@ -69,7 +69,7 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       k = chain_end_[c] - 1;
       continue;
     }
-    const Call& c = calls_[k];
+    const Call& c = calls_[h.call];
     if (c.fn && c.moving >= 0) {
       LoopArg now[2] = {args_[static_cast<size_t>(c.first_arg)], args_[static_cast<size_t>(c.first_arg) + 1]};
       now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
@@ -186,20 +186,26 @@ void KernelProgram::plan_segments() const {
   inline_.clear();
   auto is_inline = [](const Call& c) { return c.flat && c.form.kind != ScalarLoop::Kind::call; };
   inline_.reserve(static_cast<size_t>(std::count_if(calls_.begin(), calls_.end(), is_inline)));
-  for (const Call& c : calls_) {
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    const Call& c = calls_[k];
     const FlatArg* args = c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr;
     const InlineCall* inl = nullptr;
     if (is_inline(c)) {
       inline_.push_back(resolve_form(c.form, args, c.count));
       inl = &inline_.back();
     }
-    hot_.push_back(
-        {c.flat, args, c.outer, c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, inl});
+    hot_.push_back({c.flat, args, c.outer, c.count,
+                    c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, inl, -1,
+                    static_cast<uint32_t>(k)});
   }
   plan_chains();
   segments_.clear();
+  forwarded_ = 0;
   const DeviceProgramFns& fns = real_kernels(1).program;
-  if (!fns.capture_graph || !cuda_graphs_enabled()) return;
+  if (!fns.capture_graph || !cuda_graphs_enabled()) {
+    if (forwarding_ && chains_.empty()) forward_copies();
+    return;
+  }
   // A moving call records into a graph only inside a chain (whose index the graph sets per launch).
   std::vector<char> safe(calls_.size());
   for (size_t k = 0; k < calls_.size(); ++k) safe[k] = calls_[k].graph_safe && calls_[k].moving < 0;
@@ -235,15 +241,18 @@ void KernelProgram::plan_segments() const {
     }
     k = e;
   }
-  if (segments_.empty()) return;
+  if (segments_.empty()) {
+    if (forwarding_ && chains_.empty()) forward_copies();
+    return;
+  }
   if (plain < calls_.size()) segments_.push_back({plain, calls_.size(), nullptr});
 }
 
 void KernelProgram::run(const char* what, int64_t position, int64_t index) const {
   DeviceLoopScope loop;
   if (!planned_) plan_segments();
-  if (segments_.empty()) {
-    run_calls(0, calls_.size(), what, position, index);
+  if (segments_.empty()) {  // hot_ may have fewer records than calls_ (forward_copies)
+    run_calls(0, hot_.size(), what, position, index);
     return;
   }
   const DeviceProgramFns& fns = real_kernels(1).program;
