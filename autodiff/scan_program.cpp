@@ -360,8 +360,8 @@ void StepProgram::backward(int64_t s) {
     if (host) {
       std::vector<char> shared(p.n_vars(), 0);
       for (size_t v = 0; v < p.n_vars(); ++v) shared[v] = p.var(static_cast<int32_t>(v)).kind != VarKind::op;
-      for (const auto& refs : {p.carry_out(), p.y_out()})
-        for (const PlanRef& r : refs)
+      for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
+        for (const PlanRef& r : *refs)
           if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
       std::vector<const void*> owned_adj, shared_adj;
       for (size_t v = 0; v < p.n_vars(); ++v)

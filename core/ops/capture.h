@@ -133,6 +133,7 @@ class KernelProgram {
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   void plan_segments() const;
   void plan_chains() const;
+  void plan_graphs() const;
   void forward_copies() const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;

@@ -178,8 +178,8 @@ void KernelProgram::plan_chains() const {
   }
 }
 
-// Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
-// A run the device cannot record falls back to plain launches (same results, more launches).
+// Planned at the first run: the compact replay records, fused device chains, graph segments and
+// (host programs that allow it) copy forwarding.
 void KernelProgram::plan_segments() const {
   planned_ = true;
   hot_.clear();
@@ -199,13 +199,18 @@ void KernelProgram::plan_segments() const {
                     static_cast<uint32_t>(k)});
   }
   plan_chains();
-  segments_.clear();
+  plan_graphs();
   forwarded_ = 0;
+  // Only for host programs: segments and chains index records by call.
+  if (forwarding_ && chains_.empty() && segments_.empty()) forward_copies();
+}
+
+// Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
+// A run the device cannot record falls back to plain launches (same results, more launches).
+void KernelProgram::plan_graphs() const {
+  segments_.clear();
   const DeviceProgramFns& fns = real_kernels(1).program;
-  if (!fns.capture_graph || !cuda_graphs_enabled()) {
-    if (forwarding_ && chains_.empty()) forward_copies();
-    return;
-  }
+  if (!fns.capture_graph || !cuda_graphs_enabled()) return;
   // A moving call records into a graph only inside a chain (whose index the graph sets per launch).
   std::vector<char> safe(calls_.size());
   for (size_t k = 0; k < calls_.size(); ++k) safe[k] = calls_[k].graph_safe && calls_[k].moving < 0;
@@ -241,10 +246,7 @@ void KernelProgram::plan_segments() const {
     }
     k = e;
   }
-  if (segments_.empty()) {
-    if (forwarding_ && chains_.empty()) forward_copies();
-    return;
-  }
+  if (segments_.empty()) return;
   if (plain < calls_.size()) segments_.push_back({plain, calls_.size(), nullptr});
 }
 
