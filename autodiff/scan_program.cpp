@@ -302,12 +302,31 @@ void StepProgram::backward(int64_t s) {
     // something accumulates into it first (most adjoints are written whole by one rule). Then
     // the cotangent of the carry after this step, and of y_t.
     std::vector<char> fresh(p.n_vars(), 0);
+    // The adjoint of an intermediate handed on as carry k, which this step would start as a copy
+    // of carry_bar_[k], is carry_bar_[k] itself where it has the same layout: only this step's
+    // rules read or add to it before the step's last calls write carry_bar_ afresh from the carry
+    // inputs' adjoints (which are never aliased so: a carry handed on unchanged keeps its copy).
+    std::vector<char> aliased(carry_.size(), 0);
+    for (size_t k = 0; k < carry_.size(); ++k) {
+      const int32_t v = p.carry_out()[k].var;
+      if (v < 0 || !needs_[static_cast<size_t>(v)] || adjoints_[static_cast<size_t>(v)].defined()) continue;
+      if (p.var(v).kind != VarKind::op || p.view_parent(v) >= 0) continue;
+      const Tensor& bar = carry_bar_[k];
+      const Tensor& value = values_[static_cast<size_t>(v)];
+      Axes ax = p.var(v).axes;
+      for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
+      if (!(ax == bar.axes()) || p.var(v).dtype != bar.dtype() || value.device() != bar.device() ||
+          !bar.is_contiguous())
+        continue;
+      adjoints_[static_cast<size_t>(v)] = bar;
+      aliased[k] = 1;
+    }
     capture_into(seed_, [&] {
       for (size_t v = 0; v < p.n_vars(); ++v)
         if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);
       for (size_t k = 0; k < carry_.size(); ++k) {
         const auto v = static_cast<size_t>(p.carry_out()[k].var);
-        if (p.carry_out()[k].var < 0 || !needs_[v]) continue;
+        if (p.carry_out()[k].var < 0 || !needs_[v] || aliased[k]) continue;
         if (fresh[v]) {
           copy_into(adjoints_[v], carry_bar_[k]);  // same axes: covers it
           fresh[v] = 0;

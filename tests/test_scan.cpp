@@ -224,6 +224,32 @@ TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries)
     }
 }
 
+TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {
+  // The adjoint of an intermediate handed on as a carry is that carry's cotangent buffer itself
+  // (StepProgram::backward): one intermediate handed on twice and also an output, used again in
+  // the step; and two intermediates handed on crosswise, so that the step's last copies write
+  // each cotangent buffer while the other still matters.
+  ScanBody twice = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor m = c[0] * x[0] + c[1] * 0.5;
+    return std::make_pair(std::vector<Tensor>{m, m}, std::vector<Tensor>{m, m * m});
+  };
+  ScanBody crosswise = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor p = c[1] * x[0];
+    Tensor q = c[0] * 0.7 + p * 0.2;
+    return std::make_pair(std::vector<Tensor>{p, q}, std::vector<Tensor>{q * p});
+  };
+  std::vector<Tensor> init{randn(Axes{{"j", 3}}, 5), randn(Axes{{"j", 3}}, 6)};
+  Tensor xs = randn(Axes{{"t", 8}, {"j", 3}}, 7) * 0.5;
+  for (const ScanBody* body : {&twice, &crosswise})
+    for (int64_t k : {1, 3})
+      for (bool rev : {false, true}) {
+        ScanOptions o;
+        o.checkpoint_every = k;
+        o.reverse = rev;
+        expect_scan_matches_unrolled(*body, init, xs, o);
+      }
+}
+
 TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
   // Steps on vectors and matrices (not fused) keep each step's intermediates in the forward pass
   // when they fit ScanOptions::residual_budget, and the reverse pass reads them back instead of
