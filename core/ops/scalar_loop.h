@@ -105,15 +105,16 @@ inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, i
           f.kind};
 }
 
-/// One row of an InlineCall: o[i] = f(o[i], a[i], b[i]). Unit strides (the common case) take
-/// four elements at a time, every load before any store, so the compiler pairs them into vector
-/// instructions; that is exact for o equal to a or b too, and rows never overlap otherwise.
+/// One row of an InlineCall: o[i] = f(o[i], a[i], b[i]). Rows of four or more with unit strides
+/// (the common case) take four elements at a time, every load before any store, so the compiler
+/// pairs them into vector instructions; that is exact for o equal to a or b too, and rows never
+/// overlap otherwise.
 template <class F>
 inline void inline_row(const InlineCall& c, F f) {
   double* o = c.o;
   const double *a = c.a, *b = c.b;
   const int64_t n = c.n;
-  if (c.so == 1 && c.sa == 1 && c.sb == 1) {
+  if (n >= 4 && c.so == 1 && c.sa == 1 && c.sb == 1) {
     int64_t i = 0;
     for (; i + 4 <= n; i += 4) {
       const double a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
