@@ -538,6 +538,9 @@ void KernelCapture::defer(const unsigned long long* word, const char* kernel) {
 
 void KernelCapture::touches(std::initializer_list<const void*> pointers) {
   KernelProgram::Call& c = program_.calls_.back();
+  if (pointers.size() > std::size(c.touch))
+    throw Error("[capture] internal: a call names " + std::to_string(pointers.size()) +
+                " tensors; KernelProgram::Call::touch holds " + std::to_string(std::size(c.touch)));
   c.touches = 0;
   for (const void* p : pointers)
     if (p) c.touch[c.touches++] = p;
