@@ -216,6 +216,20 @@ Tensor ScanPlan::adjoint_buffer(const std::vector<Tensor>& values, int32_t v, co
   return zeroed ? zeros(ax, pv.dtype, d) : empty(ax, pv.dtype, d);
 }
 
+std::vector<char> ScanPlan::read_after_step() const {
+  std::vector<char> read(vars_.size(), 0);
+  for (size_t v = 0; v < vars_.size(); ++v) read[v] = vars_[v].kind != VarKind::op;
+  for (const std::vector<PlanRef>* refs : {&carry_out_, &y_out_})
+    for (const PlanRef& r : *refs)
+      if (r.var >= 0) read[static_cast<size_t>(r.var)] = 1;
+  for (const PlanOp& p : ops_) {
+    if (p.op->saves & kSaveOutput) read[static_cast<size_t>(p.out)] = 1;
+    for (int i = 0; i < p.n_inputs && i < 31; ++i)
+      if ((p.op->saves & (1u << i)) && input(p, i).var >= 0) read[static_cast<size_t>(input(p, i).var)] = 1;
+  }
+  return read;
+}
+
 int32_t ScanPlan::view_parent(int32_t v) const {
   const PlanVar& pv = vars_[static_cast<size_t>(v)];
   if (pv.kind != VarKind::op) return -1;
@@ -241,9 +255,20 @@ class PlanVjpContext final : public VjpContext {
         fresh_(fresh) {}
 
   const Tensor& cotangent() const override { return adjoints_[static_cast<size_t>(p_.out)]; }
-  const Tensor& input(int i) const override { return plan_.value(values_, in_[i]); }
-  const Tensor& output() const override { return values_[static_cast<size_t>(p_.out)]; }
-  const Axes& input_axes(int i) const override { return input(i).axes(); }
+  // Only what the op saves, as on the tape: a replayed forward step leaves the rest unwritten
+  // where it fuses (KernelProgram::allow_copy_forwarding, StepProgram::forward).
+  const Tensor& input(int i) const override {
+    if (i >= 31 || !(p_.op->saves & (1u << i)))
+      throw AutodiffError(std::string("[") + p_.op->name + "] internal: input " + std::to_string(i) +
+                          " was not saved for the reverse pass");
+    return plan_.value(values_, in_[i]);
+  }
+  const Tensor& output() const override {
+    if (!(p_.op->saves & kSaveOutput))
+      throw AutodiffError(std::string("[") + p_.op->name + "] internal: the output was not saved");
+    return values_[static_cast<size_t>(p_.out)];
+  }
+  const Axes& input_axes(int i) const override { return plan_.value(values_, in_[i]).axes(); }
   int num_inputs() const override { return p_.n_inputs; }
   bool needs_grad(int i) const override {
     const int32_t v = in_[i].var;

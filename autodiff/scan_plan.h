@@ -96,6 +96,13 @@ class ScanPlan {
   [[nodiscard]] const std::vector<PlanRef>& carry_out() const { return carry_out_; }
   [[nodiscard]] const std::vector<PlanRef>& y_out() const { return y_out_; }
   [[nodiscard]] const std::vector<PlanOp>& ops() const { return ops_; }
+  /// Where op `p` reads its input i.
+  [[nodiscard]] PlanRef input(const PlanOp& p, int i) const {
+    return inputs_[static_cast<size_t>(p.first_input + i)];
+  }
+  /// Per variable: whether anything but the forward step reads its value — a carry, input or
+  /// parameter, a new carry or output, or what a reverse rule saves (OpDef::saves).
+  [[nodiscard]] std::vector<char> read_after_step() const;
 
  private:
   friend class PlanRecorder;

@@ -20,6 +20,25 @@ bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
   return false;
 }
 
+// allow_copy_forwarding's arguments from per-variable tensors: the buffers of those flagged shared
+// (read or written outside the program too) as storages, the others' as pointers (its own).
+struct BufferSplit {
+  std::vector<const void*> owned;
+  std::vector<StoragePtr> shared;
+};
+BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared) {
+  BufferSplit b;
+  for (size_t v = 0; v < tensors.size(); ++v) {
+    if (!tensors[v].defined() || tensors[v].numel() == 0) continue;
+    if (shared[v]) {
+      b.shared.push_back(tensors[v].storage());
+    } else {
+      b.owned.push_back(tensors[v].data_ptr());
+    }
+  }
+  return b;
+}
+
 }  // namespace
 
 SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate)
@@ -146,6 +165,11 @@ void StepProgram::forward(int64_t s) {
     forward_.run("scan step", s, s);
     return;
   }
+  build_forward(s);
+}
+
+void StepProgram::build_forward(int64_t s) {
+  const bool host = on_host();
   {
     LoopPositionScope where("scan step", s);
     HostArenaScope carve(arena_.get());  // the step's intermediates (host), see the constructor
@@ -154,6 +178,13 @@ void StepProgram::forward(int64_t s) {
         for (SliceCopy& c : x_load_) c.run_or_record(s, origin(), dir());
       plan_->forward(values_);
     });
+  }
+  // On the host the replays may fuse calls whose intermediate value nobody reads after the step
+  // (KernelProgram::allow_copy_forwarding): the buffers of the values read after it are shared,
+  // those of the other op results the program's own (views share their parent's buffer).
+  if (host) {
+    BufferSplit b = split_buffers(values_, plan_->read_after_step());
+    forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
   }
   forward_built_ = true;
 }
@@ -372,22 +403,23 @@ void StepProgram::backward(int64_t s) {
       if (!host)
         for (SliceCopy& c : x_adj_store_) c.run_or_record(s, origin(), dir());
     });
-    // Only this program reads its temporaries (the reverse rules' scratch) and the adjoints of the
-    // step's intermediates (allocated by the seed program); the adjoints of carries, outputs,
-    // inputs x_t and parameters are read or written elsewhere too. Replays may skip copies into
-    // the former (KernelProgram::allow_copy_forwarding).
+    // Only this program reads its temporaries (the reverse rules' scratch), the adjoints of the
+    // step's intermediates (allocated by the seed program) and those of the carries into the step
+    // (it copies them into carry_bar_ itself); the adjoints of new carries and outputs (the seed
+    // program writes them), of inputs x_t and of parameters are read or written elsewhere too.
+    // Replays may skip or fuse copies into the former (KernelProgram::allow_copy_forwarding).
     if (host) {
       std::vector<char> shared(p.n_vars(), 0);
-      for (size_t v = 0; v < p.n_vars(); ++v) shared[v] = p.var(static_cast<int32_t>(v)).kind != VarKind::op;
+      for (size_t v = 0; v < p.n_vars(); ++v) {
+        const VarKind kind = p.var(static_cast<int32_t>(v)).kind;
+        shared[v] = kind == VarKind::x || kind == VarKind::param;
+      }
       for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
         for (const PlanRef& r : *refs)
           if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
-      std::vector<const void*> owned_adj, shared_adj;
-      for (size_t v = 0; v < p.n_vars(); ++v)
-        if (adjoints_[v].defined() && adjoints_[v].numel() > 0)
-          (shared[v] ? shared_adj : owned_adj).push_back(adjoints_[v].data_ptr());
-      for (const Tensor& t : carry_bar_) shared_adj.push_back(t.data_ptr());
-      vjp_.allow_copy_forwarding(&seed_, std::move(owned_adj), std::move(shared_adj));
+      BufferSplit b = split_buffers(adjoints_, shared);
+      for (const Tensor& t : carry_bar_) b.shared.push_back(t.storage());
+      vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
     }
     backward_built_ = true;
   }

@@ -120,6 +120,8 @@ class StepProgram {
 
  private:
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
+  /// forward(s) the first time: runs step s capturing the forward program.
+  void build_forward(int64_t s);
 
   std::shared_ptr<const ScanPlan> plan_;
   // The carries, x_t and the forward program's intermediates lie in here (host); first, so that

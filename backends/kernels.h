@@ -92,7 +92,11 @@ struct ContractPlan {
   void* z = nullptr;
   int64_t mx = 0, kx = 0, ky = 0, ny = 0, mz = 0, nz = 0;
   int64_t m = 0, k = 0;  ///< sizes read at run time (the kernels for sizes above 4); n is compiled in
-  bool accumulate = false;
+  /// z = base + sign · x·y with sign +1 or -1, base read at z's strides; base == z accumulates;
+  /// null: z = x·y (sign unused). A replay may point base elsewhere (core/ops/contraction_fusion.cpp).
+  const void* base = nullptr;
+  double sign = 1.0;
+  int64_t mn = 0;  ///< how many elements of z it writes (M · N)
 };
 /// Fills `plan` when the backend has a resolved form for this contraction (false: replay the call).
 using ContractPlanFn = bool (*)(const ContractArgs& args, ContractPlan& plan);

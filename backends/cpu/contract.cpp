@@ -195,7 +195,8 @@ bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
   p.x = a.x;
   p.y = a.y;
   p.z = a.z;
-  p.accumulate = a.accumulate;
+  p.base = a.accumulate ? a.z : nullptr;
+  p.mn = M * N;
   const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
 #if defined(TENAX_HAVE_AVX2_KERNELS)
   if (cpu_avx2()) {

@@ -18,6 +18,17 @@ namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per in
 
 using FixedFn = void (*)(const detail::ContractPlan&);
 
+// An element (or row) of z from its base b and its sum of products (ContractPlan::base): b + sum
+// or, with sign -1, b - sum, to the bit (the product by the sign is exact), and without a branch.
+template <class T, class S>
+T with_base(T b, T sum, S sign) {
+  return b + T(sign) * sum;
+}
+template <class T>
+T sign_of(const detail::ContractPlan& p) {
+  return static_cast<T>(p.sign);
+}
+
 // Fully unrolled, strides at run time: any layout.
 template <class T, int M, int N, int K>
 void contract_fixed(const detail::ContractPlan& p) {
@@ -30,10 +41,13 @@ void contract_fixed(const detail::ContractPlan& p) {
       const T xv = x[m * p.mx + k * p.kx];
       for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * p.ky + n * p.ny];
     }
+  const T* b = static_cast<const T*>(p.base);
+  const T sign = sign_of<T>(p);
+  const int64_t mz = p.mz, nz = p.nz;
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
-      T& d = z[m * p.mz + n * p.nz];
-      d = p.accumulate ? d + acc[m][n] : acc[m][n];
+      const int64_t at = m * mz + n * nz;
+      z[at] = b ? with_base(b[at], acc[m][n], sign) : acc[m][n];
     }
 }
 
@@ -61,6 +75,9 @@ void contract_fixed_rows(const detail::ContractPlan& p) {
   const T* x = static_cast<const T*>(p.x);
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
+  const T* base = static_cast<const T*>(p.base);
+  const T sign = sign_of<T>(p);
+  const int64_t mx = p.mx, kx = p.kx, mz = p.mz;
   V yk[K][NV];
   for (int k = 0; k < K; ++k)
     for (int v = 0; v < NV; ++v) {
@@ -76,12 +93,12 @@ void contract_fixed_rows(const detail::ContractPlan& p) {
   for (int m = 0; m < M; ++m) {
     V acc[NV];
     for (int k = 0; k < K; ++k) {
-      const V xv(x[m * p.mx + k * p.kx]);
+      const V xv(x[m * mx + k * kx]);
       for (int v = 0; v < NV; ++v) acc[v] = k == 0 ? xv * yk[k][v] : xsimd::fma(xv, yk[k][v], acc[v]);
     }
-    T* d = z + m * p.mz;
+    T* d = z + m * mz;
     for (int v = 0; v < NV; ++v) {
-      if (p.accumulate) acc[v] += V::load_unaligned(d + v * W);
+      if (base) acc[v] = with_base(V::load_unaligned(base + m * mz + v * W), acc[v], sign);
       acc[v].store_unaligned(d + v * W);
     }
   }
@@ -120,7 +137,9 @@ void contract_medium_rows(const detail::ContractPlan& p) {
   const T* x = static_cast<const T*>(p.x);
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
-  const int64_t M = p.m, K = p.k;
+  const T* base = static_cast<const T*>(p.base);
+  const T sign = sign_of<T>(p);
+  const int64_t M = p.m, K = p.k, mx = p.mx, kx = p.kx, mz = p.mz;
   int64_t ky = p.ky;
   [[maybe_unused]] alignas(64) T packed[kMedium * N];
   if constexpr (!kRowsY) {
@@ -130,17 +149,17 @@ void contract_medium_rows(const detail::ContractPlan& p) {
     ky = N;
   }
   for (int64_t m = 0; m < M; ++m) {
-    const T* xm = x + m * p.mx;
+    const T* xm = x + m * mx;
     V acc[NV];
     for (int v = 0; v < NV; ++v) acc[v] = V(T(0));
     for (int64_t k = 0; k < K; ++k) {
-      const V xv(xm[k * p.kx]);
+      const V xv(xm[k * kx]);
       const T* row = y + k * ky;
       for (int v = 0; v < NV; ++v) acc[v] = xsimd::fma(xv, V::load_unaligned(row + v * W), acc[v]);
     }
-    T* d = z + m * p.mz;
+    T* d = z + m * mz;
     for (int v = 0; v < NV; ++v) {
-      if (p.accumulate) acc[v] += V::load_unaligned(d + v * W);
+      if (base) acc[v] = with_base(V::load_unaligned(base + m * mz + v * W), acc[v], sign);
       acc[v].store_unaligned(d + v * W);
     }
   }
@@ -152,6 +171,8 @@ void contract_medium_scalar(const detail::ContractPlan& p) {
   const T* x = static_cast<const T*>(p.x);
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
+  const T* b = static_cast<const T*>(p.base);
+  const T sign = sign_of<T>(p);
   for (int64_t m = 0; m < p.m; ++m) {
     T acc[N] = {};
     for (int64_t k = 0; k < p.k; ++k) {
@@ -159,8 +180,8 @@ void contract_medium_scalar(const detail::ContractPlan& p) {
       for (int n = 0; n < N; ++n) acc[n] += xv * y[k * p.ky + n * p.ny];
     }
     for (int n = 0; n < N; ++n) {
-      T& d = z[m * p.mz + n * p.nz];
-      d = p.accumulate ? d + acc[n] : acc[n];
+      const int64_t at = m * p.mz + n * p.nz;
+      z[at] = b ? with_base(b[at], acc[n], sign) : acc[n];
     }
   }
 }

@@ -19,6 +19,7 @@
 namespace tenax::detail {
 
 void keep_for_capture(Storage* s);
+class Extents;
 
 /// The kernel calls of one capture, replayable in order.
 class KernelProgram {
@@ -49,12 +50,14 @@ class KernelProgram {
   /// values, so `other` must outlive it. Its buffers are shared.
   void append(const KernelProgram& other);
   /// Declares that only this program reads the buffers that only it holds (its temporaries), so
-  /// that a replay may read a copy's source where it would read the copy, and skip the copy
-  /// (core/ops/copy_forwarding.cpp). `neighbour`'s buffers (a program run before this one, which
-  /// must outlive it) then count as known extents too, and a known buffer holding an `owned`
-  /// pointer and none of `shared` counts as this program's alone. Host programs only.
+  /// that a replay may read a copy's source where it would read the copy and skip the copy
+  /// (core/ops/copy_forwarding.cpp), and fuse a contraction with the copy, add or subtraction next
+  /// to it (core/ops/contraction_fusion.cpp). `neighbour`'s buffers (a program run before this
+  /// one, which must outlive it) and `shared` (buffers others read or write too) then count as
+  /// known extents, and a known buffer holding an `owned` pointer and none of `shared` counts as
+  /// this program's alone. Host programs only.
   void allow_copy_forwarding(const KernelProgram* neighbour = nullptr, std::vector<const void*> owned = {},
-                             std::vector<const void*> shared = {}) {
+                             std::vector<StoragePtr> shared = {}) {
     forwarding_ = true;
     neighbour_ = neighbour;
     owned_ = std::move(owned);
@@ -63,6 +66,9 @@ class KernelProgram {
   }
   /// How many copies the replays skip (after the first run; for tests).
   [[nodiscard]] size_t forwarded_copies() const { return forwarded_; }
+  /// How many records the replays save by running a contraction together with the copy, add or
+  /// subtraction next to it (core/ops/contraction_fusion.cpp; after the first run; for tests).
+  [[nodiscard]] size_t fused_contractions() const { return fused_; }
   /// Appends a moving call (see KernelCapture::moving) without running it.
   void append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride);
 
@@ -134,7 +140,13 @@ class KernelProgram {
   void plan_segments() const;
   void plan_chains() const;
   void plan_graphs() const;
-  void forward_copies() const;
+  // The passes over a host program's records that allow_copy_forwarding enables, run when it is
+  // planned (core/ops/program_analysis.cpp); each marks the records it drops in `dropped`.
+  void plan_host_passes() const;
+  template <class F>
+  void each_operand(Hot& h, F&& f) const;  // core/ops/program_analysis.h
+  void forward_copies(const Extents& ext, std::vector<char>& dropped) const;
+  void fuse_contractions(const Extents& ext, std::vector<char>& dropped) const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
@@ -153,10 +165,11 @@ class KernelProgram {
   // arguments it redirects, and how many copies it skips.
   bool forwarding_ = false;
   const KernelProgram* neighbour_ = nullptr;
-  std::vector<const void*> owned_, shared_;
+  std::vector<const void*> owned_;
+  std::vector<StoragePtr> shared_;
   mutable std::vector<ContractPlan> hot_plans_;
   mutable std::vector<FlatArg> hot_args_;
-  mutable size_t forwarded_ = 0;
+  mutable size_t forwarded_ = 0, fused_ = 0;
 };
 
 /// While alive, device waits on this thread are inside a loop (a replayed scan step, a map chunk):

@@ -201,8 +201,9 @@ void KernelProgram::plan_segments() const {
   plan_chains();
   plan_graphs();
   forwarded_ = 0;
+  fused_ = 0;
   // Only for host programs: segments and chains index records by call.
-  if (forwarding_ && chains_.empty() && segments_.empty()) forward_copies();
+  if (forwarding_ && chains_.empty() && segments_.empty()) plan_host_passes();
 }
 
 // Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
@@ -253,7 +254,7 @@ void KernelProgram::plan_graphs() const {
 void KernelProgram::run(const char* what, int64_t position, int64_t index) const {
   DeviceLoopScope loop;
   if (!planned_) plan_segments();
-  if (segments_.empty()) {  // hot_ may have fewer records than calls_ (forward_copies)
+  if (segments_.empty()) {  // hot_ may have fewer records than calls_ (plan_host_passes)
     run_calls(0, hot_.size(), what, position, index);
     return;
   }

@@ -1,0 +1,55 @@
+// The planning passes of a host program that allows them (KernelProgram::allow_copy_forwarding):
+// which buffers are known and whose, the records' own copies of what the passes rewrite, then copy
+// forwarding and contraction fusion, and the records they drop.
+#include "tenax/core/ops/program_analysis.h"
+
+namespace tenax::detail {
+
+void KernelProgram::plan_host_passes() const {
+  // Every record's operands must be known (an `other` call naming the tensors it touches).
+  for (const Call& c : calls_) {
+    const bool other_known = c.other && !c.describe && c.touches >= 0;
+    if (!c.flat && c.plan < 0 && !other_known) return;
+  }
+  Extents ext;
+  for (const StoragePtr& b : buffers_) ext.add(b, b->use_count() == 1);
+  if (neighbour_)
+    for (const StoragePtr& b : neighbour_->buffers_) ext.add(b, false);
+  for (const StoragePtr& b : shared_) ext.add(b, false);
+  ext.sort();
+  if (ext.nested()) return;
+  for (const void* p : owned_)
+    if (const int b = ext.find(p); b >= 0) ext.set_own(b, true);
+  for (const StoragePtr& s : shared_)
+    if (const int b = s ? ext.find(s->data()) : -1; b >= 0) ext.set_own(b, false);
+
+  // The records get their own plans and flat arguments, which the passes may rewrite. Reserved to
+  // their upper bounds first: the records point into them.
+  hot_plans_.clear();
+  hot_plans_.reserve(plans_.size());
+  hot_args_.clear();
+  hot_args_.reserve(flat_args_.size());
+  for (Hot& h : hot_) {
+    if (h.plan) {
+      hot_plans_.push_back(*h.plan);
+      h.plan = &hot_plans_.back();
+    }
+    if (h.flat) {
+      const Call& c = calls_[h.call];
+      const size_t at = hot_args_.size();
+      hot_args_.insert(hot_args_.end(), h.args, h.args + c.arity);
+      h.args = &hot_args_[at];
+    }
+  }
+
+  std::vector<char> dropped(hot_.size(), 0);
+  forward_copies(ext, dropped);
+  fuse_contractions(ext, dropped);
+  if (forwarded_ + fused_ == 0) return;
+  size_t w = 0;
+  for (size_t k = 0; k < hot_.size(); ++k)
+    if (!dropped[k]) hot_[w++] = hot_[k];
+  hot_.resize(w);
+}
+
+}  // namespace tenax::detail

@@ -1,0 +1,96 @@
+#pragma once
+// Library-internal: what the planning passes of a host program's replay records know (copy
+// forwarding, contraction fusion): the buffers by extent, and each record's operands.
+#include <algorithm>
+#include <vector>
+
+#include "tenax/core/ops/capture.h"
+
+namespace tenax::detail {
+
+/// The extent of a buffer the analysis knows; `own`: only this program reads or writes it.
+struct Extent {
+  const char* lo;
+  const char* hi;
+  bool own;
+};
+
+/// The buffers a program's passes know: its own (captured) buffers, its neighbour's, sorted.
+class Extents {
+ public:
+  void add(const StoragePtr& s, bool own) {
+    if (!s || s->bytes() == 0) return;
+    const auto* lo = static_cast<const char*>(s->data());
+    all_.push_back({lo, lo + s->bytes(), own});
+  }
+  /// Sorts them, merging a buffer added twice (its own flag: both's).
+  void sort() {
+    std::sort(all_.begin(), all_.end(), [](const Extent& a, const Extent& b) { return a.lo < b.lo; });
+    size_t w = 0;
+    for (size_t i = 0; i < all_.size(); ++i) {
+      if (w > 0 && all_[w - 1].lo == all_[i].lo && all_[w - 1].hi == all_[i].hi) {
+        all_[w - 1].own = all_[w - 1].own && all_[i].own;
+        continue;
+      }
+      all_[w++] = all_[i];
+    }
+    all_.resize(w);
+  }
+  void set_own(int i, bool own) { all_[static_cast<size_t>(i)].own = own; }
+  /// Whether two extents overlap (a buffer carved from another): find() would then be ambiguous.
+  [[nodiscard]] bool nested() const {
+    for (size_t i = 1; i < all_.size(); ++i)
+      if (all_[i].lo < all_[i - 1].hi) return true;
+    return false;
+  }
+  /// The buffer holding p, or -1 when none the analysis knows does.
+  [[nodiscard]] int find(const void* p) const {
+    const auto* c = static_cast<const char*>(p);
+    auto it = std::upper_bound(all_.begin(), all_.end(), c,
+                               [](const char* v, const Extent& e) { return v < e.lo; });
+    if (it == all_.begin()) return -1;
+    --it;
+    return c < it->hi ? static_cast<int>(it - all_.begin()) : -1;
+  }
+  /// The buffer that is exactly `bytes` bytes from p and only this program's, or -1.
+  [[nodiscard]] int own_exactly(const void* p, int64_t bytes) const {
+    const int b = find(p);
+    if (b < 0 || !(*this)[b].own || (*this)[b].lo != p || (*this)[b].hi - (*this)[b].lo != bytes) return -1;
+    return b;
+  }
+  [[nodiscard]] const Extent& operator[](int i) const { return all_[static_cast<size_t>(i)]; }
+
+ private:
+  std::vector<Extent> all_;
+};
+
+// A record's operands as f(pointer, written, redirectable): an inline call's output and inputs, a
+// flat call's operand 0 (written) and the rest, a contraction's x, y, its base when that is not z,
+// and z (written); an `other` call's tensors count as written and cannot be redirected. `pointer`
+// is a reference that a pass may rewrite when redirectable (the records' own copies: own_records).
+template <class F>
+void KernelProgram::each_operand(Hot& h, F&& f) const {
+  if (h.inl) {
+    auto& in = inline_[static_cast<size_t>(h.inl - inline_.data())];
+    f(in.o, true, false);
+    f(in.a, false, true);
+    f(in.b, false, true);
+  } else if (h.flat) {
+    auto* args = const_cast<FlatArg*>(h.args);
+    for (int a = 0; a < calls_[h.call].arity; ++a) f(args[a].data, a == 0, a != 0);
+  } else if (h.plan) {
+    auto* plan = const_cast<ContractPlan*>(h.plan);
+    f(plan->x, false, true);
+    f(plan->y, false, true);
+    if (plan->base && plan->base != plan->z) f(plan->base, false, true);
+    f(plan->z, true, false);
+  } else {
+    const Call& c = calls_[h.call];
+    for (int t = 0; t < c.touches; ++t) {
+      const void* p = c.touch[t];
+      f(p, true, false);
+    }
+  }
+}
+
+}  // namespace tenax::detail
