@@ -19,7 +19,7 @@
 namespace tenax::detail {
 
 void keep_for_capture(Storage* s);
-class Extents;
+struct PassState;
 
 /// The kernel calls of one capture, replayable in order.
 class KernelProgram {
@@ -141,12 +141,13 @@ class KernelProgram {
   void plan_chains() const;
   void plan_graphs() const;
   // The passes over a host program's records that allow_copy_forwarding enables, run when it is
-  // planned (core/ops/program_analysis.cpp); each marks the records it drops in `dropped`.
+  // planned (core/ops/program_analysis.cpp); each marks the records it drops (PassState).
   void plan_host_passes() const;
   template <class F>
-  void each_operand(Hot& h, F&& f) const;  // core/ops/program_analysis.h
-  void forward_copies(const Extents& ext, std::vector<char>& dropped) const;
-  void fuse_contractions(const Extents& ext, std::vector<char>& dropped) const;
+  void each_operand(Hot& h, F&& f) const;         // core/ops/program_analysis.h
+  void note_uses(PassState& st, size_t k) const;  // likewise
+  void forward_copies(PassState& st) const;
+  void fuse_contractions(PassState& st) const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;

@@ -18,36 +18,15 @@ namespace tenax::detail {
 //    contraction runs in the add's place as o = S ± x·y (T is no longer written). x and y must not
 //    be written in between, o must not hold x or y, and S is o itself or in another buffer.
 // The results are the same to the bit: the sum of products is formed as before, then added once.
-void KernelProgram::fuse_contractions(const Extents& ext, std::vector<char>& dropped) const {
+void KernelProgram::fuse_contractions(PassState& st) const {
+  const Extents& ext = st.ext;
   const size_t n_hot = hot_.size();
-  auto buffer = [&](const void* p) { return p ? ext.find(p) : -1; };
-  // The first live record from `from` on with an operand in buffer b (n_hot: none).
-  auto next_access = [&](int b, size_t from) {
-    for (size_t j = from; j < n_hot; ++j) {
-      if (dropped[j]) continue;
-      bool hit = false;
-      each_operand(hot_[j], [&](auto& p, bool, bool) { hit = hit || (p && ext.find(p) == b); });
-      if (hit) return j;
-    }
-    return n_hot;
-  };
-  // Whether a live record strictly between lo and hi writes buffer b (b < 0: any buffer the
-  // analysis does not know).
-  auto written_between = [&](int b, size_t lo, size_t hi) {
-    for (size_t j = lo + 1; j < hi; ++j) {
-      if (dropped[j]) continue;
-      bool hit = false;
-      each_operand(hot_[j],
-                   [&](auto& p, bool written, bool) { hit = hit || (written && p && ext.find(p) == b); });
-      if (hit) return true;
-    }
-    return false;
-  };
+  auto buffer = [&](const void* p) { return p ? ext.find(p) : OperandUse::kNoBuffer; };
   auto mutable_plan = [](const Hot& h) { return const_cast<ContractPlan*>(h.plan); };
   constexpr auto kDouble = static_cast<int64_t>(sizeof(double));
 
   for (size_t k = 0; k < n_hot; ++k) {
-    if (dropped[k]) continue;
+    if (st.dropped[k]) continue;
     const Hot& h = hot_[k];
     if (const InlineCall* cp = h.inl) {  // copy D = S, then a contraction accumulating into D
       if (cp->kind != ScalarLoop::Kind::copy || cp->so != 1 || cp->sa != 1 || cp->n <= 0) continue;
@@ -56,14 +35,15 @@ void KernelProgram::fuse_contractions(const Extents& ext, std::vector<char>& dro
       if (bd < 0) continue;
       const int bs = buffer(cp->a);
       if (bs == bd || (bs >= 0 && ext[bs].hi - reinterpret_cast<const char*>(cp->a) < bytes)) continue;
-      const size_t j = next_access(bd, k + 1);
+      const size_t j = st.next_access(bd, k + 1);
       if (j == n_hot || !hot_[j].plan) continue;
       ContractPlan* p = mutable_plan(hot_[j]);
       if (p->base != p->z || p->sign != 1.0 || p->mn != cp->n || buffer(p->z) != bd || buffer(p->x) == bd ||
-          buffer(p->y) == bd || written_between(bs, k, j))
+          buffer(p->y) == bd || st.written_between(bs, k, j))
         continue;
       p->base = reinterpret_cast<const char*>(cp->a) + (static_cast<const char*>(p->z) - ext[bd].lo);
-      dropped[k] = 1;
+      note_uses(st, j);
+      st.dropped[k] = 1;
       ++fused_;
       continue;
     }
@@ -73,18 +53,19 @@ void KernelProgram::fuse_contractions(const Extents& ext, std::vector<char>& dro
     const int64_t bytes = p->mn * kDouble;
     const int bt = ext.own_exactly(p->z, bytes);
     if (bt < 0 || buffer(p->x) == bt || buffer(p->y) == bt) continue;
-    const size_t j = next_access(bt, k + 1);
-    if (j == n_hot || !hot_[j].inl || next_access(bt, j + 1) != n_hot) continue;
+    const size_t j = st.next_access(bt, k + 1);
+    if (j == n_hot || !hot_[j].inl || st.next_access(bt, j + 1) != n_hot) continue;
     const InlineCall& c = *hot_[j].inl;
     if (c.n != p->mn || c.so != 1 || c.sa != 1) continue;
     const int bo = buffer(c.o);
     if (bo < 0 || bo == bt || buffer(p->x) == bo || buffer(p->y) == bo) continue;
     if (c.kind == ScalarLoop::Kind::copy) {  // D = T: the contraction writes D
       if (c.a != p->z || ext[bo].hi - reinterpret_cast<const char*>(c.o) < bytes ||
-          next_access(bo, k + 1) != j)
+          st.next_access(bo, k + 1) != j)
         continue;
       p->z = c.o;
-      dropped[j] = 1;
+      note_uses(st, k);
+      st.dropped[j] = 1;
       ++fused_;
       continue;
     }
@@ -96,12 +77,13 @@ void KernelProgram::fuse_contractions(const Extents& ext, std::vector<char>& dro
     const int bs = buffer(s);
     if (s != c.o && (bs == bo || (bs >= 0 && ext[bs].hi - reinterpret_cast<const char*>(s) < bytes)))
       continue;
-    if (written_between(buffer(p->x), k, j) || written_between(buffer(p->y), k, j)) continue;
+    if (st.written_between(buffer(p->x), k, j) || st.written_between(buffer(p->y), k, j)) continue;
     p->z = c.o;
     p->base = s;
     p->sign = sub ? -1.0 : 1.0;
     hot_[j] = h;  // the contraction, in the add's place
-    dropped[k] = 1;
+    note_uses(st, j);
+    st.dropped[k] = 1;
     ++fused_;
   }
 }

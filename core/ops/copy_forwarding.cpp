@@ -14,7 +14,8 @@ namespace tenax::detail {
 // by calls that can be redirected; and up to its last read nothing writes S's buffer (when S lies
 // in a buffer the analysis does not know, nothing up to there may write outside the known ones).
 // Then every read of D after k reads S at the same offset, and k is dropped.
-void KernelProgram::forward_copies(const Extents& ext, std::vector<char>& dropped) const {
+void KernelProgram::forward_copies(PassState& st) const {
+  const Extents& ext = st.ext;
   const size_t n_hot = hot_.size();
   for (size_t k = 0; k < n_hot; ++k) {
     const InlineCall* cp = hot_[k].inl;
@@ -26,34 +27,31 @@ void KernelProgram::forward_copies(const Extents& ext, std::vector<char>& droppe
     if (bd < 0) continue;
     const int bs = ext.find(s);
     if (bs == bd || (bs >= 0 && ext[bs].hi - s < bytes)) continue;
-    auto in_d = [&](const void* p) { return p && ext.find(p) == bd; };
     bool ok = true;
-    for (size_t j = 0; j < k && ok; ++j) {
-      if (dropped[j]) continue;
-      each_operand(hot_[j], [&](auto& p, bool, bool) { ok = ok && !in_d(p); });
-    }
+    for (size_t j = 0; j < k && ok; ++j) ok = st.dropped[j] || !st.in(j, bd);
     size_t last_read = k;
-    for (size_t j = k + 1; j < n_hot && ok; ++j)
-      each_operand(hot_[j], [&](auto& p, bool written, bool redirectable) {
-        if (!in_d(p)) return;
-        if (written || !redirectable) ok = false;
+    for (size_t j = k + 1; j < n_hot && ok; ++j) {
+      const RecordUses& r = st.uses[j];
+      for (int i = 0; i < r.n; ++i) {
+        if (r.use[i].buffer != bd) continue;
+        if (r.use[i].written || !r.use[i].redirectable) ok = false;
         last_read = j;
-      });
-    for (size_t j = k + 1; j <= last_read && ok; ++j)
-      each_operand(hot_[j], [&](auto& p, bool written, bool) {
-        if (!written || !p) return;
-        const int b = ext.find(p);
-        if (bs >= 0 ? b == bs : b < 0) ok = false;
-      });
+      }
+    }
+    // When S lies in a buffer the analysis does not know (-1), nothing up to the last read may
+    // write outside the known ones.
+    ok = ok && !st.written_between(bs, k, last_read + 1);
     if (!ok) continue;
-    for (size_t j = k + 1; j <= last_read; ++j)
+    for (size_t j = k + 1; j <= last_read; ++j) {
       each_operand(hot_[j], [&](auto& p, bool, bool redirectable) {
-        if (redirectable && in_d(p)) {
+        if (redirectable && p && ext.find(p) == bd) {
           const auto* q = s + (reinterpret_cast<const char*>(p) - d);
           p = static_cast<std::remove_reference_t<decltype(p)>>(static_cast<void*>(const_cast<char*>(q)));
         }
       });
-    dropped[k] = 1;
+      note_uses(st, j);
+    }
+    st.dropped[k] = 1;
     ++forwarded_;
   }
 }

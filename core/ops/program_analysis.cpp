@@ -42,13 +42,14 @@ void KernelProgram::plan_host_passes() const {
     }
   }
 
-  std::vector<char> dropped(hot_.size(), 0);
-  forward_copies(ext, dropped);
-  fuse_contractions(ext, dropped);
+  PassState st{ext, std::vector<RecordUses>(hot_.size()), std::vector<char>(hot_.size(), 0)};
+  for (size_t k = 0; k < hot_.size(); ++k) note_uses(st, k);
+  forward_copies(st);
+  fuse_contractions(st);
   if (forwarded_ + fused_ == 0) return;
   size_t w = 0;
   for (size_t k = 0; k < hot_.size(); ++k)
-    if (!dropped[k]) hot_[w++] = hot_[k];
+    if (!st.dropped[k]) hot_[w++] = hot_[k];
   hot_.resize(w);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tenax/core/error.h"
 #include "tenax/core/ops/capture.h"
 
 namespace tenax::detail {
@@ -64,6 +65,52 @@ class Extents {
   std::vector<Extent> all_;
 };
 
+/// One operand of a replay record: the buffer holding it (an Extents index; -1: a buffer the
+/// analysis does not know; kNoBuffer: a null operand), and whether the record writes it and whether
+/// a pass may point it elsewhere.
+struct OperandUse {
+  static constexpr int kNoBuffer = -2;
+  int buffer = kNoBuffer;
+  bool written = false, redirectable = false;
+};
+/// A record's operands (at most 5: KernelProgram::each_operand).
+struct RecordUses {
+  static constexpr int kMax = 6;
+  int n = 0;
+  OperandUse use[kMax];
+};
+
+/// What the planning passes share: the known buffers, each record's operands by buffer (a pass
+/// that rewrites a record's operands refreshes its entry: KernelProgram::note_uses), and the
+/// records dropped so far. The scans below skip dropped records.
+struct PassState {
+  const Extents& ext;
+  std::vector<RecordUses> uses;
+  std::vector<char> dropped;
+
+  [[nodiscard]] size_t size() const { return uses.size(); }
+  /// Whether record j has an operand in buffer b (written only, with `writes`).
+  [[nodiscard]] bool in(size_t j, int b, bool writes = false) const {
+    const RecordUses& r = uses[j];
+    for (int i = 0; i < r.n; ++i)
+      if (r.use[i].buffer == b && (!writes || r.use[i].written)) return true;
+    return false;
+  }
+  /// The first live record from `from` on with an operand in buffer b (size(): none).
+  [[nodiscard]] size_t next_access(int b, size_t from) const {
+    for (size_t j = from; j < size(); ++j)
+      if (!dropped[j] && in(j, b)) return j;
+    return size();
+  }
+  /// Whether a live record strictly between lo and hi writes buffer b (b = -1: any buffer the
+  /// analysis does not know).
+  [[nodiscard]] bool written_between(int b, size_t lo, size_t hi) const {
+    for (size_t j = lo + 1; j < hi; ++j)
+      if (!dropped[j] && in(j, b, true)) return true;
+    return false;
+  }
+};
+
 // A record's operands as f(pointer, written, redirectable): an inline call's output and inputs, a
 // flat call's operand 0 (written) and the rest, a contraction's x, y, its base when that is not z,
 // and z (written); an `other` call's tensors count as written and cannot be redirected. `pointer`
@@ -91,6 +138,16 @@ void KernelProgram::each_operand(Hot& h, F&& f) const {
       f(p, true, false);
     }
   }
+}
+
+inline void KernelProgram::note_uses(PassState& st, size_t k) const {
+  RecordUses& r = st.uses[k];
+  r.n = 0;
+  each_operand(hot_[k], [&](auto& p, bool written, bool redirectable) {
+    if (r.n == RecordUses::kMax)
+      throw Error("[replay planning] internal: a record has more operands than expected");
+    r.use[r.n++] = {p ? st.ext.find(p) : OperandUse::kNoBuffer, written, redirectable};
+  });
 }
 
 }  // namespace tenax::detail
