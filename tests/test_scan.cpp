@@ -495,8 +495,8 @@ TEST(CopyForwarding, ReadsTheSourceOnlyWhereThatGivesTheSameValues) {
   EXPECT_EQ(s.to_vector(), w.to_vector());
 }
 
-// z(i, j) += Σ_k x(i, k) y(k, j) for 2 x 2 tensors, through the kernel table (what reverse rules
-// record: a contraction accumulating into its output).
+// z(i, j) += Σ_k x(i, k) y(k, j), through the kernel table (what reverse rules record: a
+// contraction accumulating into its output).
 void accumulate_product(const Tensor& z, const Tensor& x, const Tensor& y) {
   detail::ContractArgs a;
   a.x = x.data_ptr();
@@ -504,81 +504,88 @@ void accumulate_product(const Tensor& z, const Tensor& x, const Tensor& y) {
   a.z = z.data_ptr();
   a.accumulate = true;
   a.m.rank = a.n.rank = a.k.rank = 1;
-  a.m.sizes[0] = a.n.sizes[0] = a.k.sizes[0] = 2;
-  a.m.x[0] = x.strides()[0];
-  a.m.z[0] = z.strides()[0];
-  a.n.y[0] = y.strides()[1];
-  a.n.z[0] = z.strides()[1];
-  a.k.x[0] = x.strides()[1];
-  a.k.y[0] = y.strides()[0];
+  a.m.sizes[0] = x.size("i");
+  a.n.sizes[0] = y.size("j");
+  a.k.sizes[0] = x.size("k");
+  a.m.x[0] = x.stride("i");
+  a.m.z[0] = z.stride("i");
+  a.n.y[0] = y.stride("j");
+  a.n.z[0] = z.stride("j");
+  a.k.x[0] = x.stride("k");
+  a.k.y[0] = y.stride("k");
   detail::kernels(z.device()).contract[0](a);
 }
 
 // Contraction fusion (KernelProgram::allow_copy_forwarding): a contraction takes in the copy, add
 // or subtraction next to it where that gives the same bits, and nowhere else. The programs are
-// captured twice, one replayed as captured; both run after every input changed.
+// captured twice, one replayed as captured; both run after every input changed. Sizes 2, 3, 5
+// and 8 reach the vector row, scalar and (above 4) medium kernels.
 TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits) {
-  const Axes ij{{"i", 2}, {"j", 2}};
-  const Tensor x = zeros(Axes{{"i", 2}, {"k", 2}}), y = zeros(Axes{{"k", 2}, {"j", 2}}), s = zeros(ij),
-               w = zeros(ij);
-  std::vector<Tensor> outs;
-  for (int k = 0; k < 8; ++k) outs.push_back(zeros(ij));
-  auto step = [&] {
-    detail::copy_into(outs[0], s + dot(x, y, {"k"}));  // fused: o = S + x·y
-    detail::copy_into(outs[1], s - dot(x, y, {"k"}));  // fused: o = S - x·y
-    detail::copy_into(outs[2], dot(x, y, {"k"}));      // fused: the product written into outs[2]
-    const Tensor d = detail::copy_of(s);               // fused: D = S + x·y, the copy dropped
-    accumulate_product(d, x, y);
-    detail::copy_into(outs[3], d);
-    detail::copy_into(outs[4], dot(x, y, {"k"}) - s);  // T - S: no such form
-    const Tensor t = dot(x, y, {"k"});                 // T read twice
-    detail::copy_into(outs[5], s + t);
-    detail::copy_into(outs[6], t * s);
-    const Tensor u = dot(x, y, {"k"});  // x written between the product and the add
-    detail::copy_into(x, x * rename(s, "j", "k"));
-    detail::copy_into(outs[7], s + u);
-    const Tensor e = detail::copy_of(s);  // S written between the copy and the accumulation
-    detail::copy_into(s, w);
-    accumulate_product(e, x, y);
-    detail::copy_into(outs[7], outs[7] + e);
-  };
-  std::vector<StoragePtr> known;
-  for (const Tensor* t : {&x, &y, &s, &w}) known.push_back(t->storage());
-  for (const Tensor& t : outs) known.push_back(t.storage());
-  detail::KernelProgram fused, plain;
-  detail::capture_into(fused, step);
-  detail::capture_into(plain, step);
-  fused.allow_copy_forwarding(nullptr, {}, known);
-  auto load = [&](uint64_t seed) {
-    detail::copy_into(x, randn(x.axes(), seed));
-    detail::copy_into(y, randn(y.axes(), seed + 1));
-    detail::copy_into(s, randn(ij, seed + 2));
-    detail::copy_into(w, randn(ij, seed + 3));
-    for (const Tensor& o : outs) detail::copy_into(o, full(ij, 99.0));
-  };
-  for (uint64_t seed = 1; seed < 4; ++seed) {
-    load(seed);
-    plain.run("test", 0);
-    std::vector<std::vector<double>> expected;
-    for (const Tensor& o : outs) expected.push_back(o.to_vector());
-    load(seed);
-    fused.run("test", 0);
-    for (size_t k = 0; k < outs.size(); ++k) EXPECT_EQ(outs[k].to_vector(), expected[k]) << "output " << k;
-  }
-  EXPECT_EQ(fused.fused_contractions(), 4U);
-  EXPECT_EQ(plain.fused_contractions(), 0U);
+  for (const int64_t n : {2, 3, 5, 8}) {
+    SCOPED_TRACE("size " + std::to_string(n));
+    const Axes ij{{"i", n}, {"j", n}};
+    const Tensor x = zeros(Axes{{"i", n}, {"k", n}}), y = zeros(Axes{{"k", n}, {"j", n}}), s = zeros(ij),
+                 w = zeros(ij);
+    std::vector<Tensor> outs;
+    for (int k = 0; k < 8; ++k) outs.push_back(zeros(ij));
+    auto step = [&] {
+      detail::copy_into(outs[0], s + dot(x, y, {"k"}));  // fused: o = S + x·y
+      detail::copy_into(outs[1], s - dot(x, y, {"k"}));  // fused: o = S - x·y
+      detail::copy_into(outs[2], dot(x, y, {"k"}));      // fused: the product written into outs[2]
+      const Tensor d = detail::copy_of(s);               // fused: D = S + x·y, the copy dropped
+      accumulate_product(d, x, y);
+      detail::copy_into(outs[3], d);
+      detail::copy_into(outs[4], dot(x, y, {"k"}) - s);  // T - S: no such form
+      const Tensor t = dot(x, y, {"k"});                 // T read twice
+      detail::copy_into(outs[5], s + t);
+      detail::copy_into(outs[6], t * s);
+      const Tensor u = dot(x, y, {"k"});  // x written between the product and the add
+      detail::copy_into(x, x * rename(s, "j", "k"));
+      detail::copy_into(outs[7], s + u);
+      const Tensor e = detail::copy_of(s);  // S written between the copy and the accumulation
+      detail::copy_into(s, w);
+      accumulate_product(e, x, y);
+      detail::copy_into(outs[7], outs[7] + e);
+    };
+    std::vector<StoragePtr> known;
+    for (const Tensor* t : {&x, &y, &s, &w}) known.push_back(t->storage());
+    for (const Tensor& t : outs) known.push_back(t.storage());
+    detail::KernelProgram fused, plain;
+    detail::capture_into(fused, step);
+    detail::capture_into(plain, step);
+    fused.allow_copy_forwarding(nullptr, {}, known);
+    auto load = [&](uint64_t seed) {
+      detail::copy_into(x, randn(x.axes(), seed));
+      detail::copy_into(y, randn(y.axes(), seed + 1));
+      detail::copy_into(s, randn(ij, seed + 2));
+      detail::copy_into(w, randn(ij, seed + 3));
+      for (const Tensor& o : outs) detail::copy_into(o, full(ij, 99.0));
+    };
+    for (uint64_t seed = 1; seed < 4; ++seed) {
+      load(seed);
+      plain.run("test", 0);
+      std::vector<std::vector<double>> expected;
+      for (const Tensor& o : outs) expected.push_back(o.to_vector());
+      load(seed);
+      fused.run("test", 0);
+      for (size_t k = 0; k < outs.size(); ++k) EXPECT_EQ(outs[k].to_vector(), expected[k]) << "output " << k;
+    }
+    EXPECT_EQ(fused.fused_contractions(), 4U);
+    EXPECT_EQ(plain.fused_contractions(), 0U);
+    if (n != 2) continue;
 
-  // Against values worked by hand (small integers: every product and sum exact).
-  detail::copy_into(x, tensor({{1.0, 2.0}, {3.0, 4.0}}, "i", "k"));
-  detail::copy_into(y, tensor({{5.0, 6.0}, {7.0, 8.0}}, "k", "j"));
-  detail::copy_into(s, tensor({{1.0, -1.0}, {2.0, 0.5}}, "i", "j"));
-  fused.run("test", 0);
-  // x·y = [[19, 22], [43, 50]]
-  EXPECT_EQ(outs[0].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
-  EXPECT_EQ(outs[1].to_vector(), (std::vector<double>{-18.0, -23.0, -41.0, -49.5}));
-  EXPECT_EQ(outs[2].to_vector(), (std::vector<double>{19.0, 22.0, 43.0, 50.0}));
-  EXPECT_EQ(outs[3].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
-  EXPECT_EQ(outs[4].to_vector(), (std::vector<double>{18.0, 23.0, 41.0, 49.5}));
+    // Against values worked by hand (small integers: every product and sum exact).
+    detail::copy_into(x, tensor({{1.0, 2.0}, {3.0, 4.0}}, "i", "k"));
+    detail::copy_into(y, tensor({{5.0, 6.0}, {7.0, 8.0}}, "k", "j"));
+    detail::copy_into(s, tensor({{1.0, -1.0}, {2.0, 0.5}}, "i", "j"));
+    fused.run("test", 0);
+    // x·y = [[19, 22], [43, 50]]
+    EXPECT_EQ(outs[0].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
+    EXPECT_EQ(outs[1].to_vector(), (std::vector<double>{-18.0, -23.0, -41.0, -49.5}));
+    EXPECT_EQ(outs[2].to_vector(), (std::vector<double>{19.0, 22.0, 43.0, 50.0}));
+    EXPECT_EQ(outs[3].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
+    EXPECT_EQ(outs[4].to_vector(), (std::vector<double>{18.0, 23.0, 41.0, 49.5}));
+  }
 }
 
 // simplify() on random programs over six elements (two read after the loop) and a moving input
