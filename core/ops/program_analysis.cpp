@@ -21,7 +21,7 @@ void KernelProgram::plan_host_passes() const {
   for (const void* p : owned_)
     if (const int b = ext.find(p); b >= 0) ext.set_own(b, true);
   for (const StoragePtr& s : shared_)
-    if (const int b = s ? ext.find(s->data()) : -1; b >= 0) ext.set_own(b, false);
+    if (const int b = s && s->bytes() > 0 ? ext.find(s->data()) : -1; b >= 0) ext.set_own(b, false);
 
   // The records get their own plans and flat arguments, which the passes may rewrite. Reserved to
   // their upper bounds first: the records point into them.
