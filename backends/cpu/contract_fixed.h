@@ -24,10 +24,6 @@ template <class T, class S>
 T with_base(T b, T sum, S sign) {
   return b + T(sign) * sum;
 }
-template <class T>
-T sign_of(const detail::ContractPlan& p) {
-  return static_cast<T>(p.sign);
-}
 
 // Fully unrolled, strides at run time: any layout.
 template <class T, int M, int N, int K>
@@ -42,7 +38,7 @@ void contract_fixed(const detail::ContractPlan& p) {
       for (int n = 0; n < N; ++n) acc[m][n] += xv * y[k * p.ky + n * p.ny];
     }
   const T* b = static_cast<const T*>(p.base);
-  const T sign = sign_of<T>(p);
+  const auto sign = static_cast<T>(p.sign);
   const int64_t mz = p.mz, nz = p.nz;
   for (int m = 0; m < M; ++m)
     for (int n = 0; n < N; ++n) {
@@ -76,7 +72,7 @@ void contract_fixed_rows(const detail::ContractPlan& p) {
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
   const T* base = static_cast<const T*>(p.base);
-  const T sign = sign_of<T>(p);
+  const auto sign = static_cast<T>(p.sign);
   const int64_t mx = p.mx, kx = p.kx, mz = p.mz;
   V yk[K][NV];
   for (int k = 0; k < K; ++k)
@@ -138,7 +134,7 @@ void contract_medium_rows(const detail::ContractPlan& p) {
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
   const T* base = static_cast<const T*>(p.base);
-  const T sign = sign_of<T>(p);
+  const auto sign = static_cast<T>(p.sign);
   const int64_t M = p.m, K = p.k, mx = p.mx, kx = p.kx, mz = p.mz;
   int64_t ky = p.ky;
   [[maybe_unused]] alignas(64) T packed[kMedium * N];
@@ -172,7 +168,7 @@ void contract_medium_scalar(const detail::ContractPlan& p) {
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(p.z);
   const T* b = static_cast<const T*>(p.base);
-  const T sign = sign_of<T>(p);
+  const auto sign = static_cast<T>(p.sign);
   for (int64_t m = 0; m < p.m; ++m) {
     T acc[N] = {};
     for (int64_t k = 0; k < p.k; ++k) {

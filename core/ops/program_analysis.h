@@ -73,7 +73,8 @@ struct OperandUse {
   int buffer = kNoBuffer;
   bool written = false, redirectable = false;
 };
-/// A record's operands (at most 5: KernelProgram::each_operand).
+/// A record's operands (KernelProgram::each_operand: at most 5 today — a flat kernel's arity, an
+/// `other` call's touches — so kMax leaves one spare).
 struct RecordUses {
   static constexpr int kMax = 6;
   int n = 0;
