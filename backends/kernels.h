@@ -134,6 +134,19 @@ using LogdetFn = int64_t (*)(MatView a, void* out, MatView inv_t, bool want_inve
                              const MatBatch& batch);
 /// Reverse rule of Cholesky: Abar from L and Lbar (see core/ops/linalg.cpp for the formula).
 using CholeskyVjpFn = void (*)(MatView l, MatView lbar, MatView abar, const MatBatch& batch);
+/// The square-matrix kernels above on ONE matrix, resolved once for replays (a captured host scan
+/// step): the backend's function for the kind and size, the matrix offsets folded into the views,
+/// so that a replay goes straight to the unrolled loops. Cholesky: a → b; its reverse rule:
+/// l = a, lbar = b, abar = c; triangular solve: t = a on r, lower or upper.
+enum class MatKind : uint8_t { cholesky, cholesky_vjp, tri_solve };
+struct MatPlan {
+  int64_t (*run)(const MatPlan& plan) = nullptr;  ///< 0 when the matrix failed, else -1
+  MatView a, b, c;
+  RhsView r;
+  bool lower = true;
+};
+/// Sets plan.run when the backend has a resolved form for this kind and size (false: replay the call).
+using MatPlanFn = bool (*)(MatKind kind, MatPlan& plan);
 
 /// x_t = a_t x_{t-1} + b_t along one dimension of T steps (x_{-1} = 0), for `lanes` independent
 /// lanes; lane l of operand o starts at offsets_o[l] and steps by step_o (0 = broadcast).
@@ -254,6 +267,7 @@ struct KernelTable {
   CholeskyFn cholesky[2] = {};
   CholeskyVjpFn cholesky_vjp[2] = {};
   TriSolveFn tri_solve[2] = {};
+  MatPlanFn mat_plan[2] = {};  ///< optional (host: Cholesky and triangular solves of sizes <= 4)
   SolveFn solve[2] = {};
   LogdetFn logdet[2] = {};
   RecurrenceFn recurrence[2] = {};

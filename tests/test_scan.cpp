@@ -318,6 +318,56 @@ TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   expect_scan_matches_unrolled(body, {randn(Axes{{"j", 3}}, 5)}, randn(Axes{{"t", 7}, {"j", 3}}, 6), ScanOptions{});
 }
 
+Tensor identity(int64_t n, const char* row, const char* col) {
+  std::vector<double> v(static_cast<size_t>(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i * n + i)] = 1.0;
+  return tensor(v, Axes{{row, n}, {col, n}});
+}
+
+TEST(Scan, CompiledStepsReplayCholeskyAndTriangularSolvesOfEverySize) {
+  // Sizes 1 to 4 replay resolved per size (MatPlan), 5 through the batched kernels; lower and
+  // upper, transposed, one or three right-hand sides; value and gradient (the Cholesky and
+  // triangular-solve reverse rules) against the unrolled loop.
+  for (int64_t n = 1; n <= 5; ++n)
+    for (bool lower : {true, false})
+      for (int64_t nrhs : {1, 3}) {
+        ScanBody body = [n, lower](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+          Tensor s = c[0] + x[0];  // (j)
+          Tensor a = s * rename(s, "j", "k") * 0.05 + identity(n, "j", "k") * 2.0;
+          Tensor l = cholesky(a, "j", "k");
+          Tensor t = lower ? l : rename(l, {"j", "k"}, {"k", "j"});
+          Tensor rhs = c[1];                                         // (j, m)
+          Tensor z = triangular_solve(t, rhs, "j", "k", lower);      // (k, m)
+          Tensor w = triangular_solve(t, z, "j", "k", lower, true);  // (j, m)
+          Tensor next = tanh(w * 0.5 + rhs * 0.5);
+          return std::make_pair(std::vector<Tensor>{s * 0.9, next}, std::vector<Tensor>{sum(z)});
+        };
+        SCOPED_TRACE("n=" + std::to_string(n) + " lower=" + std::to_string(lower) +
+                     " nrhs=" + std::to_string(nrhs));
+        expect_scan_matches_unrolled(body, {randn(Axes{{"j", n}}, 5), randn(Axes{{"j", n}, {"m", nrhs}}, 7)},
+                                     randn(Axes{{"t", 6}, {"j", n}}, 6) * 0.3, ScanOptions{});
+      }
+}
+
+TEST(Scan, CompiledStepsReplayFloat32CholeskyAndSolves) {
+  // The resolved float32 kernels: a float32 scan equals the float64 one to float32 precision.
+  auto run = [](DType dt) {
+    ScanBody body = [dt](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor a = c[0] * rename(c[0], "j", "k") * 0.1 + astype(identity(3, "j", "k"), dt) * 2.0;
+      Tensor l = cholesky(a, "j", "k");
+      Tensor z = triangular_solve(l, x[0], "j", "k");
+      return std::make_pair(std::vector<Tensor>{tanh(rename(z, "k", "j") + c[0] * 0.5)},
+                            std::vector<Tensor>{});
+    };
+    Tensor init = astype(randn(Axes{{"j", 3}}, 1), dt);
+    Tensor xs = astype(randn(Axes{{"t", 9}, {"j", 3}}, 2), dt);
+    return astype(scan(body, {init}, {xs}, "t").carry[0], DType::f64).to_vector();
+  };
+  const std::vector<double> f64 = run(DType::f64), f32 = run(DType::f32);
+  ASSERT_EQ(f64.size(), f32.size());
+  for (size_t i = 0; i < f64.size(); ++i) EXPECT_NEAR(f32[i], f64[i], 1e-5) << i;
+}
+
 TEST(Scan, KeepingIntermediatesGivesWayToTheHostMemoryBudget) {
   // Keeping each step's intermediates is an optimisation: under a host memory budget
   // (set_memory_budget) that has no room for them, the scan recomputes its steps instead of
@@ -673,7 +723,23 @@ TEST(Scan, AFailingFactorisationNamesTheStep) {
     Tensor a = broadcast(x[0], Axes{{"r", 1}, {"q", 1}});
     return std::make_pair(std::vector<Tensor>{c[0] + sum(cholesky(a, "r", "q"))}, std::vector<Tensor>{});
   };
-  expect_error<NumericError>([&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); }, "scan step 5");
+  expect_error<NumericError>(
+      [&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); },
+      "[cholesky] at scan step 5: the matrix at batch index 0 is not positive definite");
+  // A triangular solve whose diagonal reaches zero at step 6 (2 x 2, replayed resolved).
+  std::vector<double> dv(8, 1.0);
+  dv[6] = 0.0;
+  Tensor ds = tensor(dv, Axes{{"t", 8}});
+  ScanBody solve_body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor t = identity(2, "r", "q") * x[0] + tensor({{0.0, 0.0}, {0.5, 0.0}}, "r", "q");
+    Tensor z = triangular_solve(t, c[0], "r", "q");
+    return std::make_pair(std::vector<Tensor>{rename(z, "q", "r") * 0.5}, std::vector<Tensor>{});
+  };
+  expect_error<NumericError>(
+      [&] {
+        (void)scan(solve_body, {tensor({1.0, 2.0}, "r")}, {ds}, "t");
+      },
+      "[triangular_solve] at scan step 6: the matrix at batch index 0 has a zero on its diagonal");
 }
 
 TEST(AssociativeScan, PrefixSumsMatchTheLoopForwardsAndInReverse) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tenax/backends/cpu/register.h"
@@ -96,6 +97,62 @@ int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   });
 }
 
+// One matrix, its size a compile-time constant (MatPlan, for replays).
+template <class T>
+M<T> mat(MatView v) {
+  return {static_cast<T*>(v.data), v.rs, v.cs};
+}
+template <int64_t N>
+using Size = std::integral_constant<int64_t, N>;
+
+template <class T, int64_t N>
+int64_t cholesky_planned(const detail::MatPlan& p) {
+  return small::cholesky<T>(mat<T>(p.a), mat<T>(p.b), Size<N>{}) ? -1 : 0;
+}
+template <class T, int64_t N>
+int64_t cholesky_vjp_planned(const detail::MatPlan& p) {
+  double scratch[2 * N * N];  // P and S, each element written before it is read
+  small::cholesky_vjp<T>(mat<T>(p.a), mat<T>(p.b), mat<T>(p.c), Size<N>{}, scratch, scratch + N * N);
+  return -1;
+}
+template <class T, int64_t N, bool Lower>
+int64_t tri_solve_planned(const detail::MatPlan& p) {
+  return small::triangular_solve<T>(mat<T>(p.a), Size<N>{}, Lower, static_cast<T*>(p.r.data), p.r.nrhs,
+                                    p.r.rs, p.r.cs)
+             ? -1
+             : 0;
+}
+
+template <class T, int64_t... N>
+bool mat_plan_sizes(detail::MatKind kind, detail::MatPlan& p, std::integer_sequence<int64_t, N...>) {
+  using Run = int64_t (*)(const detail::MatPlan&);
+  static constexpr Run chol[] = {cholesky_planned<T, N>...};
+  static constexpr Run vjp[] = {cholesky_vjp_planned<T, N>...};
+  static constexpr Run lower[] = {tri_solve_planned<T, N, true>...};
+  static constexpr Run upper[] = {tri_solve_planned<T, N, false>...};
+  const int64_t n = p.a.n;
+  if (n < 1 || n > static_cast<int64_t>(sizeof...(N))) return false;
+  const auto i = static_cast<size_t>(n - 1);
+  switch (kind) {
+    case detail::MatKind::cholesky:
+      p.run = chol[i];
+      return true;
+    case detail::MatKind::cholesky_vjp:
+      p.run = vjp[i];
+      return true;
+    case detail::MatKind::tri_solve:
+      p.run = p.lower ? lower[i] : upper[i];
+      return true;
+  }
+  return false;
+}
+
+// Sizes 1 to 4 (those the batched kernels unroll too).
+template <class T>
+bool mat_plan(detail::MatKind kind, detail::MatPlan& p) {
+  return mat_plan_sizes<T>(kind, p, std::integer_sequence<int64_t, 1, 2, 3, 4>{});
+}
+
 template <class T>
 void getrf(int n, T* a, int* ipiv, int* info) {
   if constexpr (sizeof(T) == 8) dgetrf_(&n, &n, a, &n, ipiv, info);
@@ -173,6 +230,8 @@ void register_linalg(detail::KernelTable& t) {
   t.cholesky_vjp[1] = cholesky_vjp<float>;
   t.tri_solve[0] = tri_solve<double>;
   t.tri_solve[1] = tri_solve<float>;
+  t.mat_plan[0] = mat_plan<double>;
+  t.mat_plan[1] = mat_plan<float>;
   t.solve[0] = solve<double>;
   t.solve[1] = solve<float>;
   t.logdet[0] = logdet<double>;

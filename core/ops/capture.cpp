@@ -204,14 +204,52 @@ int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kern
   }
 }
 
+// A host call on ONE matrix that the backend resolves (MatPlan): its matrix offsets folded into
+// the views (a, r and b, c by the batch's offsets a, b, c), run and recorded as such. False:
+// the backend has no resolved form (or the call is batched, or on a device): record the call.
+template <int Dev, int Dt>
+bool record_matrix_plan(MatKind kind, MatPlan p, const MatBatch& b, const char* kernel,
+                        std::initializer_list<const void*> touched, int64_t& result) {
+  if constexpr (Dev == 1) {
+    return false;
+  } else {
+    const MatPlanFn plan_of = tables().real[0].mat_plan[Dt];
+    if (!plan_of || b.count != 1) return false;
+    const int64_t item = Dt == 0 ? 8 : 4;
+    auto shift = [&](void*& data, const int64_t* offsets) {
+      if (offsets && data) data = static_cast<char*>(data) + offsets[0] * item;
+    };
+    shift(p.a.data, b.offsets_a);
+    shift(p.b.data, b.offsets_b);
+    shift(p.c.data, b.offsets_c);
+    shift(p.r.data, b.offsets_b);
+    if (!plan_of(kind, p)) return false;
+    result = g_capture->matrix(p, kernel, touched);
+    return true;
+  }
+}
+
 template <int Dev, int Dt>
 int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
+  MatPlan p;
+  p.a = a;
+  p.b = l;
+  int64_t r = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky, p, b, "cholesky", {a.data, l.data}, r)) return r;
   const CholeskyFn fn = tables().real[Dev].cholesky[Dt];
   return record_matrix_call<Dev>(b, l.data, "cholesky", [fn, a, l](const MatBatch& m) { return fn(a, l, m); },
                                  {a.data, l.data});
 }
 template <int Dev, int Dt>
 void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
+  MatPlan p;
+  p.a = l;
+  p.b = lbar;
+  p.c = abar;
+  int64_t r = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky_vjp, p, b, "cholesky vjp", {l.data, lbar.data, abar.data},
+                                  r))
+    return;
   const CholeskyVjpFn fn = tables().real[Dev].cholesky_vjp[Dt];
   (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp",
                                 [fn, l, lbar, abar](const MatBatch& m) {
@@ -222,6 +260,13 @@ void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBat
 }
 template <int Dev, int Dt>
 int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
+  MatPlan p;
+  p.a = t;
+  p.r = r;
+  p.lower = lower;
+  int64_t result = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::tri_solve, p, b, "triangular_solve", {t.data, r.data}, result))
+    return result;
   const TriSolveFn fn = tables().real[Dev].tri_solve[Dt];
   return record_matrix_call<Dev>(b, r.data, "triangular_solve",
                                  [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); },
@@ -510,6 +555,18 @@ void KernelCapture::contract(const ContractPlan& plan) {
   c.kernel = "dot";
   program_.plans_.push_back(plan);
   program_.calls_.push_back(std::move(c));
+}
+
+int64_t KernelCapture::matrix(const MatPlan& plan, const char* kernel,
+                              std::initializer_list<const void*> touched) {
+  const int64_t r = plan.run(plan);
+  KernelProgram::Call c;
+  c.mat = static_cast<int32_t>(program_.mat_plans_.size());
+  c.kernel = kernel;
+  program_.mat_plans_.push_back(plan);
+  program_.calls_.push_back(std::move(c));
+  touches(touched);
+  return r;
 }
 
 void KernelCapture::device_contract(ContractFn fn, const ContractArgs& a, int dtype) {

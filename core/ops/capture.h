@@ -85,6 +85,9 @@ class KernelProgram {
     int64_t outer = 1, count = 0;
     /// A contraction replayed from its plan: index into plans_ (-1: none).
     int32_t plan = -1;
+    /// A call on one matrix replayed from its plan: index into mat_plans_ (-1: none); it also
+    /// names its tensors (touch).
+    int32_t mat = -1;
     /// A flat call of one row: its kernel's inline form (ScalarLoop; Kind::call when none); on
     /// one element also its scalar twin; and its number of operands.
     ScalarFn one = nullptr;
@@ -128,6 +131,7 @@ class KernelProgram {
     const FlatArg* args = nullptr;
     int64_t outer = 1, count = 0;
     const ContractPlan* plan = nullptr;
+    const MatPlan* mat = nullptr;
     /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row, its
     /// operands resolved at planning (into inline_).
     const InlineCall* inl = nullptr;
@@ -135,7 +139,7 @@ class KernelProgram {
     int16_t chain = -1;
     uint32_t call = 0;  ///< its index into calls_ (copy forwarding drops records)
   };
-  static_assert(sizeof(Hot) <= 56, "a replay record is read per call: keep it small");
+  static_assert(sizeof(Hot) <= 64, "a replay record is read per call: keep it within a cache line");
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   void plan_segments() const;
   void plan_chains() const;
@@ -153,6 +157,7 @@ class KernelProgram {
   std::vector<FlatArg> flat_args_;
   std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
   std::vector<ContractPlan> plans_;   ///< contractions resolved at capture
+  std::vector<MatPlan> mat_plans_;    ///< calls on one matrix resolved at capture
   std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
   std::vector<Deferred> deferred_;
   std::vector<ContractArgs> device_dots_;  ///< the device contractions' arguments (for chains)
@@ -212,6 +217,9 @@ class KernelCapture {
                 const void* near = nullptr, std::function<int64_t()> replay = {});
   /// Runs a resolved host contraction and records it (replayed without a std::function).
   void contract(const ContractPlan& plan);
+  /// Runs a resolved host call on one matrix and records it (replayed without a std::function);
+  /// `touched` as for touches(). Returns what the plan's run returns (0: the matrix failed).
+  int64_t matrix(const MatPlan& plan, const char* kernel, std::initializer_list<const void*> touched);
   /// Runs a device contraction (kernel `fn`, dtype index `dtype`) and records it.
   void device_contract(ContractFn fn, const ContractArgs& a, int dtype);
   /// Runs the two-operand device kernel `fn` (a copy or accumulation) with operand `moving` at

@@ -25,6 +25,11 @@ const char* failure_reason(const char* kernel) {
   return "is singular";
 }
 
+[[noreturn]] void matrix_failure(const char* kernel, int64_t bad, const char* what, int64_t position) {
+  throw NumericError(std::string("[") + kernel + "] at " + what + " " + std::to_string(position) +
+                     ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(kernel));
+}
+
 }  // namespace
 
 bool KernelProgram::append_to(ScalarLoop& loop) const {
@@ -69,6 +74,10 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       k = chain_end_[c] - 1;
       continue;
     }
+    if (h.mat) {
+      if (h.mat->run(*h.mat) >= 0) matrix_failure(calls_[h.call].kernel, 0, what, position);
+      continue;
+    }
     const Call& c = calls_[h.call];
     if (c.fn && c.moving >= 0) {
       LoopArg now[2] = {args_[static_cast<size_t>(c.first_arg)], args_[static_cast<size_t>(c.first_arg) + 1]};
@@ -84,10 +93,7 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
     if (bad >= 0 && c.describe)
       throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
                          " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
-    if (bad >= 0)
-      throw NumericError(std::string("[") + c.kernel + "] at " + what + " " + std::to_string(position) +
-                         ": the matrix at batch index " + std::to_string(bad) + " " +
-                         failure_reason(c.kernel));
+    if (bad >= 0) matrix_failure(c.kernel, bad, what, position);
   }
 }
 
@@ -194,9 +200,9 @@ void KernelProgram::plan_segments() const {
       inline_.push_back(resolve_form(c.form, args, c.count));
       inl = &inline_.back();
     }
-    hot_.push_back({c.flat, args, c.outer, c.count,
-                    c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr, inl, -1,
-                    static_cast<uint32_t>(k)});
+    hot_.push_back(
+        {c.flat, args, c.outer, c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr,
+         c.mat >= 0 ? &mat_plans_[static_cast<size_t>(c.mat)] : nullptr, inl, -1, static_cast<uint32_t>(k)});
   }
   plan_chains();
   plan_graphs();
@@ -299,15 +305,18 @@ void KernelProgram::append_moving(ElementwiseFn fn, const LoopDims& dims, const 
 void KernelProgram::append(const KernelProgram& other) {
   const auto arg0 = static_cast<int32_t>(args_.size()), flat0 = static_cast<int32_t>(flat_args_.size());
   const auto plan0 = static_cast<int32_t>(plans_.size()), dot0 = static_cast<int32_t>(device_dots_.size());
+  const auto mat0 = static_cast<int32_t>(mat_plans_.size());
   args_.insert(args_.end(), other.args_.begin(), other.args_.end());
   flat_args_.insert(flat_args_.end(), other.flat_args_.begin(), other.flat_args_.end());
   plans_.insert(plans_.end(), other.plans_.begin(), other.plans_.end());
+  mat_plans_.insert(mat_plans_.end(), other.mat_plans_.begin(), other.mat_plans_.end());
   device_dots_.insert(device_dots_.end(), other.device_dots_.begin(), other.device_dots_.end());
   buffers_.insert(buffers_.end(), other.buffers_.begin(), other.buffers_.end());
   deferred_.insert(deferred_.end(), other.deferred_.begin(), other.deferred_.end());
   for (Call c : other.calls_) {
     c.first_arg += c.flat ? flat0 : arg0;
     if (c.plan >= 0) c.plan += plan0;
+    if (c.mat >= 0) c.mat += mat0;
     if (c.device_dot >= 0) c.device_dot += dot0;
     calls_.push_back(std::move(c));
   }

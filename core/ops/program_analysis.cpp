@@ -6,9 +6,9 @@
 namespace tenax::detail {
 
 void KernelProgram::plan_host_passes() const {
-  // Every record's operands must be known (an `other` call naming the tensors it touches).
+  // Every record's operands must be known (an `other` or matrix call naming the tensors it touches).
   for (const Call& c : calls_) {
-    const bool other_known = c.other && !c.describe && c.touches >= 0;
+    const bool other_known = (c.other || c.mat >= 0) && !c.describe && c.touches >= 0;
     if (!c.flat && c.plan < 0 && !other_known) return;
   }
   Extents ext;

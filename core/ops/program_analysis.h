@@ -114,7 +114,7 @@ struct PassState {
 
 // A record's operands as f(pointer, written, redirectable): an inline call's output and inputs, a
 // flat call's operand 0 (written) and the rest, a contraction's x, y, its base when that is not z,
-// and z (written); an `other` call's tensors count as written and cannot be redirected. `pointer`
+// and z (written); an `other` or matrix call's tensors count as written and cannot be redirected. `pointer`
 // is a reference that a pass may rewrite when redirectable (the records' own copies: own_records).
 template <class F>
 void KernelProgram::each_operand(Hot& h, F&& f) const {
