@@ -11,6 +11,7 @@
 #include "op_check.h"
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/inline_call.h"
 #include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax {
@@ -641,6 +642,74 @@ TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits)
 // simplify() on random programs over six elements (two read after the loop) and a moving input
 // and output: after any number of steps, the live elements and the outputs hold the same bits as
 // with the program as written.
+TEST(InlineCall, EveryKindLengthAndLayoutGivesTheKernelsBits) {
+  // The loop planning picks per call (fixed lengths 1, 2, 4, 8, 16 with b contiguous or
+  // broadcast; the general loop otherwise) against the arithmetic written out here, bit for bit,
+  // with the output apart from its inputs and equal to a (in place).
+  using K = detail::ScalarLoop::Kind;
+  const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
+  auto expect = [](K k, double o, double x, double y) {
+    switch (k) {
+      case K::copy:
+        return x;
+      case K::acc:
+        return o + x;
+      case K::neg:
+        return -x;
+      case K::acc_neg:
+        return o - x;
+      case K::add:
+        return x + y;
+      case K::sub:
+        return x - y;
+      case K::mul:
+        return x * y;
+      default:
+        return o + x * y;
+    }
+  };
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  int checked = 0;
+  for (K k : kinds)
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17})
+      for (int64_t sb : {1, 0, 2})
+        for (int64_t sa : {1, 3})
+          for (bool in_place : {false, true}) {
+            if (in_place && sa != 1) continue;
+            std::vector<double> o(static_cast<size_t>(3 * n + 1)), a(o.size()), b(o.size());
+            for (std::vector<double>* v : {&o, &a, &b})
+              for (double& e : *v) e = normal(rng);
+            if (in_place) a = o;
+            const std::vector<double> o0 = o, a0 = a, b0 = b;
+            detail::InlineCall c;
+            c.o = o.data();
+            c.a = in_place ? o.data() : a.data();
+            c.b = b.data();
+            c.so = 1;
+            c.sa = sa;
+            c.sb = sb;
+            c.n = n;
+            c.kind = k;
+            c.run = detail::inline_run(c);
+            ASSERT_NE(c.run, nullptr);
+            c.run(c);
+            for (int64_t i = 0; i < n; ++i) {
+              const auto at = [](const std::vector<double>& v, int64_t j) {
+                return v[static_cast<size_t>(j)];
+              };
+              const double want = expect(k, at(o0, i), at(a0, i * sa), at(b0, i * sb));
+              ASSERT_EQ(std::memcmp(&o[static_cast<size_t>(i)], &want, sizeof want), 0)
+                  << "kind " << int(k) << " n " << n << " sa " << sa << " sb " << sb << " in place "
+                  << in_place << " element " << i;
+            }
+            for (size_t i = static_cast<size_t>(n); i < o.size(); ++i)
+              ASSERT_EQ(o[i], o0[i]) << "past the row";
+            ++checked;
+          }
+  EXPECT_EQ(checked, 8 * 9 * 3 * 3);
+}
+
 TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
   using K = detail::ScalarLoop::Kind;
   std::mt19937_64 rng(7);

@@ -13,7 +13,7 @@
 
 #include "tenax/backends/kernels.h"
 #include "tenax/core/device.h"
-#include "tenax/core/ops/scalar_loop.h"
+#include "tenax/core/ops/inline_call.h"
 #include "tenax/core/storage.h"
 
 namespace tenax::detail {

@@ -57,7 +57,7 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
   for (size_t k = begin; k < end; ++k) {
     const Hot& h = hot_[k];
     if (h.inl) {
-      run_inline(*h.inl);
+      h.inl->run(*h.inl);
       continue;
     }
     if (h.flat) {
@@ -197,8 +197,11 @@ void KernelProgram::plan_segments() const {
     const FlatArg* args = c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr;
     const InlineCall* inl = nullptr;
     if (is_inline(c)) {
-      inline_.push_back(resolve_form(c.form, args, c.count));
-      inl = &inline_.back();
+      const InlineCall ic = resolve_form(c.form, args, c.count);
+      if (ic.run) {  // every inline form has one; otherwise the flat kernel runs
+        inline_.push_back(ic);
+        inl = &inline_.back();
+      }
     }
     hot_.push_back(
         {c.flat, args, c.outer, c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr,

@@ -1,0 +1,148 @@
+#pragma once
+// Library-internal: a replayed float64 kernel call of one row in an inline form (ScalarLoop::Kind:
+// copy, accumulate, add, mul, ...), its operands resolved and its loop chosen at planning: a
+// function per kind for the row lengths a small step uses (1, 2, 4, 8, 16 contiguous elements,
+// also with a broadcast second operand), a general one otherwise. The kernel's own arithmetic:
+// the results are the bits the kernel gives.
+#include <cstdint>
+
+#include "tenax/core/ops/scalar_loop.h"
+
+namespace tenax::detail {
+
+/// A call of n elements in an inline form (not Kind::call) with its operands resolved: what a
+/// replayed kernel program runs for float64 kernels that have one (core/ops/capture.h). o is
+/// written; a and b are read (b is a for the one-operand forms). `run` is chosen for the kind,
+/// the length and the strides (inline_run); passes may point o, a or b elsewhere, never change
+/// those.
+struct InlineCall {
+  void (*run)(const InlineCall& c) = nullptr;
+  double* o = nullptr;
+  const double* a = nullptr;
+  const double* b = nullptr;
+  int64_t so = 0, sa = 0, sb = 0, n = 0;
+  ScalarLoop::Kind kind = ScalarLoop::Kind::call;
+};
+
+namespace inline_detail {
+
+using K = ScalarLoop::Kind;
+
+/// o[i] = f(o[i], a[i], b[i]) for kind k.
+template <K k>
+inline double apply(double o, double x, double y) {
+  if constexpr (k == K::copy) return x;
+  if constexpr (k == K::acc) return o + x;
+  if constexpr (k == K::neg) return -x;
+  if constexpr (k == K::acc_neg) return o - x;
+  if constexpr (k == K::add) return x + y;
+  if constexpr (k == K::sub) return x - y;
+  if constexpr (k == K::mul) return x * y;
+  if constexpr (k == K::mul_acc) return o + x * y;
+  return 0.0;
+}
+
+/// N contiguous elements (b broadcast when Bcast): every load before any store, so o may be a or
+/// b (rows never overlap otherwise), and the compiler pairs the elements into vector instructions.
+template <K k, int N, bool Bcast>
+void fixed(const InlineCall& c) {
+  double* o = c.o;
+  const double *a = c.a, *b = c.b;
+  double r[N];
+  for (int i = 0; i < N; ++i) r[i] = apply<k>(o[i], a[i], Bcast ? b[0] : b[i]);
+  for (int i = 0; i < N; ++i) o[i] = r[i];
+}
+
+/// Any length and strides: rows of four or more with unit strides four elements at a time (loads
+/// before stores, as above), else element by element.
+template <K k>
+void general(const InlineCall& c) {
+  double* o = c.o;
+  const double *a = c.a, *b = c.b;
+  const int64_t n = c.n;
+  if (n >= 4 && c.so == 1 && c.sa == 1 && c.sb == 1) {
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      double r[4];
+      for (int j = 0; j < 4; ++j) r[j] = apply<k>(o[i + j], a[i + j], b[i + j]);
+      for (int j = 0; j < 4; ++j) o[i + j] = r[j];
+    }
+    for (; i < n; ++i) o[i] = apply<k>(o[i], a[i], b[i]);
+    return;
+  }
+  const int64_t so = c.so, sa = c.sa, sb = c.sb;
+  for (int64_t i = 0; i < n; ++i) o[i * so] = apply<k>(o[i * so], a[i * sa], b[i * sb]);
+}
+
+template <K k, bool Bcast>
+void (*fixed_for(int64_t n))(const InlineCall&) {
+  switch (n) {
+    case 2:
+      return fixed<k, 2, Bcast>;
+    case 4:
+      return fixed<k, 4, Bcast>;
+    case 8:
+      return fixed<k, 8, Bcast>;
+    case 16:
+      return fixed<k, 16, Bcast>;
+    default:
+      return nullptr;
+  }
+}
+
+template <K k>
+void (*pick(const InlineCall& c))(const InlineCall&) {
+  if (c.n == 1) return fixed<k, 1, false>;  // strides do not matter
+  void (*f)(const InlineCall&) = nullptr;
+  if (c.so == 1 && c.sa == 1 && c.sb == 1) f = fixed_for<k, false>(c.n);
+  if (c.so == 1 && c.sa == 1 && c.sb == 0) f = fixed_for<k, true>(c.n);
+  return f ? f : general<k>;
+}
+
+}  // namespace inline_detail
+
+/// The loop for c's kind, length and strides (null for Kind::call and the moving kinds).
+inline void (*inline_run(const InlineCall& c))(const InlineCall&) {
+  using inline_detail::pick;
+  using K = ScalarLoop::Kind;
+  switch (c.kind) {
+    case K::copy:
+      return pick<K::copy>(c);
+    case K::acc:
+      return pick<K::acc>(c);
+    case K::neg:
+      return pick<K::neg>(c);
+    case K::acc_neg:
+      return pick<K::acc_neg>(c);
+    case K::add:
+      return pick<K::add>(c);
+    case K::sub:
+      return pick<K::sub>(c);
+    case K::mul:
+      return pick<K::mul>(c);
+    case K::mul_acc:
+      return pick<K::mul_acc>(c);
+    default:
+      return nullptr;
+  }
+}
+
+/// The InlineCall of one row of n elements of a call in form `f` on its flat arguments.
+inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
+  const FlatArg& o = args[f.operand[0]];
+  const FlatArg& a = args[f.operand[1]];
+  const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
+  InlineCall c;
+  c.o = static_cast<double*>(o.data);
+  c.a = static_cast<const double*>(a.data);
+  c.b = static_cast<const double*>(b.data);
+  c.so = o.stride;
+  c.sa = a.stride;
+  c.sb = b.stride;
+  c.n = n;
+  c.kind = f.kind;
+  c.run = inline_run(c);
+  return c;
+}
+
+}  // namespace tenax::detail
