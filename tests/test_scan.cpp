@@ -642,10 +642,12 @@ TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits)
 // simplify() on random programs over six elements (two read after the loop) and a moving input
 // and output: after any number of steps, the live elements and the outputs hold the same bits as
 // with the program as written.
-TEST(InlineCall, EveryKindLengthAndLayoutGivesTheKernelsBits) {
-  // The loop planning picks per call (fixed lengths 1, 2, 4, 8, 16 with b contiguous or
-  // broadcast; the general loop otherwise) against the arithmetic written out here, bit for bit,
-  // with the output apart from its inputs and equal to a (in place).
+TEST(InlineCall, EveryKindShapeAndLayoutGivesTheKernelsBits) {
+  // The loop planning picks per call (one row: fixed lengths 1, 2, 4, 8, 16 with b contiguous or
+  // broadcast, the general loop otherwise; several rows: 2 x 2, 4 x 4 or the general loop) against
+  // the kernels' element-by-element loop written out here, bit for bit: output apart from its
+  // inputs, equal to a (in place), and (several rows) a reading the output transposed, which
+  // reads elements the call wrote earlier.
   using K = detail::ScalarLoop::Kind;
   const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
   auto expect = [](K k, double o, double x, double y) {
@@ -668,46 +670,55 @@ TEST(InlineCall, EveryKindLengthAndLayoutGivesTheKernelsBits) {
         return o + x * y;
     }
   };
+  enum class A { apart, strided, in_place, transposed_output };
   std::mt19937_64 rng(3);
   std::normal_distribution<double> normal;
   int checked = 0;
   for (K k : kinds)
-    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17})
-      for (int64_t sb : {1, 0, 2})
-        for (int64_t sa : {1, 3})
-          for (bool in_place : {false, true}) {
-            if (in_place && sa != 1) continue;
-            std::vector<double> o(static_cast<size_t>(3 * n + 1)), a(o.size()), b(o.size());
-            for (std::vector<double>* v : {&o, &a, &b})
-              for (double& e : *v) e = normal(rng);
-            if (in_place) a = o;
-            const std::vector<double> o0 = o, a0 = a, b0 = b;
+    for (int64_t outer : {1, 2, 3, 4})
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17})
+        for (int64_t sb : {1, 0, 2})
+          for (A layout : {A::apart, A::strided, A::in_place, A::transposed_output}) {
+            if (layout == A::transposed_output && outer != n) continue;
+            // One block of memory: o at 0 (rows of n), a and b after it.
+            const int64_t span = 3 * outer * n + 1;
+            std::vector<double> mem(static_cast<size_t>(3 * span));
+            for (double& e : mem) e = normal(rng);
+            const int64_t o0 = 0, b0 = 2 * span;
+            int64_t a0 = span, sa = 1, oa = n;
+            if (layout == A::strided) sa = 3, oa = 3 * n;
+            if (layout == A::in_place) a0 = o0;
+            if (layout == A::transposed_output) a0 = o0, sa = n, oa = 1;
+            const int64_t ob = sb == 0 ? 0 : sb * n;
+            std::vector<double> want = mem;
+            for (int64_t r = 0; r < outer; ++r)
+              for (int64_t i = 0; i < n; ++i) {
+                auto at = [&](int64_t j) -> double& { return want[static_cast<size_t>(j)]; };
+                at(o0 + r * n + i) =
+                    expect(k, at(o0 + r * n + i), at(a0 + r * oa + i * sa), at(b0 + r * ob + i * sb));
+              }
             detail::InlineCall c;
-            c.o = o.data();
-            c.a = in_place ? o.data() : a.data();
-            c.b = b.data();
+            c.o = mem.data() + o0;
+            c.a = mem.data() + a0;
+            c.b = mem.data() + b0;
             c.so = 1;
             c.sa = sa;
             c.sb = sb;
             c.n = n;
+            c.outer = outer;
+            c.oo = n;
+            c.oa = oa;
+            c.ob = ob;
             c.kind = k;
             c.run = detail::inline_run(c);
             ASSERT_NE(c.run, nullptr);
             c.run(c);
-            for (int64_t i = 0; i < n; ++i) {
-              const auto at = [](const std::vector<double>& v, int64_t j) {
-                return v[static_cast<size_t>(j)];
-              };
-              const double want = expect(k, at(o0, i), at(a0, i * sa), at(b0, i * sb));
-              ASSERT_EQ(std::memcmp(&o[static_cast<size_t>(i)], &want, sizeof want), 0)
-                  << "kind " << int(k) << " n " << n << " sa " << sa << " sb " << sb << " in place "
-                  << in_place << " element " << i;
-            }
-            for (size_t i = static_cast<size_t>(n); i < o.size(); ++i)
-              ASSERT_EQ(o[i], o0[i]) << "past the row";
+            ASSERT_EQ(std::memcmp(mem.data(), want.data(), mem.size() * sizeof(double)), 0)
+                << "kind " << int(k) << " outer " << outer << " n " << n << " sb " << sb << " layout "
+                << int(layout);
             ++checked;
           }
-  EXPECT_EQ(checked, 8 * 9 * 3 * 3);
+  EXPECT_EQ(checked, 8 * (4 * 9 * 3 * 3 + 4 * 3));
 }
 
 TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {

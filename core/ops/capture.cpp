@@ -519,7 +519,7 @@ bool KernelCapture::record_flat(int device_kind, int slot, const LoopDims& dims,
   call.flat = flat;
   call.outer = loop.outer;
   call.count = loop.count;
-  if (loop.outer == 1) call.form = t.slot_form[slot];
+  call.form = t.slot_form[slot];
   if (loop.outer == 1 && loop.count == 1) call.one = t.slot_one[slot];
   call.arity = static_cast<int8_t>(arity);
   call.first_arg = static_cast<int32_t>(program_.flat_args_.size());

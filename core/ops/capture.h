@@ -88,8 +88,8 @@ class KernelProgram {
     /// A call on one matrix replayed from its plan: index into mat_plans_ (-1: none); it also
     /// names its tensors (touch).
     int32_t mat = -1;
-    /// A flat call of one row: its kernel's inline form (ScalarLoop; Kind::call when none); on
-    /// one element also its scalar twin; and its number of operands.
+    /// A flat call: its kernel's inline form (ScalarLoop; Kind::call when none); on one element
+    /// also its scalar twin; and its number of operands.
     ScalarFn one = nullptr;
     ScalarLoop::Form form;
     int8_t arity = 0;
@@ -132,8 +132,8 @@ class KernelProgram {
     int64_t outer = 1, count = 0;
     const ContractPlan* plan = nullptr;
     const MatPlan* mat = nullptr;
-    /// A float64 kernel with an inline form (ScalarLoop::Form) runs inline over its one row, its
-    /// operands resolved at planning (into inline_).
+    /// A float64 kernel with an inline form (ScalarLoop::Form) runs as an InlineCall, its
+    /// operands and loop resolved at planning (into inline_).
     const InlineCall* inl = nullptr;
     /// The first call of a fused device chain: index into chains_ (-1: none).
     int16_t chain = -1;

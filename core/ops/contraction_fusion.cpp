@@ -29,7 +29,8 @@ void KernelProgram::fuse_contractions(PassState& st) const {
     if (st.dropped[k]) continue;
     const Hot& h = hot_[k];
     if (const InlineCall* cp = h.inl) {  // copy D = S, then a contraction accumulating into D
-      if (cp->kind != ScalarLoop::Kind::copy || cp->so != 1 || cp->sa != 1 || cp->n <= 0) continue;
+      if (cp->kind != ScalarLoop::Kind::copy || cp->outer != 1 || cp->so != 1 || cp->sa != 1 || cp->n <= 0)
+        continue;
       const int64_t bytes = cp->n * kDouble;
       const int bd = ext.own_exactly(cp->o, bytes);
       if (bd < 0) continue;
@@ -56,7 +57,7 @@ void KernelProgram::fuse_contractions(PassState& st) const {
     const size_t j = st.next_access(bt, k + 1);
     if (j == n_hot || !hot_[j].inl || st.next_access(bt, j + 1) != n_hot) continue;
     const InlineCall& c = *hot_[j].inl;
-    if (c.n != p->mn || c.so != 1 || c.sa != 1) continue;
+    if (c.outer != 1 || c.n != p->mn || c.so != 1 || c.sa != 1) continue;
     const int bo = buffer(c.o);
     if (bo < 0 || bo == bt || buffer(p->x) == bo || buffer(p->y) == bo) continue;
     if (c.kind == ScalarLoop::Kind::copy) {  // D = T: the contraction writes D

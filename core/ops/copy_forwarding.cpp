@@ -19,7 +19,9 @@ void KernelProgram::forward_copies(PassState& st) const {
   const size_t n_hot = hot_.size();
   for (size_t k = 0; k < n_hot; ++k) {
     const InlineCall* cp = hot_[k].inl;
-    if (!cp || cp->kind != ScalarLoop::Kind::copy || cp->so != 1 || cp->sa != 1 || cp->n <= 0) continue;
+    if (!cp || cp->kind != ScalarLoop::Kind::copy || cp->outer != 1 || cp->so != 1 || cp->sa != 1 ||
+        cp->n <= 0)
+      continue;
     const auto* d = reinterpret_cast<const char*>(cp->o);
     const auto* s = reinterpret_cast<const char*>(cp->a);
     const int64_t bytes = cp->n * static_cast<int64_t>(sizeof(double));

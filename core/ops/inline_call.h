@@ -1,26 +1,29 @@
 #pragma once
-// Library-internal: a replayed float64 kernel call of one row in an inline form (ScalarLoop::Kind:
-// copy, accumulate, add, mul, ...), its operands resolved and its loop chosen at planning: a
-// function per kind for the row lengths a small step uses (1, 2, 4, 8, 16 contiguous elements,
-// also with a broadcast second operand), a general one otherwise. The kernel's own arithmetic:
-// the results are the bits the kernel gives.
+// Library-internal: a replayed float64 kernel call in an inline form (ScalarLoop::Kind: copy,
+// accumulate, add, mul, ...), its operands resolved and its loop chosen at planning: for one row,
+// a function per kind for the lengths a small step uses (1, 2, 4, 8, 16 contiguous elements, also
+// with a broadcast second operand), a general one otherwise; for several rows (a transposed
+// operand), 2 x 2 and 4 x 4 unrolled or a general loop. The kernel's own arithmetic: the results
+// are the bits the kernel gives.
 #include <cstdint>
 
 #include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax::detail {
 
-/// A call of n elements in an inline form (not Kind::call) with its operands resolved: what a
-/// replayed kernel program runs for float64 kernels that have one (core/ops/capture.h). o is
-/// written; a and b are read (b is a for the one-operand forms). `run` is chosen for the kind,
-/// the length and the strides (inline_run); passes may point o, a or b elsewhere, never change
-/// those.
+/// A call of `outer` rows of n elements in an inline form (not Kind::call) with its operands
+/// resolved: what a replayed kernel program runs for float64 kernels that have one
+/// (core/ops/capture.h). o is written; a and b are read (b is a for the one-operand forms); within
+/// a row they step by so, sa, sb elements, from row to row by oo, oa, ob. `run` is chosen for the
+/// kind, the sizes and the strides (inline_run); passes may point o, a or b elsewhere (one-row
+/// calls only), never change those.
 struct InlineCall {
   void (*run)(const InlineCall& c) = nullptr;
   double* o = nullptr;
   const double* a = nullptr;
   const double* b = nullptr;
   int64_t so = 0, sa = 0, sb = 0, n = 0;
+  int64_t outer = 1, oo = 0, oa = 0, ob = 0;
   ScalarLoop::Kind kind = ScalarLoop::Kind::call;
 };
 
@@ -74,6 +77,20 @@ void general(const InlineCall& c) {
   for (int64_t i = 0; i < n; ++i) o[i * so] = apply<k>(o[i * so], a[i * sa], b[i * sb]);
 }
 
+/// Several rows (R x C when fixed, else c.outer x c.n), element by element in the kernel's order:
+/// a transposed operand may read elements an earlier element of the call wrote (in place), which
+/// then reads what the kernel's loop reads.
+template <K k, int R, int C>
+void rows(const InlineCall& c) {
+  const int64_t outer = R > 0 ? R : c.outer, n = C > 0 ? C : c.n;
+  const int64_t so = c.so, sa = c.sa, sb = c.sb, oo = c.oo, oa = c.oa, ob = c.ob;
+  for (int64_t r = 0; r < outer; ++r) {
+    double* o = c.o + r * oo;
+    const double *a = c.a + r * oa, *b = c.b + r * ob;
+    for (int64_t i = 0; i < n; ++i) o[i * so] = apply<k>(o[i * so], a[i * sa], b[i * sb]);
+  }
+}
+
 template <K k, bool Bcast>
 void (*fixed_for(int64_t n))(const InlineCall&) {
   switch (n) {
@@ -92,6 +109,11 @@ void (*fixed_for(int64_t n))(const InlineCall&) {
 
 template <K k>
 void (*pick(const InlineCall& c))(const InlineCall&) {
+  if (c.outer != 1) {
+    if (c.outer == 2 && c.n == 2) return rows<k, 2, 2>;
+    if (c.outer == 4 && c.n == 4) return rows<k, 4, 4>;
+    return rows<k, 0, 0>;
+  }
   if (c.n == 1) return fixed<k, 1, false>;  // strides do not matter
   void (*f)(const InlineCall&) = nullptr;
   if (c.so == 1 && c.sa == 1 && c.sb == 1) f = fixed_for<k, false>(c.n);
@@ -127,8 +149,8 @@ inline void (*inline_run(const InlineCall& c))(const InlineCall&) {
   }
 }
 
-/// The InlineCall of one row of n elements of a call in form `f` on its flat arguments.
-inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t n) {
+/// The InlineCall of `outer` rows of n elements of a call in form `f` on its flat arguments.
+inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t outer, int64_t n) {
   const FlatArg& o = args[f.operand[0]];
   const FlatArg& a = args[f.operand[1]];
   const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
@@ -140,6 +162,10 @@ inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, i
   c.sa = a.stride;
   c.sb = b.stride;
   c.n = n;
+  c.outer = outer;
+  c.oo = o.outer_stride;
+  c.oa = a.outer_stride;
+  c.ob = b.outer_stride;
   c.kind = f.kind;
   c.run = inline_run(c);
   return c;

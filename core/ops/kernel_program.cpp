@@ -197,7 +197,7 @@ void KernelProgram::plan_segments() const {
     const FlatArg* args = c.flat ? &flat_args_[static_cast<size_t>(c.first_arg)] : nullptr;
     const InlineCall* inl = nullptr;
     if (is_inline(c)) {
-      const InlineCall ic = resolve_form(c.form, args, c.count);
+      const InlineCall ic = resolve_form(c.form, args, c.outer, c.count);
       if (ic.run) {  // every inline form has one; otherwise the flat kernel runs
         inline_.push_back(ic);
         inl = &inline_.back();
