@@ -15,8 +15,8 @@ namespace tenax::detail {
 /// resolved: what a replayed kernel program runs for float64 kernels that have one
 /// (core/ops/capture.h). o is written; a and b are read (b is a for the one-operand forms); within
 /// a row they step by so, sa, sb elements, from row to row by oo, oa, ob. `run` is chosen for the
-/// kind, the sizes and the strides (inline_run); passes may point o, a or b elsewhere (one-row
-/// calls only), never change those.
+/// kind, the sizes and the strides (inline_run); the planning passes may point o, a or b
+/// elsewhere (core/ops/copy_forwarding.cpp), never change those.
 struct InlineCall {
   void (*run)(const InlineCall& c) = nullptr;
   double* o = nullptr;
