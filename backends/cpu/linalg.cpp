@@ -97,28 +97,26 @@ int64_t tri_solve(MatView t, RhsView r, bool lower, const MatBatch& batch) {
   });
 }
 
-// One matrix, its size a compile-time constant (MatPlan, for replays).
-template <class T>
-M<T> mat(MatView v) {
-  return {static_cast<T*>(v.data), v.rs, v.cs};
-}
+// One matrix (its offset already in the view: at(v, nullptr, 0)), its size a compile-time
+// constant (MatPlan, for replays).
 template <int64_t N>
 using Size = std::integral_constant<int64_t, N>;
 
 template <class T, int64_t N>
 int64_t cholesky_planned(const detail::MatPlan& p) {
-  return small::cholesky<T>(mat<T>(p.a), mat<T>(p.b), Size<N>{}) ? -1 : 0;
+  return small::cholesky<T>(at<T>(p.a, nullptr, 0), at<T>(p.b, nullptr, 0), Size<N>{}) ? -1 : 0;
 }
 template <class T, int64_t N>
 int64_t cholesky_vjp_planned(const detail::MatPlan& p) {
   double scratch[2 * N * N];  // P and S, each element written before it is read
-  small::cholesky_vjp<T>(mat<T>(p.a), mat<T>(p.b), mat<T>(p.c), Size<N>{}, scratch, scratch + N * N);
+  small::cholesky_vjp<T>(at<T>(p.a, nullptr, 0), at<T>(p.b, nullptr, 0), at<T>(p.c, nullptr, 0), Size<N>{},
+                         scratch, scratch + N * N);
   return -1;
 }
 template <class T, int64_t N, bool Lower>
 int64_t tri_solve_planned(const detail::MatPlan& p) {
-  return small::triangular_solve<T>(mat<T>(p.a), Size<N>{}, Lower, static_cast<T*>(p.r.data), p.r.nrhs,
-                                    p.r.rs, p.r.cs)
+  return small::triangular_solve<T>(at<T>(p.a, nullptr, 0), Size<N>{}, Lower, static_cast<T*>(p.r.data),
+                                    p.r.nrhs, p.r.rs, p.r.cs)
              ? -1
              : 0;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "tenax/core/dtype.h"
 #include "tenax/core/error.h"
 
 namespace tenax::detail {
@@ -215,7 +216,7 @@ bool record_matrix_plan(MatKind kind, MatPlan p, const MatBatch& b, const char* 
   } else {
     const MatPlanFn plan_of = tables().real[0].mat_plan[Dt];
     if (!plan_of || b.count != 1) return false;
-    const int64_t item = Dt == 0 ? 8 : 4;
+    const auto item = static_cast<int64_t>(itemsize(Dt == 0 ? DType::f64 : DType::f32));  // float_index order
     auto shift = [&](void*& data, const int64_t* offsets) {
       if (offsets && data) data = static_cast<char*>(data) + offsets[0] * item;
     };

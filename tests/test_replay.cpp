@@ -1,0 +1,301 @@
+// Replay planning of captured kernel programs (core/ops/capture.h): copy forwarding, contraction
+// fusion, the inline calls' planned loops and the fused scalar loops' simplify(), each against the
+// program as written or the kernels' own arithmetic, bit for bit. (Whole scans that replay through
+// them are tested in test_scan.cpp.)
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "op_check.h"
+#include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/inline_call.h"
+#include "tenax/core/ops/scalar_loop.h"
+
+namespace tenax {
+namespace {
+
+// Copy forwarding (KernelProgram::allow_copy_forwarding): a replay reads a copy's source instead
+// of a temporary only this program holds, and keeps the copy where the source changes before the
+// temporary's last read. The replays run after the inputs changed, so a stale buffer would show.
+TEST(CopyForwarding, ReadsTheSourceOnlyWhereThatGivesTheSameValues) {
+  const Tensor s = tensor({1.0, 2.0, 3.0, 4.0}, "i"), w = tensor({0.5, -1.0, 2.0, 3.0}, "i");
+  const Tensor out = zeros(Axes{{"i", 4}});
+  detail::KernelProgram forwarded;
+  detail::capture_into(forwarded, [&] {
+    const Tensor t = detail::copy_of(s);  // a temporary: only the program holds it afterwards
+    detail::copy_into(out, t * w + t);
+  });
+  forwarded.allow_copy_forwarding();
+  detail::copy_into(s, tensor({-2.0, 5.0, 0.25, 7.0}, "i"));
+  forwarded.run("test", 0);
+  EXPECT_EQ(forwarded.forwarded_copies(), 1U);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{-3.0, 0.0, 0.75, 28.0}));
+
+  // The source is overwritten after the copy and before the temporary is read: the copy stays.
+  detail::KernelProgram kept;
+  detail::capture_into(kept, [&] {
+    const Tensor t = detail::copy_of(s);
+    detail::copy_into(s, w);
+    detail::copy_into(out, t * w);
+  });
+  kept.allow_copy_forwarding();
+  detail::copy_into(s, tensor({1.0, 2.0, 3.0, 4.0}, "i"));
+  kept.run("test", 0);
+  EXPECT_EQ(kept.forwarded_copies(), 0U);
+  EXPECT_EQ(out.to_vector(), (std::vector<double>{0.5, -2.0, 6.0, 12.0}));
+  EXPECT_EQ(s.to_vector(), w.to_vector());
+}
+
+// z(i, j) += Σ_k x(i, k) y(k, j), through the kernel table (what reverse rules record: a
+// contraction accumulating into its output).
+void accumulate_product(const Tensor& z, const Tensor& x, const Tensor& y) {
+  detail::ContractArgs a;
+  a.x = x.data_ptr();
+  a.y = y.data_ptr();
+  a.z = z.data_ptr();
+  a.accumulate = true;
+  a.m.rank = a.n.rank = a.k.rank = 1;
+  a.m.sizes[0] = x.size("i");
+  a.n.sizes[0] = y.size("j");
+  a.k.sizes[0] = x.size("k");
+  a.m.x[0] = x.stride("i");
+  a.m.z[0] = z.stride("i");
+  a.n.y[0] = y.stride("j");
+  a.n.z[0] = z.stride("j");
+  a.k.x[0] = x.stride("k");
+  a.k.y[0] = y.stride("k");
+  detail::kernels(z.device()).contract[0](a);
+}
+
+// Contraction fusion (KernelProgram::allow_copy_forwarding): a contraction takes in the copy, add
+// or subtraction next to it where that gives the same bits, and nowhere else. The programs are
+// captured twice, one replayed as captured; both run after every input changed. Sizes 2, 3, 5
+// and 8 reach the vector row, scalar and (above 4) medium kernels.
+TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits) {
+  for (const int64_t n : {2, 3, 5, 8}) {
+    SCOPED_TRACE("size " + std::to_string(n));
+    const Axes ij{{"i", n}, {"j", n}};
+    const Tensor x = zeros(Axes{{"i", n}, {"k", n}}), y = zeros(Axes{{"k", n}, {"j", n}}), s = zeros(ij),
+                 w = zeros(ij);
+    std::vector<Tensor> outs;
+    for (int k = 0; k < 8; ++k) outs.push_back(zeros(ij));
+    auto step = [&] {
+      detail::copy_into(outs[0], s + dot(x, y, {"k"}));  // fused: o = S + x·y
+      detail::copy_into(outs[1], s - dot(x, y, {"k"}));  // fused: o = S - x·y
+      detail::copy_into(outs[2], dot(x, y, {"k"}));      // fused: the product written into outs[2]
+      const Tensor d = detail::copy_of(s);               // fused: D = S + x·y, the copy dropped
+      accumulate_product(d, x, y);
+      detail::copy_into(outs[3], d);
+      detail::copy_into(outs[4], dot(x, y, {"k"}) - s);  // T - S: no such form
+      const Tensor t = dot(x, y, {"k"});                 // T read twice
+      detail::copy_into(outs[5], s + t);
+      detail::copy_into(outs[6], t * s);
+      const Tensor u = dot(x, y, {"k"});  // x written between the product and the add
+      detail::copy_into(x, x * rename(s, "j", "k"));
+      detail::copy_into(outs[7], s + u);
+      const Tensor e = detail::copy_of(s);  // S written between the copy and the accumulation
+      detail::copy_into(s, w);
+      accumulate_product(e, x, y);
+      detail::copy_into(outs[7], outs[7] + e);
+    };
+    std::vector<StoragePtr> known;
+    for (const Tensor* t : {&x, &y, &s, &w}) known.push_back(t->storage());
+    for (const Tensor& t : outs) known.push_back(t.storage());
+    detail::KernelProgram fused, plain;
+    detail::capture_into(fused, step);
+    detail::capture_into(plain, step);
+    fused.allow_copy_forwarding(nullptr, {}, known);
+    auto load = [&](uint64_t seed) {
+      detail::copy_into(x, randn(x.axes(), seed));
+      detail::copy_into(y, randn(y.axes(), seed + 1));
+      detail::copy_into(s, randn(ij, seed + 2));
+      detail::copy_into(w, randn(ij, seed + 3));
+      for (const Tensor& o : outs) detail::copy_into(o, full(ij, 99.0));
+    };
+    for (uint64_t seed = 1; seed < 4; ++seed) {
+      load(seed);
+      plain.run("test", 0);
+      std::vector<std::vector<double>> expected;
+      for (const Tensor& o : outs) expected.push_back(o.to_vector());
+      load(seed);
+      fused.run("test", 0);
+      for (size_t k = 0; k < outs.size(); ++k) EXPECT_EQ(outs[k].to_vector(), expected[k]) << "output " << k;
+    }
+    EXPECT_EQ(fused.fused_contractions(), 4U);
+    EXPECT_EQ(plain.fused_contractions(), 0U);
+    if (n != 2) continue;
+
+    // Against values worked by hand (small integers: every product and sum exact).
+    detail::copy_into(x, tensor({{1.0, 2.0}, {3.0, 4.0}}, "i", "k"));
+    detail::copy_into(y, tensor({{5.0, 6.0}, {7.0, 8.0}}, "k", "j"));
+    detail::copy_into(s, tensor({{1.0, -1.0}, {2.0, 0.5}}, "i", "j"));
+    fused.run("test", 0);
+    // x·y = [[19, 22], [43, 50]]
+    EXPECT_EQ(outs[0].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
+    EXPECT_EQ(outs[1].to_vector(), (std::vector<double>{-18.0, -23.0, -41.0, -49.5}));
+    EXPECT_EQ(outs[2].to_vector(), (std::vector<double>{19.0, 22.0, 43.0, 50.0}));
+    EXPECT_EQ(outs[3].to_vector(), (std::vector<double>{20.0, 21.0, 45.0, 50.5}));
+    EXPECT_EQ(outs[4].to_vector(), (std::vector<double>{18.0, 23.0, 41.0, 49.5}));
+  }
+}
+
+TEST(InlineCall, EveryKindShapeAndLayoutGivesTheKernelsBits) {
+  // The loop planning picks per call (one row: fixed lengths 1, 2, 4, 8, 16 with b contiguous or
+  // broadcast, the general loop otherwise; several rows: 2 x 2, 4 x 4 or the general loop) against
+  // the kernels' element-by-element loop written out here, bit for bit: output apart from its
+  // inputs, equal to a (in place), and (several rows) a reading the output transposed, which
+  // reads elements the call wrote earlier.
+  using K = detail::ScalarLoop::Kind;
+  const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
+  auto expect = [](K k, double o, double x, double y) {
+    switch (k) {
+      case K::copy:
+        return x;
+      case K::acc:
+        return o + x;
+      case K::neg:
+        return -x;
+      case K::acc_neg:
+        return o - x;
+      case K::add:
+        return x + y;
+      case K::sub:
+        return x - y;
+      case K::mul:
+        return x * y;
+      default:
+        return o + x * y;
+    }
+  };
+  enum class A { apart, strided, in_place, transposed_output };
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  int checked = 0;
+  for (K k : kinds)
+    for (int64_t outer : {1, 2, 3, 4})
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17})
+        for (int64_t sb : {1, 0, 2})
+          for (A layout : {A::apart, A::strided, A::in_place, A::transposed_output}) {
+            if (layout == A::transposed_output && outer != n) continue;
+            // One block of memory: o at 0 (rows of n), a and b after it.
+            const int64_t span = 3 * outer * n + 1;
+            std::vector<double> mem(static_cast<size_t>(3 * span));
+            for (double& e : mem) e = normal(rng);
+            const int64_t o0 = 0, b0 = 2 * span;
+            int64_t a0 = span, sa = 1, oa = n;
+            if (layout == A::strided) sa = 3, oa = 3 * n;
+            if (layout == A::in_place) a0 = o0;
+            if (layout == A::transposed_output) a0 = o0, sa = n, oa = 1;
+            const int64_t ob = sb == 0 ? 0 : sb * n;
+            std::vector<double> want = mem;
+            for (int64_t r = 0; r < outer; ++r)
+              for (int64_t i = 0; i < n; ++i) {
+                auto at = [&](int64_t j) -> double& { return want[static_cast<size_t>(j)]; };
+                at(o0 + r * n + i) =
+                    expect(k, at(o0 + r * n + i), at(a0 + r * oa + i * sa), at(b0 + r * ob + i * sb));
+              }
+            detail::InlineCall c;
+            c.o = mem.data() + o0;
+            c.a = mem.data() + a0;
+            c.b = mem.data() + b0;
+            c.so = 1;
+            c.sa = sa;
+            c.sb = sb;
+            c.n = n;
+            c.outer = outer;
+            c.oo = n;
+            c.oa = oa;
+            c.ob = ob;
+            c.kind = k;
+            c.run = detail::inline_run(c);
+            ASSERT_NE(c.run, nullptr);
+            c.run(c);
+            ASSERT_EQ(std::memcmp(mem.data(), want.data(), mem.size() * sizeof(double)), 0)
+                << "kind " << int(k) << " outer " << outer << " n " << n << " sb " << sb << " layout "
+                << int(layout);
+            ++checked;
+          }
+  EXPECT_EQ(checked, 8 * (4 * 9 * 3 * 3 + 4 * 3));
+}
+
+// simplify() on random programs over six elements (two read after the loop) and a moving input
+// and output: after any number of steps, the live elements and the outputs hold the same bits as
+// with the program as written.
+TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
+  using K = detail::ScalarLoop::Kind;
+  std::mt19937_64 rng(7);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const detail::ScalarFn halve_plus_one = [](void* const* p) {
+    *static_cast<double*>(p[0]) = *static_cast<const double*>(p[1]) * 0.5 + 1.0;
+  };
+  constexpr int kSteps = 5;
+  int simplified = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    struct Memory {
+      double e[6];
+      double in[kSteps], out[kSteps];
+    };
+    Memory start{};
+    for (double& v : start.e) v = static_cast<double>(pick(7)) - 3;
+    for (int s = 0; s < kSteps; ++s) start.in[s] = static_cast<double>(pick(5)) - 2;
+    // The program as offsets into a Memory, bound to two copies of it below.
+    struct Op {
+      K kind;
+      int arity, moving, operand[3];
+    };
+    std::vector<Op> ops;
+    const int n = 3 + pick(10);
+    for (int i = 0; i < n; ++i) {
+      const K kinds[] = {K::copy, K::copy, K::copy,    K::acc,  K::neg,  K::acc_neg, K::add,
+                         K::sub,  K::mul,  K::mul_acc, K::call, K::copy, K::acc};
+      Op op{kinds[pick(13)], 3, -1, {pick(6), pick(6), pick(6)}};
+      if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg ||
+          op.kind == K::call)
+        op.arity = 2;
+      const int r = pick(8);
+      if ((op.kind == K::copy || op.kind == K::acc) && r < 2) op.moving = r;  // moving in / out
+      ops.push_back(op);
+    }
+    auto bind = [&](Memory& m) {
+      detail::ScalarLoop loop;
+      for (const Op& op : ops) {
+        detail::ScalarLoop::Ins ins;
+        ins.kind = op.kind;
+        ins.arity = static_cast<int8_t>(op.arity);
+        ins.fn = op.kind == K::call ? halve_plus_one : nullptr;
+        for (int a = 0; a < op.arity; ++a) ins.p[a] = &m.e[op.operand[a]];
+        if (op.moving >= 0) {
+          ins.moving = static_cast<int8_t>(op.moving);
+          ins.p[op.moving] = op.moving == 0 ? static_cast<void*>(m.out) : static_cast<void*>(m.in);
+          ins.stride = sizeof(double);
+        }
+        loop.push(ins);
+      }
+      loop.live_out(&m.e[0]);
+      loop.live_out(&m.e[1]);
+      return loop;
+    };
+    Memory as_written = start, fused = start;
+    detail::ScalarLoop plain = bind(as_written), simple = bind(fused);
+    simple.simplify();
+    simplified += simple.size() < plain.size();
+    plain.run(0, kSteps, 1);
+    simple.run(0, kSteps, 1);
+    auto bits = [](double v) {
+      uint64_t b = 0;
+      std::memcpy(&b, &v, sizeof b);
+      return b;
+    };
+    for (int e = 0; e < 2; ++e)
+      ASSERT_EQ(bits(fused.e[e]), bits(as_written.e[e])) << "trial " << trial << " element " << e;
+    for (int s = 0; s < kSteps; ++s)
+      ASSERT_EQ(bits(fused.out[s]), bits(as_written.out[s])) << "trial " << trial << " step " << s;
+  }
+  EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
+}
+
+}  // namespace
+}  // namespace tenax
