@@ -4,8 +4,10 @@
 #include "tenax/autodiff/scan.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "tenax/autodiff/recording.h"
+#include "tenax/autodiff/scan_cache.h"
 #include "tenax/autodiff/scan_plan.h"
 #include "tenax/autodiff/scan_program.h"
 #include "tenax/core/ops.h"
@@ -19,16 +21,66 @@ const Name kCheckpointAxis("__scan_checkpoint");
 
 int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
+}  // namespace
+
+// What a ScanCache keeps: the plan, the compiled program, and what a call must match to reuse them.
+struct detail::ScanCache::Entry {
+  std::shared_ptr<ScanPlan> plan;
+  std::unique_ptr<detail::StepProgram> program;
+  Name over;
+  int64_t steps = 0;
+  ScanOptions opt;
+  std::vector<Axes> init_axes, x_axes, capture_axes;
+  std::vector<DType> init_types, x_types, capture_types;
+  std::vector<char> tracked;       // per capture: a parameter of the tape at the trace
+  std::vector<Tensor> fixed;       // per capture: its value then, when untracked
+  std::vector<Name> mapped;        // the nmap axes active then
+  std::vector<int> param_capture;  // per plan parameter: the capture it is
+  std::vector<Axes> widen;         // per carry: the mapped axes init was broadcast to (widen_to_mapped)
+};
+
+detail::ScanCache::ScanCache() = default;
+detail::ScanCache::~ScanCache() = default;
+
+std::unique_ptr<detail::ScanCache::Entry> detail::ScanCache::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(entry_);
+}
+
+void detail::ScanCache::give(std::unique_ptr<Entry> e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!entry_) entry_ = std::move(e);
+}
+
+namespace {
+
 // Everything one scan call needs again in its reverse pass.
 struct ScanRun final : detail::CustomNode {
   std::shared_ptr<ScanPlan> plan;
   std::unique_ptr<detail::StepProgram> program;  // compiled on first use
   std::vector<Tensor> init, xs;
+  std::vector<Tensor> params;  // this call's tensors behind the plan's parameters
   Name over;
   int64_t steps = 0;
   ScanOptions opt;
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
   bool bisection = false;           // memory_budget below all carries: recursive bisection
+  // A call through a ScanCache: the entry its program goes back into when this run is done (once
+  // its forward pass completed), and the cache.
+  std::unique_ptr<detail::ScanCache::Entry> entry;
+  std::weak_ptr<detail::ScanCache> cache;
+  bool complete = false;
+
+  ScanRun() = default;
+  ScanRun(const ScanRun&) = delete;
+  ScanRun& operator=(const ScanRun&) = delete;
+  ~ScanRun() override {
+    if (!entry || !complete || !program || !program->built(false)) return;
+    if (auto c = cache.lock()) {
+      entry->program = std::move(program);
+      c->give(std::move(entry));
+    }
+  }
 
   [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
   const char* name() const override { return "scan"; }
@@ -40,7 +92,9 @@ struct ScanRun final : detail::CustomNode {
   }
 
   detail::StepProgram& compiled() {
-    if (!program) program = std::make_unique<detail::StepProgram>(plan, init, xs, over, opt.reverse, steps);
+    if (!program)
+      program =
+          std::make_unique<detail::StepProgram>(plan, init, xs, over, opt.reverse, steps, entry != nullptr);
     return *program;
   }
 
@@ -291,6 +345,7 @@ struct ScanRun final : detail::CustomNode {
       reverse_chunks(ck, opt.checkpoint_every);
     }
     p.finish();
+    if (entry) p.add_param_adjoints(param_adj);  // a reusable program accumulates into its own
     for (size_t k = 0; k < nc; ++k)
       if (adj[k].defined()) detail::accumulate(adj[k], p.carry_bar()[k]);
   }
@@ -331,10 +386,9 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) 
   return widened;
 }
 
-}  // namespace
-
-ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
-                const ScanOptions& options) {
+// The checks every scan call makes before it runs; returns the number of steps.
+int64_t check_scan(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
+                   const ScanOptions& options) {
   if (detail::g_record_state.trace)
     throw Error("[scan] a scan inside a scan body is not supported yet; run it outside the body");
   if (options.checkpoint_every < 1)
@@ -362,6 +416,100 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
                        "; carries are float64 or float32");
   }
 
+  return steps;
+}
+
+// The entry a call with these arguments may reuse: the same axes, dtypes, steps, options and nmap
+// axes, the same captures tracked, and the untracked ones holding the same values.
+bool matches(const detail::ScanCache::Entry& e, const std::vector<Tensor>& init,
+             const std::vector<Tensor>& xs, Name over, int64_t steps, const ScanOptions& o,
+             const std::vector<Tensor>& captures, uint32_t outer) {
+  const ScanOptions& k = e.opt;
+  if (e.over != over || e.steps != steps || k.reverse != o.reverse ||
+      k.checkpoint_every != o.checkpoint_every || k.memory_budget != o.memory_budget ||
+      k.residual_budget != o.residual_budget || k.length != o.length)
+    return false;
+  auto same = [](const std::vector<Axes>& axes, const std::vector<DType>& types,
+                 const std::vector<Tensor>& ts) {
+    if (axes.size() != ts.size()) return false;
+    for (size_t i = 0; i < ts.size(); ++i)
+      if (!(axes[i] == ts[i].axes()) || types[i] != ts[i].dtype() || ts[i].device().kind != Device::Kind::cpu)
+        return false;
+    return true;
+  };
+  if (!same(e.init_axes, e.init_types, init) || !same(e.x_axes, e.x_types, xs) ||
+      !same(e.capture_axes, e.capture_types, captures))
+    return false;
+  const AxisList& mapped = detail::g_mapped;
+  if (static_cast<size_t>(mapped.size()) != e.mapped.size()) return false;
+  for (int i = 0; i < mapped.size(); ++i)
+    if (!(mapped[i] == e.mapped[static_cast<size_t>(i)])) return false;
+  for (size_t i = 0; i < captures.size(); ++i) {
+    const Tensor& c = captures[i];
+    const bool tracked = outer != 0 && c.var() >= 0 && c.tape_serial() == outer;
+    if (tracked != static_cast<bool>(e.tracked[i])) return false;
+    if (tracked) continue;
+    const Tensor now = c.is_contiguous() ? c : detail::copy_of(c);
+    const size_t bytes = static_cast<size_t>(now.numel()) * itemsize(now.dtype());
+    if (bytes != 0 && std::memcmp(now.data_ptr(), e.fixed[i].data_ptr(), bytes) != 0) return false;
+  }
+  return true;
+}
+
+// A new entry for a traced run, or null when the plan cannot be reused: a tensor off the host, or a
+// parameter that is not among the captures.
+std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const std::vector<Tensor>& init,
+                                                    const std::vector<Tensor>& captures, uint32_t outer) {
+  auto on_host = [](const std::vector<Tensor>& ts) {
+    for (const Tensor& t : ts)
+      if (t.device().kind != Device::Kind::cpu) return false;
+    return true;
+  };
+  if (!on_host(init) || !on_host(run.xs) || !on_host(captures)) return nullptr;
+  auto e = std::make_unique<detail::ScanCache::Entry>();
+  for (const Tensor& p : run.plan->params()) {
+    int found = -1;
+    for (size_t i = 0; i < captures.size() && found < 0; ++i)
+      if (captures[i].var() == p.var() && captures[i].tape_serial() == p.tape_serial())
+        found = static_cast<int>(i);
+    if (found < 0) return nullptr;
+    e->param_capture.push_back(found);
+  }
+  e->plan = run.plan;
+  e->over = run.over;
+  e->steps = run.steps;
+  e->opt = run.opt;
+  for (const Tensor& t : init) {
+    e->init_axes.push_back(t.axes());
+    e->init_types.push_back(t.dtype());
+  }
+  for (const Tensor& t : run.xs) {
+    e->x_axes.push_back(t.axes());
+    e->x_types.push_back(t.dtype());
+  }
+  for (const Tensor& c : captures) {
+    e->capture_axes.push_back(c.axes());
+    e->capture_types.push_back(c.dtype());
+    const bool tracked = outer != 0 && c.var() >= 0 && c.tape_serial() == outer;
+    e->tracked.push_back(tracked);
+    e->fixed.push_back(tracked ? Tensor() : detail::copy_of(c));
+  }
+  for (int i = 0; i < detail::g_mapped.size(); ++i) e->mapped.push_back(detail::g_mapped[i]);
+  for (size_t k = 0; k < init.size(); ++k) {
+    Axes extra;
+    const Tensor& w = run.init[k];
+    for (int i = 0; i < w.rank(); ++i)
+      if (!init[k].has_axis(w.axes().name(i))) extra.push_back(w.axes()[i]);
+    e->widen.push_back(extra);
+  }
+  return e;
+}
+
+ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
+                     Name over, const ScanOptions& options, const std::vector<Tensor>* captures,
+                     const std::shared_ptr<detail::ScanCache>* cache) {
+  const int64_t steps = check_scan(init, xs, over, options);
+
   auto run = std::make_shared<ScanRun>();
   run->init = init;
   run->xs = xs;
@@ -370,6 +518,28 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
   run->opt = options;
   detail::Recorder* outer = detail::g_record_state.recorder;
   const uint32_t outer_serial = outer ? detail::g_record_state.serial : 0;
+
+  // A call through a ScanCache whose kept plan and program fit: no trace, every step replayed.
+  if (cache) {
+    std::unique_ptr<detail::ScanCache::Entry> e = (*cache)->take();
+    if (e && matches(*e, init, xs, over, steps, options, *captures, outer_serial)) {
+      (*cache)->count(true);
+      run->plan = e->plan;
+      run->program = std::move(e->program);
+      for (size_t k = 0; k < init.size(); ++k)
+        if (e->widen[k].rank() > 0) {
+          detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
+          run->init[k] = broadcast(init[k], e->widen[k]);
+        }
+      for (int i : e->param_capture) run->params.push_back((*captures)[static_cast<size_t>(i)]);
+      run->program->rebind(xs, run->params);
+      run->entry = std::move(e);
+      run->cache = *cache;
+    } else {
+      (*cache)->count(false);
+    }
+  }
+  const bool replay_all = run->program != nullptr;
 
   std::vector<Tensor> carry = init, next, y;
   std::vector<Tensor> ys;
@@ -391,21 +561,28 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
     for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, run->index(s)), yt[k]);
   };
 
-  // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
-  {
-    detail::LoopPositionScope where("scan step", 0);
-    run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
-  }
-  // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
-  // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
-  if (widen_to_mapped(run->init, next)) {
-    carry = run->init;
-    detail::LoopPositionScope where("scan step", 0);
-    run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+  if (!replay_all) {
+    // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
+    {
+      detail::LoopPositionScope where("scan step", 0);
+      run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+    }
+    // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
+    // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
+    if (widen_to_mapped(run->init, next)) {
+      carry = run->init;
+      detail::LoopPositionScope where("scan step", 0);
+      run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+    }
+    check_carry(run->init, next, 0);
+    run->params = run->plan->params();
+    if (cache && steps > 2) {
+      run->entry = new_entry(*run, init, *captures, outer_serial);
+      run->cache = *cache;
+    }
   }
   const std::vector<Tensor>& init_w = run->init;
-  check_carry(init_w, next, 0);
-  bool record = !run->plan->params().empty();
+  bool record = !run->params.empty();
   for (const Tensor& t : init_w) record |= detail::is_tracked(t);
   for (const Tensor& t : xs) record |= detail::is_tracked(t);
   record &= outer != nullptr;
@@ -442,27 +619,36 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
 
   {
     detail::PauseRecording pause;
-    checkpoint(carry, 0);
-    store_y(y, 0);
-    carry = next;
-    if (steps > 1) {
-      checkpoint(carry, 1);
-      std::shared_ptr<const ScanPlan> again;
-      {
-        detail::LoopPositionScope where("scan step", 1);
-        again = ScanPlan::trace(body, carry, x_at(1), outer_serial, next, y);
-      }
-      std::string diff = run->plan->difference(*again);
-      if (!diff.empty())
-        throw Error("[scan] the body ran different ops at step 1 than at step 0 (" + diff +
-                    "); a scan body must run the same ops every step: branch with where(), not with C++ control "
-                    "flow on values or on the step");
-      check_carry(init_w, next, 1);
-      store_y(y, 1);
+    int64_t first = 0;  // the first step the compiled program runs
+    if (replay_all) {
+      carry = init_w;
+    } else {
+      checkpoint(carry, 0);
+      store_y(y, 0);
       carry = next;
+      first = 1;
+      if (steps > 1) {
+        checkpoint(carry, 1);
+        std::shared_ptr<const ScanPlan> again;
+        {
+          detail::LoopPositionScope where("scan step", 1);
+          again = ScanPlan::trace(body, carry, x_at(1), outer_serial, next, y);
+        }
+        std::string diff = run->plan->difference(*again);
+        if (!diff.empty())
+          throw Error(
+              "[scan] the body ran different ops at step 1 than at step 0 (" + diff +
+              "); a scan body must run the same ops every step: branch with where(), not with C++ control "
+              "flow on values or on the step");
+        check_carry(init_w, next, 1);
+        store_y(y, 1);
+        carry = next;
+        first = 2;
+      }
     }
-    if (steps > 2) {
-      // Later steps replay the kernels of the plan (captured at step 2) on fixed buffers.
+    if (steps > first) {
+      // The steps from `first` replay the kernels of the plan (captured at step 2 of a traced run)
+      // on fixed buffers.
       detail::StepProgram& p = run->compiled();
       p.set_carry(carry);
       const bool store_ck = record && !run->bisection;
@@ -471,9 +657,9 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
       std::vector<detail::SliceCopy> y_store;
       bool keep = false;
-      for (int64_t s = 2; s < steps; ++s) {
-        if (s == 3) {
-          if (run->fused_forward(ck, store_ck, y_store, 3)) break;
+      for (int64_t s = first; s < steps; ++s) {
+        if (s == first + 1) {
+          if (run->fused_forward(ck, store_ck, y_store, s)) break;
           // Steps that do not fuse (more than single elements): with every carry stored, the
           // reverse pass reads each step's intermediates instead of recomputing the step, where
           // they fit the budget (ScanOptions::residual_budget).
@@ -481,8 +667,17 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
         }
         if (store_ck && s % k == 0 && !keep) ck.from_carry(s / k);  // a kept step keeps its carry
         p.forward(s);
-        if (s == 2)
-          for (size_t j = 0; j < ys.size(); ++j) y_store.emplace_back(p.y(j), ys[j], over, false, false);
+        if (s == first) {
+          for (size_t j = 0; j < run->plan->y_out().size(); ++j) {
+            if (replay_all) {
+              const Tensor& t = p.y(j);
+              Axes ax{{over, steps}};
+              for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
+              ys.push_back(empty(ax, t.dtype(), t.device()));
+            }
+            y_store.emplace_back(p.y(j), ys[j], over, false, false);
+          }
+        }
         if (keep) p.save(s);
         for (auto& c : y_store) c.run(run->index(s));
         p.next_carry();
@@ -491,18 +686,32 @@ ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std
       for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);
     }
   }
+  run->complete = true;
 
   ScanResult result{carry, ys};
   if (record) {
     std::vector<Tensor> inputs = run->init, outputs = result.carry;
     inputs.insert(inputs.end(), xs.begin(), xs.end());
-    inputs.insert(inputs.end(), run->plan->params().begin(), run->plan->params().end());
+    inputs.insert(inputs.end(), run->params.begin(), run->params.end());
     outputs.insert(outputs.end(), result.ys.begin(), result.ys.end());
     outer->record_custom(run, inputs, outputs);
     result.carry.assign(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(init.size()));
     result.ys.assign(outputs.begin() + static_cast<std::ptrdiff_t>(init.size()), outputs.end());
   }
   return result;
+}
+
+}  // namespace
+
+ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
+                Name over, const ScanOptions& options) {
+  return scan_impl(body, init, xs, over, options, nullptr, nullptr);
+}
+
+ScanResult detail::scan_cached(const ScanBody& body, const std::vector<Tensor>& init,
+                               const std::vector<Tensor>& xs, Name over, const ScanOptions& options,
+                               const std::vector<Tensor>& captures, const std::shared_ptr<ScanCache>& cache) {
+  return scan_impl(body, init, xs, over, options, &captures, &cache);
 }
 
 }  // namespace tenax

@@ -110,10 +110,14 @@ bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool re
 }
 
 StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry,
-                         const std::vector<Tensor>& xs, Name over, bool reverse, int64_t steps)
-    : plan_(std::move(plan)), over_(over), reverse_(reverse), steps_(steps) {
+                         const std::vector<Tensor>& xs, Name over, bool reverse, int64_t steps, bool reusable)
+    : plan_(std::move(plan)), over_(over), reverse_(reverse), steps_(steps), reusable_(reusable) {
   const ScanPlan& p = *plan_;
   values_.resize(p.n_vars());
+  // A reusable program's captured calls read its own copies of the parameters (not in the arena:
+  // the reverse pass never restores them).
+  for (size_t k = 0; k < p.params().size(); ++k)
+    values_[static_cast<size_t>(p.param_var(k))] = reusable ? copy_of(p.params()[k]) : p.params()[k];
   // On the host a step's carries, inputs x_t and intermediates lie in one arena (the carries and
   // x_t carved here, the intermediates when forward() captures the step), so that one copy keeps
   // or restores all a reverse step reads of them (keep_residuals). Its size: the carries and x_t,
@@ -147,7 +151,19 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
     x_load_.emplace_back(buf, xs[static_cast<size_t>(k)], over, true, false);
     values_[static_cast<size_t>(p.n_carry() + k)] = buf;
   }
-  for (size_t k = 0; k < p.params().size(); ++k) values_[static_cast<size_t>(p.param_var(k))] = p.params()[k];
+}
+
+void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor>& params) {
+  if (!reusable_) throw Error("[scan] internal: rebind() on a program that is not reusable");
+  for (size_t k = 0; k < x_load_.size(); ++k)
+    x_load_[k] = SliceCopy(values_[static_cast<size_t>(plan_->n_carry()) + k], xs[k], over_, true, false);
+  for (size_t k = 0; k < params.size(); ++k)
+    copy_into(values_[static_cast<size_t>(plan_->param_var(k))], params[k]);
+}
+
+void StepProgram::add_param_adjoints(const std::vector<Tensor>& param_adj) const {
+  for (size_t k = 0; k < param_adj.size(); ++k)
+    if (param_adj[k].defined()) accumulate(param_adj[k], adjoints_[static_cast<size_t>(plan_->param_var(k))]);
 }
 
 void StepProgram::set_carry(const std::vector<Tensor>& carry) {
@@ -190,12 +206,18 @@ void StepProgram::build_forward(int64_t s) {
 }
 
 bool StepProgram::keep_residuals(int64_t budget) {
-  if (!arena_ || arena_->overflowed() || !forward_built_) return false;
-  const auto used = static_cast<int64_t>(arena_->used());
-  if (used == 0 || budget <= 0 || used > budget / std::max<int64_t>(steps_, 1)) return false;
+  saved_.clear();  // nothing of an earlier pass (a reused program) counts
+  const auto used = arena_ ? static_cast<int64_t>(arena_->used()) : 0;
+  if (!arena_ || arena_->overflowed() || !forward_built_ || used == 0 || budget <= 0 ||
+      used > budget / std::max<int64_t>(steps_, 1)) {
+    residuals_ = Tensor();
+    return false;
+  }
   try {
-    residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
+    if (!residuals_.defined() || residuals_.numel() != steps_ * used)  // a reused program keeps its own
+      residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
   } catch (const MemoryError&) {
+    residuals_ = Tensor();
     return false;  // over the host's memory budget (set_memory_budget): recompute instead
   }
   saved_.assign(static_cast<size_t>(steps_), 0);
@@ -288,8 +310,32 @@ void StepProgram::finish() const {
 void StepProgram::prepare_backward(const std::vector<char>& needs, const std::vector<Tensor>& param_adj,
                                    const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
                                    const std::vector<Tensor>& carry_bar, const Axes& batch) {
+  std::vector<char> ys_wanted(ys_bar.size()), xs_wanted(xs_adj.size());
+  for (size_t k = 0; k < ys_bar.size(); ++k) ys_wanted[k] = ys_bar[k].defined();
+  for (size_t k = 0; k < xs_adj.size(); ++k) xs_wanted[k] = xs_adj[k].defined();
+  ys_bar_ = ys_bar;
+  xs_adj_ = xs_adj;
+  // A reusable program whose reverse programs were built for the same pass keeps them: its own
+  // buffers (parameter accumulators, carry cotangents) are reset, the slice copies remade.
+  if (reusable_ && backward_built_ && needs == built_needs_ && batch == built_batch_ &&
+      ys_wanted == built_ys_ && xs_wanted == built_xs_) {
+    for (size_t k = 0; k < carry_.size(); ++k) {
+      if (carry_bar[k].defined())
+        copy_into(carry_bar_[k], carry_bar[k]);
+      else
+        fill_zero(carry_bar_[k]);
+    }
+    for (size_t p = 0; p < plan_->params().size(); ++p)
+      fill_zero(adjoints_[static_cast<size_t>(plan_->param_var(p))]);
+    make_slice_copies();
+    return;
+  }
   needs_ = needs;
   batch_ = batch;
+  built_needs_ = needs;
+  built_batch_ = batch;
+  built_ys_ = ys_wanted;
+  built_xs_ = xs_wanted;
   auto with_batch = [&](const Tensor& t) {
     Axes ax = t.axes();
     for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
@@ -308,14 +354,29 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
     const int32_t v = plan_->param_var(p);
     const Tensor& value = plan_->params()[p];
     // A parameter without a wanted gradient still receives its VJP contributions: into scratch.
+    // A reusable program always accumulates into its own buffers (add_param_adjoints).
     adjoints_[static_cast<size_t>(v)] =
-        param_adj[p].defined() ? param_adj[p] : with_batch(value);
+        param_adj[p].defined() && !reusable_ ? param_adj[p] : with_batch(value);
   }
   x_adj_store_.clear();
   y_seed_.clear();
+  y_seed_of_.clear();
+  x_adj_of_.clear();
   // The slice copies need the adjoint buffers, which the seed capture allocates: built there.
-  ys_bar_ = ys_bar;
-  xs_adj_ = xs_adj;
+}
+
+// The slice copies between the adjoint buffers and the stacked cotangents of this pass, as the
+// reverse programs' build made them (y_seed_of_, x_adj_of_).
+void StepProgram::make_slice_copies() {
+  y_seed_.clear();
+  x_adj_store_.clear();
+  for (size_t k = 0; k < y_seed_of_.size(); ++k)
+    if (y_seed_of_[k].first >= 0)
+      y_seed_.emplace_back(adjoints_[static_cast<size_t>(y_seed_of_[k].first)], ys_bar_[k], over_, true,
+                           y_seed_of_[k].second);
+  for (size_t k = 0; k < x_adj_of_.size(); ++k)
+    if (x_adj_of_[k] >= 0)
+      x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(x_adj_of_[k])], xs_adj_[k], over_, false, true);
 }
 
 void StepProgram::backward(int64_t s) {
@@ -372,16 +433,18 @@ void StepProgram::backward(int64_t s) {
                           &fresh);  // zero a fresh parent
       }
     });
+    y_seed_of_.assign(ys_bar_.size(), {-1, false});
     for (size_t k = 0; k < ys_bar_.size(); ++k) {
       const auto v = static_cast<size_t>(p.y_out()[k].var);
       if (!ys_bar_[k].defined() || p.y_out()[k].var < 0 || !needs_[v]) continue;
       // A fresh y adjoint is written by the slice copy (it covers it); otherwise added to.
-      y_seed_.emplace_back(adjoints_[v], ys_bar_[k], over_, true, !fresh[v]);
+      y_seed_of_[k] = {p.y_out()[k].var, !fresh[v]};
       fresh[v] = 0;
     }
+    x_adj_of_.assign(xs_adj_.size(), -1);
     for (size_t k = 0; k < xs_adj_.size(); ++k)
-      if (xs_adj_[k].defined())
-        x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(p.n_carry()) + k], xs_adj_[k], over_, false, true);
+      if (xs_adj_[k].defined()) x_adj_of_[k] = p.n_carry() + static_cast<int32_t>(k);
+    make_slice_copies();
     if (host)
       for (SliceCopy& c : y_seed_) c.run(index(s));
     capture_into(vjp_, [&] {

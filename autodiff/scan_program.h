@@ -51,8 +51,20 @@ class StepProgram {
  public:
   /// `xs` are the scanned tensors, walked along `over` (from the end when `reverse`); the carry
   /// buffers are made like `carry` (axes order of the traced carries, device, dtype).
-  StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry, const std::vector<Tensor>& xs,
-              Name over, bool reverse, int64_t steps);
+  /// `reusable`: the program is kept for later calls of the same scan (ScanCache): it reads the
+  /// parameters from copies of its own (rebind() refills them) and accumulates their adjoints
+  /// into buffers of its own (add_param_adjoints() hands them out), so that no captured call
+  /// points at a tensor of one call.
+  StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry,
+              const std::vector<Tensor>& xs, Name over, bool reverse, int64_t steps, bool reusable = false);
+
+  /// A reusable program, for another call of its scan: the scanned tensors `xs` (the axes, dtype
+  /// and steps of the first call's) and the parameters' values (in the plan's order). The built
+  /// programs stay.
+  void rebind(const std::vector<Tensor>& xs, const std::vector<Tensor>& params);
+  /// A reusable program, after a reverse pass: adds the parameters' adjoints to `param_adj`
+  /// (undefined entries: not wanted).
+  void add_param_adjoints(const std::vector<Tensor>& param_adj) const;
 
   /// The carry buffers: the carry into the step run next. Write into them, never rebind them.
   [[nodiscard]] const std::vector<Tensor>& carry() const { return carry_; }
@@ -144,6 +156,15 @@ class StepProgram {
   std::vector<SliceCopy> y_seed_, x_adj_store_;
   KernelProgram seed_, vjp_;
   bool backward_built_ = false;
+  // A reusable program: what its reverse programs were built for (prepare_backward rebuilds them
+  // when a pass asks for something else), and how its slice copies were made (per output: the
+  // adjoint variable it seeds, -1: none, and whether it adds; per input: its adjoint variable).
+  bool reusable_ = false;
+  std::vector<char> built_needs_, built_ys_, built_xs_;
+  Axes built_batch_;
+  std::vector<std::pair<int32_t, bool>> y_seed_of_;
+  std::vector<int32_t> x_adj_of_;
+  void make_slice_copies();
 };
 
 }  // namespace tenax::detail

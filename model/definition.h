@@ -10,6 +10,7 @@
 
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/scan.h"
+#include "tenax/autodiff/scan_cache.h"
 #include "tenax/core/ops/op.h"
 #include "tenax/model/constraint.h"
 
@@ -58,6 +59,10 @@ struct Node {
   AxisList over;
   std::unique_ptr<Graph> body;
   ScanOptions scan_options;
+  /// A scan's plan and compiled step, kept from one evaluation to the next (a fit evaluates the
+  /// same graph many times): reused while the axes, the options and the untracked values it reads
+  /// stay the same (autodiff/scan_cache.h).
+  std::shared_ptr<detail::ScanCache> scan_cache;
   MapOptions map_options;
 };
 

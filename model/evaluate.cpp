@@ -4,7 +4,7 @@
 
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/nmap.h"
-#include "tenax/autodiff/scan.h"
+#include "tenax/autodiff/scan_cache.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
@@ -55,7 +55,10 @@ void run_node(const Node& n, std::vector<Tensor>& env) {
         r.resize(n_carry);
         return std::make_pair(std::move(r), std::move(ys));
       };
-      ScanResult r = scan(body, gather(n.init, env), gather(n.xs, env), n.over[0], n.scan_options);
+      // The body reads only its captures besides carry and x_t: a later evaluation may replay the
+      // plan compiled by an earlier one (autodiff/scan_cache.h).
+      ScanResult r = detail::scan_cached(body, gather(n.init, env), gather(n.xs, env), n.over[0],
+                                         n.scan_options, gather(n.body->captures, env), n.scan_cache);
       for (size_t k = 0; k < n_carry; ++k) env[size_t(n.outputs[k])] = r.carry[k];
       for (size_t k = 0; k < r.ys.size(); ++k) env[size_t(n.outputs[n_carry + k])] = r.ys[k];
       return;

@@ -551,6 +551,7 @@ class Parser {
                 {"op", "outputs", "over", "init", "xs", "body", "reverse", "checkpoint_every",
                  "memory_budget", "residual_budget", "length", "description"});
       out.kind = NodeKind::scan;
+      out.scan_cache = std::make_shared<detail::ScanCache>();
       out.over = over_axes(n, at, true);
       out.init = resolve_all(need(n, "init", at, "the initial carry"), at + "/init", "names or numbers", scope);
       const json empty = json::array();

@@ -185,6 +185,33 @@ TEST(Model, KalmanSeriesByNmapEqualPerSeriesRuns) {
   for (size_t q = 0; q < gb.size(); ++q) EXPECT_NEAR(gb[q], sum_g[q], 1e-9 * (1 + std::abs(sum_g[q])));
 }
 
+TEST(Model, RepeatedEvaluationsEqualAFreshModels) {
+  // A model keeps each scan's compiled step from one evaluation to the next (a fit evaluates it
+  // many times): with new parameters, new data and forward-only runs in between, every value and
+  // gradient must be what a freshly loaded copy (which compiles anew) gives.
+  const int T = 30, S = 3;
+  Model m = kalman(S, T);
+  const std::vector<double> u0 = m.unconstrained_vector();
+  for (int call = 0; call < 4; ++call) {
+    std::vector<double> u = u0;
+    for (size_t k = 0; k < u.size(); ++k) u[k] += 0.02 * double((k + 1) * (call + 1) % 5);
+    m.set_unconstrained_vector(u);
+    const TensorMap in = {
+        {"y", randn(Axes{{"series", S}, {"time", T}, {"obs", 2}}, 40 + uint64_t(call % 2))}};
+    const Model fresh = m;  // copies re-parse: nothing compiled
+    if (call == 2) {
+      EXPECT_NEAR(m.run("loglik", in).item(), fresh.run("loglik", in).item(),
+                  1e-12 * std::abs(fresh.run("loglik", in).item()));
+    }
+    const ModelGradient got = m.value_and_grad("loglik", in), want = Model(m).value_and_grad("loglik", in);
+    EXPECT_NEAR(got.value.item(), want.value.item(), 1e-12 * std::abs(want.value.item())) << "call " << call;
+    const std::vector<double> g = Model::flatten(got.grads), w = Model::flatten(want.grads);
+    ASSERT_EQ(g.size(), w.size());
+    for (size_t q = 0; q < g.size(); ++q)
+      EXPECT_NEAR(g[q], w[q], 1e-10 * (1 + std::abs(w[q]))) << "call " << call << ", coordinate " << q;
+  }
+}
+
 TEST(Model, SavedModelReloadsBitForBit) {
   const int T = 50;
   Model m = kalman(2, T);

@@ -1,0 +1,163 @@
+// scan_cached (autodiff/scan_cache.h): a call reuses the plan and compiled step of an earlier one
+// only where it may, and then gives what a fresh scan gives — values and gradients — under every
+// reverse schedule, in both directions.
+#include <memory>
+#include <vector>
+
+#include "op_check.h"
+#include "tenax/autodiff/scan_cache.h"
+
+namespace tenax {
+namespace {
+
+using detail::ScanCache;
+using testing::mismatch;
+
+// An RNN-like step with a matrix parameter w, a bias b and an untracked scale s, all closed over;
+// a linear-algebra op and a comparison so that the step replays call by call (no fused loop).
+ScanBody rnn(const Tensor& w, const Tensor& b, const Tensor& s) {
+  return [w, b, s](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor h = tanh(dot(w, rename(c[0], "h", "k"), {"k"}) + x[0] * s + b);
+    Tensor gated = where(greater(h, scalar(0.0)), h, h * 0.5);
+    return std::make_pair(std::vector<Tensor>{gated + c[0] * 0.1}, std::vector<Tensor>{sum(gated * gated)});
+  };
+}
+
+struct Args {
+  Tensor w, b, h0, xs, s;
+};
+
+Args args(uint64_t seed, int64_t steps = 12) {
+  return {randn(Axes{{"h", 3}, {"k", 3}}, seed) * 0.5, randn(Axes{{"h", 3}}, seed + 1),
+          randn(Axes{{"h", 3}}, seed + 2), randn(Axes{{"t", steps}, {"h", 3}}, seed + 3), scalar(0.8)};
+}
+
+struct Out {
+  double value = 0;
+  std::vector<Tensor> grads;  // w, b, h0, xs
+};
+
+// loss = sum(ys) + sum(carry²) and its gradients, through the cache (or a plain scan when null).
+Out run(const Args& a, const ScanOptions& o, const std::shared_ptr<ScanCache>& cache) {
+  Tape tape;
+  std::vector<Tensor> v{tape.watch(a.w), tape.watch(a.b), tape.watch(a.h0), tape.watch(a.xs)};
+  const ScanBody body = rnn(v[0], v[1], a.s);
+  ScanResult r = cache ? detail::scan_cached(body, {v[2]}, {v[3]}, "t", o, {v[0], v[1], a.s}, cache)
+                       : scan(body, {v[2]}, {v[3]}, "t", o);
+  Tensor loss = sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]);
+  return {loss.item(), tape.gradient(loss, v)};
+}
+
+void expect_same(const Out& got, const Out& want, const std::string& what) {
+  EXPECT_NEAR(got.value, want.value, 1e-13 * std::abs(want.value)) << what;
+  for (size_t k = 0; k < want.grads.size(); ++k)
+    EXPECT_LT(mismatch(got.grads[k], want.grads[k], 1e-13, 1e-14), 1.0) << what << ", gradient " << k;
+}
+
+std::vector<std::pair<std::string, ScanOptions>> schedules() {
+  std::vector<std::pair<std::string, ScanOptions>> out;
+  for (bool rev : {false, true}) {
+    const std::string dir = rev ? " reverse" : "";
+    ScanOptions kept;  // every carry and the steps' intermediates kept
+    kept.reverse = rev;
+    ScanOptions recompute = kept;
+    recompute.residual_budget = 0;
+    ScanOptions every3 = kept;
+    every3.checkpoint_every = 3;
+    ScanOptions bisect = kept;
+    bisect.memory_budget = 5 * 3 * 8;  // 5 carries of 3 float64 for 12 steps: bisection
+    out.insert(out.end(), {{"kept" + dir, kept},
+                           {"recompute" + dir, recompute},
+                           {"every 3" + dir, every3},
+                           {"bisection" + dir, bisect}});
+  }
+  return out;
+}
+
+TEST(ScanCache, LaterCallsReuseTheCompiledStepAndGiveAFreshScansResults) {
+  for (const auto& [name, o] : schedules()) {
+    auto cache = std::make_shared<ScanCache>();
+    for (uint64_t seed : {10, 20, 30}) {  // new parameters, initial carry and inputs each call
+      const Args a = args(seed);
+      expect_same(run(a, o, cache), run(a, o, nullptr), name + ", seed " + std::to_string(seed));
+    }
+    EXPECT_EQ(cache->misses(), 1) << name;
+    EXPECT_EQ(cache->hits(), 2) << name;
+  }
+}
+
+TEST(ScanCache, ReusedStepsMatchTheUnrolledLoop) {
+  // Independent of scan itself: the third call (a reused step) against the loop on the tape.
+  auto cache = std::make_shared<ScanCache>();
+  for (uint64_t seed : {1, 2}) (void)run(args(seed), {}, cache);
+  const Args a = args(3);
+  const Out got = run(a, {}, cache);
+  ASSERT_EQ(cache->hits(), 2);
+  Tape tape;
+  std::vector<Tensor> v{tape.watch(a.w), tape.watch(a.b), tape.watch(a.h0), tape.watch(a.xs)};
+  std::vector<Tensor> c{v[2]};
+  Tensor total = scalar(0.0);
+  for (int t = 0; t < 12; ++t) {
+    auto [next, y] = rnn(v[0], v[1], a.s)(c, {select(v[3], "t", t)});
+    total = total + y[0];
+    c = next;
+  }
+  Tensor loss = total + sum(c[0] * c[0]);
+  expect_same(got, {loss.item(), tape.gradient(loss, v)}, "unrolled");
+}
+
+TEST(ScanCache, RetracesWhenItMayNotReuse) {
+  auto cache = std::make_shared<ScanCache>();
+  const ScanOptions o;
+  Args a = args(1);
+  (void)run(a, o, cache);
+  int64_t misses = 1;
+  auto check = [&](const Args& x, const ScanOptions& opt, const std::string& what, bool reuse) {
+    expect_same(run(x, opt, cache), run(x, opt, nullptr), what);
+    if (!reuse) ++misses;
+    EXPECT_EQ(cache->misses(), misses) << what;
+  };
+  // An untracked capture with another value: its value is baked into the plan.
+  a.s = scalar(0.3);
+  check(a, o, "new scale", false);
+  check(a, o, "same scale again", true);
+  check(args(2, 20), o, "more steps", false);
+  ScanOptions rev = o;
+  rev.reverse = true;
+  check(args(2, 20), rev, "other options", false);
+  // Forward only (nothing tracked: the parameters are constants of the plan), then on a tape again.
+  {
+    const Args f = args(4, 20);
+    auto forward = [&](const std::shared_ptr<ScanCache>& c) {
+      const ScanBody body = rnn(f.w, f.b, f.s);
+      return c ? detail::scan_cached(body, {f.h0}, {f.xs}, "t", rev, {f.w, f.b, f.s}, c).ys[0]
+               : scan(body, {f.h0}, {f.xs}, "t", rev).ys[0];
+    };
+    EXPECT_EQ(forward(cache).to_vector(), forward(nullptr).to_vector());
+    EXPECT_EQ(cache->misses(), ++misses);
+    Args g = args(5, 20);
+    check(g, rev, "on a tape after forward only", false);
+  }
+}
+
+TEST(ScanCache, ACallWhileAnotherHoldsTheStepCompilesItsOwn) {
+  // The first call's reverse pass has not run when the second call comes: the second may not
+  // take the program the first still needs, and both gradients stay right.
+  auto cache = std::make_shared<ScanCache>();
+  const Args a = args(1), b = args(2);
+  (void)run(a, {}, cache);  // compiled and given back
+  Tape t1;
+  std::vector<Tensor> v1{t1.watch(a.w), t1.watch(a.b), t1.watch(a.h0), t1.watch(a.xs)};
+  ScanResult r1 =
+      detail::scan_cached(rnn(v1[0], v1[1], a.s), {v1[2]}, {v1[3]}, "t", {}, {v1[0], v1[1], a.s}, cache);
+  EXPECT_EQ(cache->hits(), 1);
+  const Out second = run(b, {}, cache);  // the step is held by t1's scan: compiled afresh
+  EXPECT_EQ(cache->misses(), 2);
+  Tensor loss1 = sum(r1.ys[0]) + sum(r1.carry[0] * r1.carry[0]);
+  const Out first{loss1.item(), t1.gradient(loss1, v1)};
+  expect_same(first, run(a, {}, nullptr), "held");
+  expect_same(second, run(b, {}, nullptr), "beside it");
+}
+
+}  // namespace
+}  // namespace tenax
