@@ -90,9 +90,13 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
     int64_t B, M, K, N;
   };
   std::mt19937_64 rng(4);
-  // Sizes up to 4 with one batch entry take the unrolled fixed-size kernels; 5 just misses them.
-  for (Case c : {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}, Case{1, 4, 4, 4},
-                 Case{1, 1, 3, 4}, Case{1, 4, 2, 1}, Case{1, 3, 1, 2}, Case{1, 5, 4, 4}}) {
+  // Sizes up to 8 take the unrolled fixed-size kernels, per batch entry when batched; a product
+  // with one wide free axis (a shared matrix times 256 series, or their sum over the series)
+  // runs the wide loops.
+  for (Case c :
+       {Case{3, 2, 3, 4}, Case{2, 40, 30, 20}, Case{1, 64, 64, 64}, Case{1, 4, 4, 4}, Case{1, 1, 3, 4},
+        Case{1, 4, 2, 1}, Case{1, 3, 1, 2}, Case{1, 5, 4, 4}, Case{7, 4, 4, 4}, Case{5, 8, 3, 6},
+        Case{1, 4, 4, 256}, Case{1, 256, 4, 4}, Case{1, 4, 256, 4}, Case{2, 2, 4, 256}, Case{3, 3, 37, 2}}) {
     Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 1), y = randn(Axes{{"b", c.B}, {"k", c.K}, {"n", c.N}}, 2);
     Tensor ref = naive_matmul(x, y, c.B, c.M, c.K, c.N);
     EXPECT_LE(mismatch(dot(x, y, {"k"}), ref, 1e-12, 1e-12), 1.0) << "contiguous " << c.M;
@@ -101,6 +105,39 @@ TEST(Dot, EveryKernelPathMatchesNaiveLoops) {
     EXPECT_LE(mismatch(dot(xt, yt, {"k"}), ref, 1e-12, 1e-12), 1.0) << "transposed " << c.M;
     EXPECT_LE(mismatch(dot(testing::scramble(x, rng), testing::scramble(y, rng), {"k"}), ref, 1e-12, 1e-12), 1.0)
         << "strided " << c.M;
+  }
+}
+
+TEST(Dot, WideProductsAndTheirGradientsMatchNaiveLoops) {
+  // A small matrix F against many columns of x (s wide, contiguous): the forward product, x's
+  // adjoint (written with s contiguous: the wide-m rows) and F's adjoint (a sum over s: the dot
+  // products), in float64 and float32.
+  const int64_t K = 4, S = 67, N = 3;
+  for (DType dt : {DType::f64, DType::f32}) {
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-4;
+    const Tensor x = astype(randn(Axes{{"k", K}, {"s", S}}, 1), dt),
+                 f = astype(randn(Axes{{"k", K}, {"n", N}}, 2), dt);
+    const Tensor w = astype(randn(Axes{{"s", S}, {"n", N}}, 3), dt);
+    const Tensor z = astype(dot(f, x, {"k"}), DType::f64);  // (n, s): s contiguous, the wide-n rows
+    const std::vector<Tensor> g =
+        grad([&](const std::vector<Tensor>& a) { return sum(dot(a[0], a[1], {"k"}) * w); }, {x, f});
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t s = 0; s < S; ++s) {
+        double e = 0;
+        for (int64_t n = 0; n < N; ++n) e += w.at({{"s", s}, {"n", n}}) * f.at({{"k", k}, {"n", n}});
+        EXPECT_NEAR(g[0].at({{"k", k}, {"s", s}}), e, tol) << "x adjoint k=" << k << " s=" << s;
+      }
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) {
+        double e = 0;
+        for (int64_t s = 0; s < S; ++s) e += x.at({{"k", k}, {"s", s}}) * w.at({{"s", s}, {"n", n}});
+        EXPECT_NEAR(g[1].at({{"k", k}, {"n", n}}), e, tol * S) << "F adjoint k=" << k << " n=" << n;
+        for (int64_t s = 0; s < S; ++s) {
+          double zz = 0;
+          for (int64_t q = 0; q < K; ++q) zz += f.at({{"k", q}, {"n", n}}) * x.at({{"k", q}, {"s", s}});
+          EXPECT_NEAR(z.at({{"n", n}, {"s", s}}), zz, tol) << "product n=" << n << " s=" << s;
+        }
+      }
   }
 }
 

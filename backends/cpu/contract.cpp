@@ -3,6 +3,7 @@
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
 
+#include <algorithm>
 #include <type_traits>
 #include <vector>
 
@@ -216,9 +217,134 @@ bool contract_tiny(const ContractArgs& a) {
   return true;
 }
 
+// A batch (at most two axes) of tiny contractions: each entry through the resolved fixed-size
+// kernel of one (a Kalman step over 256 series: its 4 x 4 products ran the strided loops of
+// contract_small at about twice the instructions).
+template <class T>
+bool contract_tiny_batch(const ContractArgs& a) {
+  if (a.batch.rank > 2 || group_size(a.batch) == 1) return false;  // one entry: contract_tiny's
+  ContractArgs one = a;
+  one.batch.rank = 0;
+  detail::ContractPlan p;
+  if (!contract_plan<T>(one, p)) return false;
+  // The plan may compute zᵀ = yᵀ xᵀ (its operands swapped): each then moves by the other's batch
+  // strides. Where that cannot be told (one buffer for both, z's strides alike), the loops do it.
+  int64_t mz = 0, nz = 0, unused = 0;
+  squeeze(a.m, a.m.z, unused, mz);
+  squeeze(a.n, a.n.z, unused, nz);
+  const bool straight = p.x == a.x && p.y == a.y && p.mz == mz && p.nz == nz;
+  const bool swapped = p.x == a.y && p.y == a.x && p.mz == nz && p.nz == mz;
+  if (straight == swapped) return false;
+  const ContractGroup& g = a.batch;
+  const int64_t* sx = swapped ? g.y : g.x;
+  const int64_t* sy = swapped ? g.x : g.y;
+  const int64_t B0 = g.rank > 0 ? g.sizes[0] : 1, B1 = g.rank > 1 ? g.sizes[1] : 1;
+  const int64_t bx0 = g.rank > 0 ? sx[0] : 0, by0 = g.rank > 0 ? sy[0] : 0, bz0 = g.rank > 0 ? g.z[0] : 0;
+  const int64_t bx1 = g.rank > 1 ? sx[1] : 0, by1 = g.rank > 1 ? sy[1] : 0, bz1 = g.rank > 1 ? g.z[1] : 0;
+  const T* x = static_cast<const T*>(p.x);
+  const T* y = static_cast<const T*>(p.y);
+  T* z = static_cast<T*>(a.z);
+  for (int64_t b0 = 0; b0 < B0; ++b0)
+    for (int64_t b1 = 0; b1 < B1; ++b1) {
+      p.x = x + b0 * bx0 + b1 * bx1;
+      p.y = y + b0 * by0 + b1 * by1;
+      p.z = z + b0 * bz0 + b1 * bz1;
+      p.base = a.accumulate ? p.z : nullptr;
+      p.run(p);
+    }
+  return true;
+}
+
+// z[r, j] (+)= Σ_k c[r, k] · v[k, j] for r < R, j < W: each row of z (unit stride along j) built in
+// a buffer by axpy passes over k in order (the sums the direct loops form, to the bit), then
+// stored or added.
+template <class T>
+void axpy_rows(int64_t R, int64_t W, int64_t K, const T* c, int64_t cr, int64_t ck, const T* v, int64_t vk,
+               int64_t vj, T* z, int64_t zr, bool accumulate) {
+  constexpr int64_t kChunk = 256;
+  T row[kChunk];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j0 = 0; j0 < W; j0 += kChunk) {
+      const int64_t w = std::min(kChunk, W - j0);
+      for (int64_t k = 0; k < K; ++k) {
+        const T ce = c[r * cr + k * ck];
+        const T* vr = v + k * vk + j0 * vj;
+        if (k == 0 && vj == 1) {
+          for (int64_t j = 0; j < w; ++j) row[j] = ce * vr[j];
+        } else if (k == 0) {
+          for (int64_t j = 0; j < w; ++j) row[j] = ce * vr[j * vj];
+        } else if (vj == 1) {
+          for (int64_t j = 0; j < w; ++j) row[j] += ce * vr[j];
+        } else {
+          for (int64_t j = 0; j < w; ++j) row[j] += ce * vr[j * vj];
+        }
+      }
+      T* out = z + r * zr + j0;
+      if (accumulate) {
+        for (int64_t j = 0; j < w; ++j) out[j] += row[j];
+      } else {
+        for (int64_t j = 0; j < w; ++j) out[j] = row[j];
+      }
+    }
+}
+
+// Products with one wide axis (at least kWide: many series) and the other two small (at most kMedium): a
+// shared matrix times many series (z contiguous along the series: rows of axpy passes) or their sum over the
+// series (dot products, four partial sums), where BLAS would not run in place (`below_blas`: only below
+// kBlasWork). The direct and offset-table loops and the packed BLAS calls they took cost up to twice the
+// instructions (the Kalman step over 256 series); in-place BLAS stays ahead (8 x 8 by 256). Batch: at most
+// two axes.
+constexpr int64_t kWide = 16;
+template <class T>
+bool contract_wide(const ContractArgs& a, bool below_blas) {
+  if (a.batch.rank > 2 || std::max({group_size(a.m), group_size(a.n), group_size(a.k)}) < kWide) return false;
+  int64_t M, N, K, mx, mz, ny, nz, kx, ky, unused;
+  if (!squeeze(a.m, a.m.x, M, mx) || !squeeze(a.m, a.m.z, unused, mz) || !squeeze(a.n, a.n.y, N, ny) ||
+      !squeeze(a.n, a.n.z, unused, nz) || !squeeze(a.k, a.k.x, K, kx) || !squeeze(a.k, a.k.y, unused, ky))
+    return false;
+  const bool wide_n = N >= kWide && nz == 1 && M <= kMedium && K <= kMedium;
+  const bool wide_m = M >= kWide && mz == 1 && N <= kMedium && K <= kMedium;
+  const bool wide_k = K >= kWide && M <= kMedium && N <= kMedium;
+  if ((!wide_n && !wide_m && !wide_k) || (below_blas && M * N * K >= kBlasWork)) return false;
+  const int64_t B0 = a.batch.rank > 0 ? a.batch.sizes[0] : 1, B1 = a.batch.rank > 1 ? a.batch.sizes[1] : 1;
+  for (int64_t b0 = 0; b0 < B0; ++b0)
+    for (int64_t b1 = 0; b1 < B1; ++b1) {
+      const T* x = static_cast<const T*>(a.x);
+      const T* y = static_cast<const T*>(a.y);
+      T* z = static_cast<T*>(a.z);
+      for (int d = 0; d < a.batch.rank; ++d) {
+        const int64_t i = d == 0 ? b0 : b1;
+        x += i * a.batch.x[d];
+        y += i * a.batch.y[d];
+        z += i * a.batch.z[d];
+      }
+      if (wide_n) {
+        axpy_rows(M, N, K, x, mx, kx, y, ky, ny, z, mz, a.accumulate);
+      } else if (wide_m) {
+        axpy_rows(N, M, K, y, ny, ky, x, kx, mx, z, nz, a.accumulate);
+      } else {
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            const T* xm = x + m * mx;
+            const T* yn = y + n * ny;
+            T s[4] = {T(0), T(0), T(0), T(0)};
+            int64_t k = 0;
+            for (; k + 4 <= K; k += 4)
+              for (int j = 0; j < 4; ++j) s[j] += xm[(k + j) * kx] * yn[(k + j) * ky];
+            for (; k < K; ++k) s[0] += xm[k * kx] * yn[k * ky];
+            const T sum = (s[0] + s[1]) + (s[2] + s[3]);
+            T& dst = z[m * mz + n * nz];
+            dst = a.accumulate ? dst + sum : sum;
+          }
+      }
+    }
+  return true;
+}
+
 template <class T>
 void contract(const ContractArgs& a) {
-  if (contract_tiny<T>(a) || contract_small<T>(a)) return;
+  if (contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a))
+    return;
   Scratch& s = scratch();
   offsets(a.batch, a.batch.x, s.bx);
   offsets(a.batch, a.batch.y, s.by);
@@ -228,6 +354,7 @@ void contract(const ContractArgs& a) {
   const T* y = static_cast<const T*>(a.y);
   T* z = static_cast<T*>(a.z);
   if (M * N * K >= kBlasWork && gemm_in_place<T>(a, s.bx, s.by, s.bz)) return;
+  if (contract_wide<T>(a, false)) return;
   offsets(a.m, a.m.x, s.mx);
   offsets(a.m, a.m.z, s.mz);
   offsets(a.n, a.n.y, s.nyo);
