@@ -167,6 +167,10 @@ class KernelProgram {
   mutable std::vector<Hot> hot_;           ///< likewise
   mutable std::vector<InlineCall> inline_;  ///< likewise: the inline calls hot_ points at
   mutable bool planned_ = false;
+  /// Whether a replay may wait on a device (a record other than an inline, flat, planned
+  /// contraction or planned matrix call, or a graph): only then does it run inside a
+  /// DeviceLoopScope. Set by plan_segments.
+  mutable bool may_wait_ = true;
   // Copy forwarding (allow_copy_forwarding): the replay's own copies of the plans and flat
   // arguments it redirects, and how many copies it skips.
   bool forwarding_ = false;

@@ -213,6 +213,9 @@ void KernelProgram::plan_segments() const {
   fused_ = 0;
   // Only for host programs: segments and chains index records by call.
   if (forwarding_ && chains_.empty() && segments_.empty()) plan_host_passes();
+  may_wait_ = !segments_.empty() || std::any_of(hot_.begin(), hot_.end(), [](const Hot& h) {
+    return !h.inl && !h.flat && !h.plan && !h.mat;
+  });
 }
 
 // Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
@@ -261,6 +264,10 @@ void KernelProgram::plan_graphs() const {
 }
 
 void KernelProgram::run(const char* what, int64_t position, int64_t index) const {
+  if (planned_ && !may_wait_) {  // host kernels resolved at planning: no device wait to warn about
+    run_calls(0, hot_.size(), what, position, index);
+    return;
+  }
   DeviceLoopScope loop;
   if (!planned_) plan_segments();
   if (segments_.empty()) {  // hot_ may have fewer records than calls_ (plan_host_passes)
