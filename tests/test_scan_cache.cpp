@@ -86,6 +86,32 @@ TEST(ScanCache, LaterCallsReuseTheCompiledStepAndGiveAFreshScansResults) {
   }
 }
 
+TEST(ScanCache, ReusedScalarStepsRunAsFusedLoops) {
+  // Single-element steps replay as one fused scalar loop (from step 1 when reused, instead of
+  // step 3 after a trace), forwards and in every reverse schedule.
+  for (const auto& [name, o] : schedules()) {
+    auto cache = std::make_shared<ScanCache>();
+    for (uint64_t seed : {10, 20, 30}) {
+      const Tensor lam = scalar(0.5 + 0.1 * double(seed % 7)), u = randn(Axes{{"t", 12}}, seed);
+      const Tensor x0 = scalar(0.3);
+      auto go = [&](const std::shared_ptr<ScanCache>& c) {
+        Tape tape;
+        std::vector<Tensor> v{tape.watch(lam), tape.watch(x0), tape.watch(u)};
+        const ScanBody body = [&v](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
+          Tensor next = v[0] * carry[0] + x[0];
+          return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{square(next)});
+        };
+        ScanResult r = c ? detail::scan_cached(body, {v[1]}, {v[2]}, "t", o, {v[0]}, c)
+                         : scan(body, {v[1]}, {v[2]}, "t", o);
+        Tensor loss = sum(r.ys[0]) + r.carry[0] * r.carry[0];
+        return Out{loss.item(), tape.gradient(loss, v)};
+      };
+      expect_same(go(cache), go(nullptr), name + ", seed " + std::to_string(seed));
+    }
+    EXPECT_EQ(cache->hits(), 2) << name;
+  }
+}
+
 TEST(ScanCache, ReusedStepsMatchTheUnrolledLoop) {
   // Independent of scan itself: the third call (a reused step) against the loop on the tape.
   auto cache = std::make_shared<ScanCache>();
