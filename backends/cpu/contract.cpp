@@ -1,5 +1,6 @@
 // CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: fixed-size kernels for tiny matrices
-// (sizes <= 8, contract_fixed.h, with an AVX2 build), direct loops for small ones, BLAS gemm
+// (sizes <= 8, contract_fixed.h, with an AVX2 build; per batch entry when batched), axpy rows or
+// dot products where one axis is wide and the others tiny, direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
 
