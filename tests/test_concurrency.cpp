@@ -1,5 +1,6 @@
 // Concurrency: many tasks, each recording and differentiating its own tape (a recurrence, a scan,
-// a Cholesky factor and a log-determinant), give bitwise the serial results; a tape or a tracked
+// a Cholesky factor and a log-determinant), give bitwise the serial results; tasks evaluating one
+// model at once (sharing its compiled scans) give the serial values; a tape or a tracked
 // tensor used from a thread that does not own the tape is an AutodiffError, not a race.
 // scripts/test.sh also runs this file under ThreadSanitizer. Debian's oneTBB is not built for
 // TSan (its internal synchronisation is invisible to it and reported as races), so under TSan the
@@ -7,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <exception>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +18,7 @@
 #include <tbb/parallel_for.h>
 
 #include <tenax/tenax.h>
+#include <nlohmann/json.hpp>
 
 #include "expect_message.h"
 
@@ -85,6 +89,34 @@ TEST(Concurrency, ThousandTasksWithOwnTapesMatchTheSerialRunBitwise) {
   for (int k = 0; k < tasks; ++k) {
     ASSERT_EQ(serial[size_t(k)].size(), 7u);
     EXPECT_EQ(serial[size_t(k)], parallel[size_t(k)]) << "task " << k;  // bitwise
+  }
+}
+
+TEST(Concurrency, OneModelEvaluatedFromManyTasksAtOnce) {
+  // A model's scans keep their compiled step between evaluations (autodiff/scan_cache.h): tasks
+  // evaluating one model at once each take it, or compile their own while another holds it, and
+  // every value and gradient is the one a serial evaluation gives.
+  nlohmann::json doc =
+      nlohmann::json::parse(std::ifstream(std::string(TENAX_SOURCE_DIR) + "/examples/kalman/model.json"));
+  doc["axes"]["series"] = 2;
+  doc["axes"]["time"] = 30;
+  const Model m = load_model_json(doc, std::string(TENAX_SOURCE_DIR) + "/examples/kalman");
+  const int tasks = 64;
+  auto eval = [&](int k) {
+    const TensorMap in = {{"y", randn(Axes{{"series", 2}, {"time", 30}, {"obs", 2}}, uint64_t(k) + 1)}};
+    const ModelGradient g = m.value_and_grad("loglik", in);
+    std::vector<double> out{g.value.item()};
+    for (double d : Model::flatten(g.grads)) out.push_back(d);
+    return out;
+  };
+  std::vector<std::vector<double>> serial(tasks), parallel(tasks);
+  for (int k = 0; k < tasks; ++k) serial[size_t(k)] = eval(k);
+  run_tasks(tasks, [&](int k) { parallel[size_t(k)] = eval(k); });
+  for (int k = 0; k < tasks; ++k) {
+    ASSERT_EQ(parallel[size_t(k)].size(), serial[size_t(k)].size());
+    for (size_t q = 0; q < serial[size_t(k)].size(); ++q)
+      EXPECT_NEAR(parallel[size_t(k)][q], serial[size_t(k)][q], 1e-10 * (1 + std::abs(serial[size_t(k)][q])))
+          << "task " << k << ", entry " << q;
   }
 }
 
