@@ -1,6 +1,7 @@
 // scan: validation, the forward loop over a traced plan, carry checkpoints (and, within a budget,
 // the steps' intermediates), and the reverse pass (a custom node on the enclosing tape) with
-// every-k or binomial (bisection) checkpointing.
+// every-k or binomial (bisection) checkpointing; scan_cached's reuse of a plan and compiled step
+// kept from an earlier call (autodiff/scan_cache.h).
 #include "tenax/autodiff/scan.h"
 
 #include <cmath>
