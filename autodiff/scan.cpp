@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/scan_cache.h"
@@ -31,8 +32,7 @@ struct detail::ScanCache::Entry {
   Name over;
   int64_t steps = 0;
   ScanOptions opt;
-  std::vector<Axes> init_axes, x_axes, capture_axes;
-  std::vector<DType> init_types, x_types, capture_types;
+  std::vector<std::pair<Axes, DType>> init_shapes, x_shapes, capture_shapes;
   std::vector<char> tracked;       // per capture: a parameter of the tape at the trace
   std::vector<Tensor> fixed;       // per capture: its value then, when untracked
   std::vector<Name> mapped;        // the nmap axes active then
@@ -420,8 +420,23 @@ int64_t check_scan(const std::vector<Tensor>& init, const std::vector<Tensor>& x
   return steps;
 }
 
+// The axes and dtype of each tensor; on_host becomes false when one is elsewhere.
+std::vector<std::pair<Axes, DType>> shapes(const std::vector<Tensor>& ts, bool& on_host) {
+  std::vector<std::pair<Axes, DType>> out;
+  for (const Tensor& t : ts) {
+    out.emplace_back(t.axes(), t.dtype());
+    on_host = on_host && t.device().kind == Device::Kind::cpu;
+  }
+  return out;
+}
+
+// Whether `t` is a variable of the tape with serial `outer` (what a scan plan makes a parameter).
+bool tracked_by(const Tensor& t, uint32_t outer) {
+  return outer != 0 && t.var() >= 0 && t.tape_serial() == outer;
+}
+
 // The entry a call with these arguments may reuse: the same axes, dtypes, steps, options and nmap
-// axes, the same captures tracked, and the untracked ones holding the same values.
+// axes, all on the host, the same captures tracked, and the untracked ones holding the same values.
 bool matches(const detail::ScanCache::Entry& e, const std::vector<Tensor>& init,
              const std::vector<Tensor>& xs, Name over, int64_t steps, const ScanOptions& o,
              const std::vector<Tensor>& captures, uint32_t outer) {
@@ -430,16 +445,9 @@ bool matches(const detail::ScanCache::Entry& e, const std::vector<Tensor>& init,
       k.checkpoint_every != o.checkpoint_every || k.memory_budget != o.memory_budget ||
       k.residual_budget != o.residual_budget || k.length != o.length)
     return false;
-  auto same = [](const std::vector<Axes>& axes, const std::vector<DType>& types,
-                 const std::vector<Tensor>& ts) {
-    if (axes.size() != ts.size()) return false;
-    for (size_t i = 0; i < ts.size(); ++i)
-      if (!(axes[i] == ts[i].axes()) || types[i] != ts[i].dtype() || ts[i].device().kind != Device::Kind::cpu)
-        return false;
-    return true;
-  };
-  if (!same(e.init_axes, e.init_types, init) || !same(e.x_axes, e.x_types, xs) ||
-      !same(e.capture_axes, e.capture_types, captures))
+  bool on_host = true;
+  if (shapes(init, on_host) != e.init_shapes || shapes(xs, on_host) != e.x_shapes ||
+      shapes(captures, on_host) != e.capture_shapes || !on_host)
     return false;
   const AxisList& mapped = detail::g_mapped;
   if (static_cast<size_t>(mapped.size()) != e.mapped.size()) return false;
@@ -447,7 +455,7 @@ bool matches(const detail::ScanCache::Entry& e, const std::vector<Tensor>& init,
     if (!(mapped[i] == e.mapped[static_cast<size_t>(i)])) return false;
   for (size_t i = 0; i < captures.size(); ++i) {
     const Tensor& c = captures[i];
-    const bool tracked = outer != 0 && c.var() >= 0 && c.tape_serial() == outer;
+    const bool tracked = tracked_by(c, outer);
     if (tracked != static_cast<bool>(e.tracked[i])) return false;
     if (tracked) continue;
     const Tensor now = c.is_contiguous() ? c : detail::copy_of(c);
@@ -461,13 +469,12 @@ bool matches(const detail::ScanCache::Entry& e, const std::vector<Tensor>& init,
 // parameter that is not among the captures.
 std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const std::vector<Tensor>& init,
                                                     const std::vector<Tensor>& captures, uint32_t outer) {
-  auto on_host = [](const std::vector<Tensor>& ts) {
-    for (const Tensor& t : ts)
-      if (t.device().kind != Device::Kind::cpu) return false;
-    return true;
-  };
-  if (!on_host(init) || !on_host(run.xs) || !on_host(captures)) return nullptr;
   auto e = std::make_unique<detail::ScanCache::Entry>();
+  bool on_host = true;
+  e->init_shapes = shapes(init, on_host);
+  e->x_shapes = shapes(run.xs, on_host);
+  e->capture_shapes = shapes(captures, on_host);
+  if (!on_host) return nullptr;
   for (const Tensor& p : run.plan->params()) {
     int found = -1;
     for (size_t i = 0; i < captures.size() && found < 0; ++i)
@@ -480,18 +487,8 @@ std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const st
   e->over = run.over;
   e->steps = run.steps;
   e->opt = run.opt;
-  for (const Tensor& t : init) {
-    e->init_axes.push_back(t.axes());
-    e->init_types.push_back(t.dtype());
-  }
-  for (const Tensor& t : run.xs) {
-    e->x_axes.push_back(t.axes());
-    e->x_types.push_back(t.dtype());
-  }
   for (const Tensor& c : captures) {
-    e->capture_axes.push_back(c.axes());
-    e->capture_types.push_back(c.dtype());
-    const bool tracked = outer != 0 && c.var() >= 0 && c.tape_serial() == outer;
+    const bool tracked = tracked_by(c, outer);
     e->tracked.push_back(tracked);
     e->fixed.push_back(tracked ? Tensor() : detail::copy_of(c));
   }

@@ -317,8 +317,8 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
   xs_adj_ = xs_adj;
   // A reusable program whose reverse programs were built for the same pass keeps them: its own
   // buffers (parameter accumulators, carry cotangents) are reset, the slice copies remade.
-  if (reusable_ && backward_built_ && needs == built_needs_ && batch == built_batch_ &&
-      ys_wanted == built_ys_ && xs_wanted == built_xs_) {
+  if (reusable_ && backward_built_ && needs == needs_ && batch == batch_ && ys_wanted == built_ys_ &&
+      xs_wanted == built_xs_) {
     for (size_t k = 0; k < carry_.size(); ++k) {
       if (carry_bar[k].defined())
         copy_into(carry_bar_[k], carry_bar[k]);
@@ -332,8 +332,6 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
   }
   needs_ = needs;
   batch_ = batch;
-  built_needs_ = needs;
-  built_batch_ = batch;
   built_ys_ = ys_wanted;
   built_xs_ = xs_wanted;
   auto with_batch = [&](const Tensor& t) {

@@ -156,12 +156,12 @@ class StepProgram {
   std::vector<SliceCopy> y_seed_, x_adj_store_;
   KernelProgram seed_, vjp_;
   bool backward_built_ = false;
-  // A reusable program: what its reverse programs were built for (prepare_backward rebuilds them
-  // when a pass asks for something else), and how its slice copies were made (per output: the
-  // adjoint variable it seeds, -1: none, and whether it adds; per input: its adjoint variable).
+  // A reusable program: which cotangents and input adjoints its reverse programs were built for
+  // (with needs_ and batch_: prepare_backward rebuilds them when a pass asks for something else),
+  // and how its slice copies were made (per output: the adjoint variable it seeds, -1: none, and
+  // whether it adds; per input: its adjoint variable).
   bool reusable_ = false;
-  std::vector<char> built_needs_, built_ys_, built_xs_;
-  Axes built_batch_;
+  std::vector<char> built_ys_, built_xs_;
   std::vector<std::pair<int32_t, bool>> y_seed_of_;
   std::vector<int32_t> x_adj_of_;
   void make_slice_copies();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tenax/backends/cpu/avx2.h"
@@ -50,6 +51,17 @@ struct Scratch {
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
+}
+
+// Calls f(ox, oy, oz) with the element offsets of x, y and z of every entry of a batch of at most
+// two axes (no axis: one entry at offsets 0).
+template <class F>
+void each_batch_entry(const ContractGroup& g, F&& f) {
+  const int64_t n0 = g.rank > 0 ? g.sizes[0] : 1, n1 = g.rank > 1 ? g.sizes[1] : 1;
+  const int64_t x0 = g.rank > 0 ? g.x[0] : 0, y0 = g.rank > 0 ? g.y[0] : 0, z0 = g.rank > 0 ? g.z[0] : 0;
+  const int64_t x1 = g.rank > 1 ? g.x[1] : 0, y1 = g.rank > 1 ? g.y[1] : 0, z1 = g.rank > 1 ? g.z[1] : 0;
+  for (int64_t b0 = 0; b0 < n0; ++b0)
+    for (int64_t b1 = 0; b1 < n1; ++b1) f(b0 * x0 + b1 * x1, b0 * y0 + b1 * y1, b0 * z0 + b1 * z1);
 }
 
 // A group as a single BLAS dimension: its size and stride (one dim, or none: size 1).
@@ -236,23 +248,18 @@ bool contract_tiny_batch(const ContractArgs& a) {
   const bool straight = p.x == a.x && p.y == a.y && p.mz == mz && p.nz == nz;
   const bool swapped = p.x == a.y && p.y == a.x && p.mz == nz && p.nz == mz;
   if (straight == swapped) return false;
-  const ContractGroup& g = a.batch;
-  const int64_t* sx = swapped ? g.y : g.x;
-  const int64_t* sy = swapped ? g.x : g.y;
-  const int64_t B0 = g.rank > 0 ? g.sizes[0] : 1, B1 = g.rank > 1 ? g.sizes[1] : 1;
-  const int64_t bx0 = g.rank > 0 ? sx[0] : 0, by0 = g.rank > 0 ? sy[0] : 0, bz0 = g.rank > 0 ? g.z[0] : 0;
-  const int64_t bx1 = g.rank > 1 ? sx[1] : 0, by1 = g.rank > 1 ? sy[1] : 0, bz1 = g.rank > 1 ? g.z[1] : 0;
+  ContractGroup batch = a.batch;
+  if (swapped) std::swap(batch.x, batch.y);
   const T* x = static_cast<const T*>(p.x);
   const T* y = static_cast<const T*>(p.y);
   T* z = static_cast<T*>(a.z);
-  for (int64_t b0 = 0; b0 < B0; ++b0)
-    for (int64_t b1 = 0; b1 < B1; ++b1) {
-      p.x = x + b0 * bx0 + b1 * bx1;
-      p.y = y + b0 * by0 + b1 * by1;
-      p.z = z + b0 * bz0 + b1 * bz1;
-      p.base = a.accumulate ? p.z : nullptr;
-      p.run(p);
-    }
+  each_batch_entry(batch, [&](int64_t ox, int64_t oy, int64_t oz) {
+    p.x = x + ox;
+    p.y = y + oy;
+    p.z = z + oz;
+    p.base = a.accumulate ? p.z : nullptr;
+    p.run(p);
+  });
   return true;
 }
 
@@ -307,38 +314,30 @@ bool contract_wide(const ContractArgs& a, bool below_blas) {
   const bool wide_m = M >= kWide && mz == 1 && N <= kMedium && K <= kMedium;
   const bool wide_k = K >= kWide && M <= kMedium && N <= kMedium;
   if ((!wide_n && !wide_m && !wide_k) || (below_blas && M * N * K >= kBlasWork)) return false;
-  const int64_t B0 = a.batch.rank > 0 ? a.batch.sizes[0] : 1, B1 = a.batch.rank > 1 ? a.batch.sizes[1] : 1;
-  for (int64_t b0 = 0; b0 < B0; ++b0)
-    for (int64_t b1 = 0; b1 < B1; ++b1) {
-      const T* x = static_cast<const T*>(a.x);
-      const T* y = static_cast<const T*>(a.y);
-      T* z = static_cast<T*>(a.z);
-      for (int d = 0; d < a.batch.rank; ++d) {
-        const int64_t i = d == 0 ? b0 : b1;
-        x += i * a.batch.x[d];
-        y += i * a.batch.y[d];
-        z += i * a.batch.z[d];
-      }
-      if (wide_n) {
-        axpy_rows(M, N, K, x, mx, kx, y, ky, ny, z, mz, a.accumulate);
-      } else if (wide_m) {
-        axpy_rows(N, M, K, y, ny, ky, x, kx, mx, z, nz, a.accumulate);
-      } else {
-        for (int64_t m = 0; m < M; ++m)
-          for (int64_t n = 0; n < N; ++n) {
-            const T* xm = x + m * mx;
-            const T* yn = y + n * ny;
-            T s[4] = {T(0), T(0), T(0), T(0)};
-            int64_t k = 0;
-            for (; k + 4 <= K; k += 4)
-              for (int j = 0; j < 4; ++j) s[j] += xm[(k + j) * kx] * yn[(k + j) * ky];
-            for (; k < K; ++k) s[0] += xm[k * kx] * yn[k * ky];
-            const T sum = (s[0] + s[1]) + (s[2] + s[3]);
-            T& dst = z[m * mz + n * nz];
-            dst = a.accumulate ? dst + sum : sum;
-          }
-      }
+  each_batch_entry(a.batch, [&](int64_t ox, int64_t oy, int64_t oz) {
+    const T* x = static_cast<const T*>(a.x) + ox;
+    const T* y = static_cast<const T*>(a.y) + oy;
+    T* z = static_cast<T*>(a.z) + oz;
+    if (wide_n) {
+      axpy_rows(M, N, K, x, mx, kx, y, ky, ny, z, mz, a.accumulate);
+    } else if (wide_m) {
+      axpy_rows(N, M, K, y, ny, ky, x, kx, mx, z, nz, a.accumulate);
+    } else {
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+          const T* xm = x + m * mx;
+          const T* yn = y + n * ny;
+          T s[4] = {T(0), T(0), T(0), T(0)};
+          int64_t k = 0;
+          for (; k + 4 <= K; k += 4)
+            for (int j = 0; j < 4; ++j) s[j] += xm[(k + j) * kx] * yn[(k + j) * ky];
+          for (; k < K; ++k) s[0] += xm[k * kx] * yn[k * ky];
+          const T sum = (s[0] + s[1]) + (s[2] + s[3]);
+          T& dst = z[m * mz + n * nz];
+          dst = a.accumulate ? dst + sum : sum;
+        }
     }
+  });
   return true;
 }
 
