@@ -61,10 +61,25 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
     outer_ = loop.outer;
     count_ = loop.count;
     for (int a = 0; a < 2; ++a) flat_args_[a] = {args_[a].data, loop.stride[a], loop.outer_stride[a]};
+    if (fixed.dtype() == DType::f64) {
+      ScalarLoop::Form form;
+      form.kind = accumulate ? ScalarLoop::Kind::acc : ScalarLoop::Kind::copy;
+      form.arity = 2;
+      inline_ = resolve_form(form, flat_args_, outer_, count_);
+    }
   }
 }
 
 void SliceCopy::run(int64_t i) {
+  if (inline_.run) {
+    char* at = base_ + i * stride_bytes_;
+    if (moving_ == 0)
+      inline_.o = reinterpret_cast<double*>(at);
+    else
+      inline_.a = inline_.b = reinterpret_cast<const double*>(at);
+    inline_.run(inline_);
+    return;
+  }
   if (flat_) {
     flat_args_[moving_].data = base_ + i * stride_bytes_;
     flat_(outer_, count_, flat_args_);

@@ -9,6 +9,7 @@
 
 #include "tenax/autodiff/scan_plan.h"
 #include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/inline_call.h"
 
 namespace tenax::detail {
 
@@ -39,6 +40,9 @@ class SliceCopy {
   FlatFn flat_ = nullptr;  ///< set when the slice is small and collapses to one loop dimension
   int64_t outer_ = 1, count_ = 0;
   FlatArg flat_args_[2];
+  /// float64 flat copies: the same copy as an InlineCall (run when set; its moving operand is
+  /// repointed per step), which skips the flat kernel's generic loop.
+  InlineCall inline_;
   int moving_ = 0;
   bool accumulate_ = false;
   char* base_ = nullptr;
