@@ -83,10 +83,22 @@ struct ContractArgs {
   bool accumulate = false;  ///< add into z instead of overwriting it
 };
 using ContractFn = void (*)(const ContractArgs& args);
+/// A call resolved once for replays that a replay runs through one pointer (core/ops/capture.h):
+/// `run` is the kernel chosen at planning for the derived record (ContractPlan, InlineCall), which
+/// casts its argument back to that record (replay_as).
+struct Replayed;
+using ReplayFn = void (*)(const Replayed& self);
+struct Replayed {
+  ReplayFn run = nullptr;
+};
+/// The ReplayFn of kernel F on the record type D: F inlined into a cast.
+template <class D, void (*F)(const D&)>
+void replay_as(const Replayed& self) {
+  F(static_cast<const D&>(self));
+}
 /// A contraction resolved once, for replays (a captured scan step): the kernel with its operands'
 /// pointers and strides, so that a replay neither re-reads ContractArgs nor re-plans the loops.
-struct ContractPlan {
-  void (*run)(const ContractPlan& plan) = nullptr;
+struct ContractPlan : Replayed {
   const void* x = nullptr;
   const void* y = nullptr;
   void* z = nullptr;

@@ -21,7 +21,7 @@ int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).
-using ContractFn = void (*)(const detail::ContractPlan&);
+using ContractFn = detail::ReplayFn;
 ContractFn fixed_kernel_avx2_f64(detail::ContractPlan& p, int m, int n, int k);
 ContractFn fixed_kernel_avx2_f32(detail::ContractPlan& p, int m, int n, int k);
 #endif

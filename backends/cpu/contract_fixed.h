@@ -16,7 +16,10 @@
 namespace tenax::cpu {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per instruction set, see above
 
-using FixedFn = void (*)(const detail::ContractPlan&);
+using FixedFn = detail::ReplayFn;
+// A kernel on a ContractPlan as a plan's `run` (detail::replay_as).
+template <void (*F)(const detail::ContractPlan&)>
+constexpr FixedFn as_run = &detail::replay_as<detail::ContractPlan, F>;
 
 // An element (or row) of z from its base b and its sum of products (ContractPlan::base): b + sum
 // or, with sign -1, b - sum, to the bit (the product by the sign is exact), and without a branch.
@@ -185,7 +188,7 @@ void contract_medium_scalar(const detail::ContractPlan& p) {
 template <class T, bool kRowsY, int I>
 constexpr FixedFn medium_row_kernel() {
   if constexpr (medium_width<T, I + 1>() > 0)
-    return &contract_medium_rows<T, I + 1, kRowsY>;
+    return as_run<&contract_medium_rows<T, I + 1, kRowsY>>;
   else
     return nullptr;
 }
@@ -195,7 +198,7 @@ constexpr std::array<FixedFn, kMedium> medium_row_table(std::integer_sequence<in
 }
 template <class T, int... I>
 constexpr std::array<FixedFn, kMedium> medium_scalar_table(std::integer_sequence<int, I...> /*unused*/) {
-  return {&contract_medium_scalar<T, I + 1>...};
+  return {as_run<&contract_medium_scalar<T, I + 1>>...};
 }
 
 // The kernel for sizes 1..kMedium: the row form where z's rows are contiguous, that of zᵀ = yᵀ xᵀ
@@ -224,12 +227,12 @@ FixedFn medium_kernel(detail::ContractPlan& p, int M, int N, int K) {
 // vector form in this build.
 template <class T, int... I>
 constexpr std::array<FixedFn, 64> scalar_table(std::integer_sequence<int, I...> /*unused*/) {
-  return {&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>...};
+  return {as_run<&contract_fixed<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1>>...};
 }
 template <class T, bool kRowsY, int I>
 constexpr FixedFn row_kernel() {
   if constexpr (row_width<T, (I / 4) % 4 + 1>() > 0)
-    return &contract_fixed_rows<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1, kRowsY>;
+    return as_run<&contract_fixed_rows<T, I / 16 + 1, (I / 4) % 4 + 1, I % 4 + 1, kRowsY>>;
   else
     return nullptr;
 }

@@ -127,9 +127,12 @@ class KernelProgram {
   /// What a replay reads of a flat call, one compact record per call (flat null: see calls_),
   /// built with the segments: the full Call records are several hundred bytes each.
   struct Hot {
+    /// What the replay runs: the inline call or planned contraction below through its own `run`
+    /// (one test and one call), null for the other records. Set once the passes are done.
+    const Replayed* go = nullptr;
     FlatFn flat = nullptr;
     const FlatArg* args = nullptr;
-    int64_t outer = 1, count = 0;
+    int32_t outer = 1, count = 0;  ///< a flat call's; at most kFlatLimit elements
     const ContractPlan* plan = nullptr;
     const MatPlan* mat = nullptr;
     /// A float64 kernel with an inline form (ScalarLoop::Form) runs as an InlineCall, its

@@ -17,8 +17,7 @@ namespace tenax::detail {
 /// a row they step by so, sa, sb elements, from row to row by oo, oa, ob. `run` is chosen for the
 /// kind, the sizes and the strides (inline_run); the planning passes may point o, a or b
 /// elsewhere (core/ops/copy_forwarding.cpp), never change those.
-struct InlineCall {
-  void (*run)(const InlineCall& c) = nullptr;
+struct InlineCall : Replayed {
   double* o = nullptr;
   const double* a = nullptr;
   const double* b = nullptr;
@@ -91,40 +90,44 @@ void rows(const InlineCall& c) {
   }
 }
 
+/// A loop on an InlineCall as its `run` (replay_as).
+template <void (*F)(const InlineCall&)>
+constexpr ReplayFn as_run = &replay_as<InlineCall, F>;
+
 template <K k, bool Bcast>
-void (*fixed_for(int64_t n))(const InlineCall&) {
+ReplayFn fixed_for(int64_t n) {
   switch (n) {
     case 2:
-      return fixed<k, 2, Bcast>;
+      return as_run<fixed<k, 2, Bcast>>;
     case 4:
-      return fixed<k, 4, Bcast>;
+      return as_run<fixed<k, 4, Bcast>>;
     case 8:
-      return fixed<k, 8, Bcast>;
+      return as_run<fixed<k, 8, Bcast>>;
     case 16:
-      return fixed<k, 16, Bcast>;
+      return as_run<fixed<k, 16, Bcast>>;
     default:
       return nullptr;
   }
 }
 
 template <K k>
-void (*pick(const InlineCall& c))(const InlineCall&) {
+ReplayFn pick(const InlineCall& c) {
   if (c.outer != 1) {
-    if (c.outer == 2 && c.n == 2) return rows<k, 2, 2>;
-    if (c.outer == 4 && c.n == 4) return rows<k, 4, 4>;
-    return rows<k, 0, 0>;
+    if (c.outer == 2 && c.n == 2) return as_run<rows<k, 2, 2>>;
+    if (c.outer == 4 && c.n == 4) return as_run<rows<k, 4, 4>>;
+    return as_run<rows<k, 0, 0>>;
   }
-  if (c.n == 1) return fixed<k, 1, false>;  // strides do not matter
-  void (*f)(const InlineCall&) = nullptr;
+  if (c.n == 1) return as_run<fixed<k, 1, false>>;  // strides do not matter
+  ReplayFn f = nullptr;
   if (c.so == 1 && c.sa == 1 && c.sb == 1) f = fixed_for<k, false>(c.n);
   if (c.so == 1 && c.sa == 1 && c.sb == 0) f = fixed_for<k, true>(c.n);
-  return f ? f : general<k>;
+  return f ? f : as_run<general<k>>;
 }
 
 }  // namespace inline_detail
 
 /// The loop for c's kind, length and strides (null for Kind::call and the moving kinds).
-inline void (*inline_run(const InlineCall& c))(const InlineCall&) {
+inline ReplayFn inline_run(const InlineCall& c) {
   using inline_detail::pick;
   using K = ScalarLoop::Kind;
   switch (c.kind) {

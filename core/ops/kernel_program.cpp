@@ -54,24 +54,24 @@ bool KernelProgram::append_to(ScalarLoop& loop) const {
 
 void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_t position,
                               int64_t index) const {
-  for (size_t k = begin; k < end; ++k) {
-    const Hot& h = hot_[k];
-    if (h.inl) {
-      h.inl->run(*h.inl);
+  // Walked by pointer, held in locals: a call may write anywhere, so members would be reloaded
+  // per record.
+  const Hot* const first = hot_.data();
+  const Hot* const last = first + end;
+  for (const Hot* at = first + begin; at != last; ++at) {
+    const Hot& h = *at;
+    if (h.go) {
+      h.go->run(*h.go);
       continue;
     }
     if (h.flat) {
       h.flat(h.outer, h.count, h.args);
       continue;
     }
-    if (h.plan) {
-      h.plan->run(*h.plan);
-      continue;
-    }
     if (h.chain >= 0) {  // never a flat or planned (host) call
       const auto c = static_cast<size_t>(h.chain);
       real_kernels(1).program.launch_fused(chains_[c].get(), index);
-      k = chain_end_[c] - 1;
+      at = first + chain_end_[c] - 1;
       continue;
     }
     if (h.mat) {
@@ -203,9 +203,10 @@ void KernelProgram::plan_segments() const {
         inl = &inline_.back();
       }
     }
-    hot_.push_back(
-        {c.flat, args, c.outer, c.count, c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr,
-         c.mat >= 0 ? &mat_plans_[static_cast<size_t>(c.mat)] : nullptr, inl, -1, static_cast<uint32_t>(k)});
+    hot_.push_back({nullptr, c.flat, args, static_cast<int32_t>(c.outer), static_cast<int32_t>(c.count),
+                    c.plan >= 0 ? &plans_[static_cast<size_t>(c.plan)] : nullptr,
+                    c.mat >= 0 ? &mat_plans_[static_cast<size_t>(c.mat)] : nullptr, inl, -1,
+                    static_cast<uint32_t>(k)});
   }
   plan_chains();
   plan_graphs();
@@ -216,6 +217,13 @@ void KernelProgram::plan_segments() const {
   may_wait_ = !segments_.empty() || std::any_of(hot_.begin(), hot_.end(), [](const Hot& h) {
     return !h.inl && !h.flat && !h.plan && !h.mat;
   });
+  for (Hot& h : hot_) {  // a chain's first record launches the chain instead
+    if (h.chain >= 0) continue;
+    if (h.inl)
+      h.go = h.inl;
+    else if (h.plan)
+      h.go = h.plan;
+  }
 }
 
 // Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
