@@ -113,12 +113,39 @@ int64_t cholesky_vjp_planned(const detail::MatPlan& p) {
                          scratch, scratch + N * N);
   return -1;
 }
-template <class T, int64_t N, bool Lower>
+// A triangular solve with R right-hand sides (R = 0: p.r.nrhs of them): the triangle and the
+// reciprocals of its diagonal read once into locals, each right-hand side solved in registers
+// (a Kalman step solves 2 x 2 systems for 1 and 4 right-hand sides). The arithmetic of
+// small::triangular_solve with a fixed size, to the bit, and likewise nothing written when the
+// diagonal holds a zero.
+template <class T, int64_t N, bool Lower, int64_t R>
 int64_t tri_solve_planned(const detail::MatPlan& p) {
-  return small::triangular_solve<T>(at<T>(p.a, nullptr, 0), Size<N>{}, Lower, static_cast<T*>(p.r.data),
-                                    p.r.nrhs, p.r.rs, p.r.cs)
-             ? -1
-             : 0;
+  const M<T> a = at<T>(p.a, nullptr, 0);
+  T inv[N];
+  for (int64_t i = 0; i < N; ++i)
+    if (a(i, i) == T(0)) return 0;
+  for (int64_t i = 0; i < N; ++i) inv[i] = T(1) / a(i, i);
+  T t[N][N] = {};
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < N; ++k)
+      if (Lower ? k < i : k > i) t[i][k] = a(i, k);
+  const int64_t nrhs = R > 0 ? R : p.r.nrhs, rs = p.r.rs, cs = p.r.cs;
+  for (int64_t c = 0; c < nrhs; ++c) {
+    T* z = static_cast<T*>(p.r.data) + c * cs;
+    T v[N];
+    for (int64_t i = 0; i < N; ++i) v[i] = z[i * rs];
+    for (int64_t j = 0; j < N; ++j) {
+      const int64_t i = Lower ? j : N - 1 - j;
+      T s = v[i];
+      if constexpr (Lower)
+        for (int64_t k = 0; k < i; ++k) s -= t[i][k] * v[k];
+      else
+        for (int64_t k = i + 1; k < N; ++k) s -= t[i][k] * v[k];
+      v[i] = s * inv[i];
+    }
+    for (int64_t i = 0; i < N; ++i) z[i * rs] = v[i];
+  }
+  return -1;
 }
 
 template <class T, int64_t... N>
@@ -126,8 +153,14 @@ bool mat_plan_sizes(detail::MatKind kind, detail::MatPlan& p, std::integer_seque
   using Run = int64_t (*)(const detail::MatPlan&);
   static constexpr Run chol[] = {cholesky_planned<T, N>...};
   static constexpr Run vjp[] = {cholesky_vjp_planned<T, N>...};
-  static constexpr Run lower[] = {tri_solve_planned<T, N, true>...};
-  static constexpr Run upper[] = {tri_solve_planned<T, N, false>...};
+  // Triangular solves by right-hand sides: 1, 2, 4 compiled in, others at run time.
+  static constexpr Run lower[][4] = {{tri_solve_planned<T, N, true, 1>, tri_solve_planned<T, N, true, 2>,
+                                      tri_solve_planned<T, N, true, 4>, tri_solve_planned<T, N, true, 0>}...};
+  static constexpr Run upper[][4] = {{tri_solve_planned<T, N, false, 1>, tri_solve_planned<T, N, false, 2>,
+                                      tri_solve_planned<T, N, false, 4>,
+                                      tri_solve_planned<T, N, false, 0>}...};
+  const int64_t nrhs = p.r.nrhs;
+  const size_t by_rhs = nrhs == 1 ? 0 : nrhs == 2 ? 1 : nrhs == 4 ? 2 : 3;
   const int64_t n = p.a.n;
   if (n < 1 || n > static_cast<int64_t>(sizeof...(N))) return false;
   const auto i = static_cast<size_t>(n - 1);
@@ -139,7 +172,7 @@ bool mat_plan_sizes(detail::MatKind kind, detail::MatPlan& p, std::integer_seque
       p.run = vjp[i];
       return true;
     case detail::MatKind::tri_solve:
-      p.run = p.lower ? lower[i] : upper[i];
+      p.run = p.lower ? lower[i][by_rhs] : upper[i][by_rhs];
       return true;
   }
   return false;
