@@ -220,9 +220,29 @@ void StepProgram::build_forward(int64_t s) {
   forward_built_ = true;
 }
 
+// What the reverse step reads of the forward step's arena: the buffers of the values read after
+// the step (carries, x_t, new carries, outputs, and what the reverse rules save, ScanPlan::
+// read_after_step; a view's whole parent buffer). The other intermediates, the ops' own
+// temporaries among them, are neither saved nor restored.
+void StepProgram::keep_read_buffers() {
+  const auto* lo = static_cast<const char*>(arena_->block()->data());
+  const char* hi = lo + arena_->used();
+  const std::vector<char> read = plan_->read_after_step();
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  for (size_t v = 0; v < values_.size(); ++v) {
+    if (!read[v] || !values_[v].defined() || !values_[v].storage()) continue;
+    const auto* at = static_cast<const char*>(values_[v].storage()->data());
+    const std::size_t bytes = values_[v].storage()->bytes();
+    if (at >= lo && at + bytes <= hi) ranges.emplace_back(static_cast<std::size_t>(at - lo), bytes);
+  }
+  if (!ranges.empty()) arena_->keep_only(std::move(ranges));
+  arena_kept_ = true;
+}
+
 bool StepProgram::keep_residuals(int64_t budget) {
   saved_.clear();  // nothing of an earlier pass (a reused program) counts
-  const auto used = arena_ ? static_cast<int64_t>(arena_->used()) : 0;
+  if (arena_ && !arena_->overflowed() && forward_built_ && !arena_kept_) keep_read_buffers();
+  const auto used = arena_ ? static_cast<int64_t>(arena_->saved()) : 0;
   if (!arena_ || arena_->overflowed() || !forward_built_ || used == 0 || budget <= 0 ||
       used > budget / std::max<int64_t>(steps_, 1)) {
     residuals_ = Tensor();
@@ -240,14 +260,14 @@ bool StepProgram::keep_residuals(int64_t budget) {
 }
 
 void StepProgram::save(int64_t s) {
-  arena_->save(static_cast<char*>(residuals_.data_ptr()) + static_cast<std::size_t>(s) * arena_->used());
+  arena_->save(static_cast<char*>(residuals_.data_ptr()) + static_cast<std::size_t>(s) * arena_->saved());
   saved_[static_cast<size_t>(s)] = 1;
 }
 
 bool StepProgram::restore(int64_t s) {
   if (saved_.empty() || !saved_[static_cast<size_t>(s)]) return false;
   arena_->restore(static_cast<const char*>(residuals_.data_ptr()) +
-                  static_cast<std::size_t>(s) * arena_->used());
+                  static_cast<std::size_t>(s) * arena_->saved());
   return true;
 }
 

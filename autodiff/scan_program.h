@@ -116,8 +116,9 @@ class StepProgram {
                         const std::vector<Tensor>& ys_bar, const std::vector<Tensor>& xs_adj,
                         const std::vector<Tensor>& carry_bar, const Axes& batch);
   /// On the host, once forward() has built the forward program: keeps each step's carries, x_t
-  /// and intermediates (one arena) from now on (save), for all steps, when they take at most
-  /// `budget` bytes in all; false (nothing kept) otherwise, or on a device.
+  /// and the intermediates its reverse step reads (their buffers in the arena) from now on
+  /// (save), for all steps, when they take at most `budget` bytes in all; false (nothing kept)
+  /// otherwise, or on a device.
   bool keep_residuals(int64_t budget);
   /// Bytes kept for them (0 when keep_residuals said no).
   [[nodiscard]] int64_t residual_bytes() const { return residuals_.defined() ? residuals_.numel() : 0; }
@@ -138,12 +139,15 @@ class StepProgram {
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
   /// forward(s) the first time: runs step s capturing the forward program.
   void build_forward(int64_t s);
+  /// Tells the arena which of its buffers save and restore copy (keep_residuals, once).
+  void keep_read_buffers();
 
   std::shared_ptr<const ScanPlan> plan_;
   // The carries, x_t and the forward program's intermediates lie in here (host); first, so that
   // it goes last.
   std::unique_ptr<HostArena> arena_;
-  Tensor residuals_;         // (step, arena bytes) once keep_residuals said yes
+  bool arena_kept_ = false;  // keep_read_buffers() done
+  Tensor residuals_;         // (step, kept arena bytes) once keep_residuals said yes
   std::vector<char> saved_;  // per step: its intermediates are in residuals_
   Name over_;
   bool reverse_;

@@ -1,6 +1,7 @@
 // Storage lifetime and the per-device allocator table.
 #include "tenax/core/storage.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstring>
@@ -149,8 +150,36 @@ void* HostArena::try_allocate(std::size_t bytes) {
   return p;
 }
 
+void HostArena::keep_only(std::vector<std::pair<std::size_t, std::size_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  kept_.clear();
+  for (const auto& [at, bytes] : ranges) {
+    if (bytes == 0) continue;
+    if (!kept_.empty()) {
+      auto& [last_at, last_bytes] = kept_.back();
+      const std::size_t end = last_at + last_bytes;
+      if (at <= end || (!kPoison && at - end <= kMergeGap)) {  // overlapping (views), or close by
+        last_bytes = std::max(end, at + bytes) - last_at;
+        continue;
+      }
+    }
+    kept_.emplace_back(at, bytes);
+  }
+  kept_bytes_ = 0;
+  for (const auto& r : kept_) kept_bytes_ += r.second;
+  if (kept_.size() == 1 && kept_[0].first == 0 && kept_bytes_ == used_) kept_.clear();  // all of it
+}
+
 void HostArena::save(void* to) const {
   const auto* base = static_cast<const char*>(block_->data());
+  if (!kept_.empty()) {
+    auto* out = static_cast<char*>(to);
+    for (const auto& [at, bytes] : kept_) {
+      std::memcpy(out, base + at, bytes);
+      out += bytes;
+    }
+    return;
+  }
   if constexpr (kPoison) {
     for (const auto& [at, bytes] : pieces_) std::memcpy(static_cast<char*>(to) + at, base + at, bytes);
   } else {
@@ -160,6 +189,14 @@ void HostArena::save(void* to) const {
 
 void HostArena::restore(const void* from) {
   auto* base = static_cast<char*>(block_->data());
+  if (!kept_.empty()) {
+    const auto* in = static_cast<const char*>(from);
+    for (const auto& [at, bytes] : kept_) {
+      std::memcpy(base + at, in, bytes);
+      in += bytes;
+    }
+    return;
+  }
   if constexpr (kPoison) {
     for (const auto& [at, bytes] : pieces_)
       std::memcpy(base + at, static_cast<const char*>(from) + at, bytes);

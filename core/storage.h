@@ -126,17 +126,27 @@ class HostArena {
   [[nodiscard]] std::size_t used() const { return used_; }
   /// Whether some buffer did not fit and came from the host allocator instead.
   [[nodiscard]] bool overflowed() const { return overflowed_; }
-  /// Copies the carved buffers' contents to `to` (used() bytes), or back from `from`. Under
+  /// Copies the carved buffers' contents to `to` (saved() bytes), or back from `from`. Under
   /// AddressSanitizer the block is poisoned but for the buffers, with a 64-byte redzone before
   /// each, and these copy buffer by buffer.
   void save(void* to) const;
   void restore(const void* from);
+  /// From now on save and restore copy only the buffers at these (offset, bytes) ranges of the
+  /// block, packed one after the other; restore leaves the rest of the block as it is. Ranges
+  /// closer than `kMergeGap` bytes are copied as one (fewer, larger copies), except under
+  /// AddressSanitizer (a redzone lies between them).
+  void keep_only(std::vector<std::pair<std::size_t, std::size_t>> ranges);
+  /// Bytes save writes: used(), or those of keep_only's ranges.
+  [[nodiscard]] std::size_t saved() const { return kept_.empty() ? used_ : kept_bytes_; }
+  static constexpr std::size_t kMergeGap = 256;
 
  private:
   Storage* block_;
   std::size_t used_ = 0;
   bool overflowed_ = false;
   std::vector<std::pair<std::size_t, std::size_t>> pieces_;  // (offset, bytes); AddressSanitizer only
+  std::vector<std::pair<std::size_t, std::size_t>> kept_;    // keep_only's, merged; empty: all
+  std::size_t kept_bytes_ = 0;
 };
 
 /// While alive, new host buffers on this thread come from `arena` (scopes nest; nullptr: none).

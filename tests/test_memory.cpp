@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tenax/tenax.h>
@@ -115,6 +116,40 @@ TEST(HostArena, CarvesInOrderSavesRestoresAndOverflowsToThePool) {
   EXPECT_EQ(sum(b).item(), 500.0);
   a = b = c = Tensor();
   EXPECT_EQ(allocator_stats().bytes_in_use, before);
+}
+
+TEST(HostArena, KeepsOnlyTheBuffersItIsToldOf) {
+  // keep_only: save packs the named buffers (ranges within kMergeGap bytes of each other merge,
+  // except under ASan), restore puts exactly those back and leaves the others as they are.
+  detail::HostArena arena(1 << 16);
+  Tensor a, skipped, c;
+  {
+    detail::HostArenaScope scope(&arena);
+    a = full(Axes{{"i", 4}}, 1.0);
+    skipped = full(Axes{{"j", 1024}}, 2.0);  // 8 KiB: far more than kMergeGap between a and c
+    c = full(Axes{{"k", 3}}, 3.0);
+  }
+  const auto* base = static_cast<const char*>(arena.block()->data());
+  auto range = [&](const Tensor& t) {
+    return std::pair<std::size_t, std::size_t>(
+        static_cast<std::size_t>(static_cast<const char*>(t.data_ptr()) - base), t.storage()->bytes());
+  };
+  EXPECT_EQ(arena.saved(), arena.used());
+  arena.keep_only({range(c), range(a)});  // any order
+  EXPECT_EQ(arena.saved(), range(a).second + range(c).second);
+  std::vector<double> packed(arena.saved() / sizeof(double));
+  arena.save(packed.data());
+  EXPECT_EQ(packed, std::vector<double>({1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0}));
+  a.data<double>()[0] = -1.0;
+  skipped.data<double>()[0] = -2.0;
+  c.data<double>()[2] = -3.0;
+  arena.restore(packed.data());
+  EXPECT_EQ(a.to_vector(), std::vector<double>({1.0, 1.0, 1.0, 1.0}));
+  EXPECT_EQ(c.to_vector(), std::vector<double>({3.0, 3.0, 3.0}));
+  EXPECT_EQ(skipped.at({{"j", 0}}), -2.0);  // not kept: left as it was
+  // The whole block again when the ranges cover it.
+  arena.keep_only({{0, arena.used()}});
+  EXPECT_EQ(arena.saved(), arena.used());
 }
 
 }  // namespace
