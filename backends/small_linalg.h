@@ -60,37 +60,52 @@ template <class I, I v>
 inline constexpr int64_t fixed_size<std::integral_constant<I, v>> = v;
 
 /// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
-/// T lower or upper triangular; false when T has a zero on its diagonal.
-template <class T, class M, class N = int64_t>
-TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, int64_t nrhs, int64_t rs,
-                                        int64_t cs) {
+/// T lower or upper triangular; false (nothing written) when T has a zero on its diagonal. nrhs,
+/// like n, may be a compile-time constant.
+template <class T, class M, class N = int64_t, class R = int64_t>
+TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, R nrhs, int64_t rs, int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
     if (A(i, i) == T(0)) return false;
-  // n known at compile time (<= 4 on the host): one division per row instead of one per row and
-  // right-hand side (a Kalman step solves 2 x 2 systems for 4 right-hand sides at once).
-  constexpr bool kFixed = !std::is_same_v<N, int64_t>;
-  T inv[fixed_size<N>];
-  if constexpr (kFixed)
-    for (int64_t i = 0; i < n; ++i) inv[i] = T(1) / A(i, i);
-  auto divide = [&](T s, int64_t i) {
-    if constexpr (kFixed)
-      return s * inv[i];
-    else
-      return s / A(i, i);
-  };
+  if constexpr (!std::is_same_v<N, int64_t>) {
+    // n known at compile time (<= 4 on the host): the triangle and the reciprocals of its
+    // diagonal read once into locals (one division per row instead of one per row and
+    // right-hand side), each right-hand side solved in registers (a Kalman step solves 2 x 2
+    // systems for 1 and 4 right-hand sides).
+    constexpr int64_t S = fixed_size<N>;
+    T inv[S];
+    T t[S][S] = {};
+    for (int64_t i = 0; i < S; ++i) {
+      inv[i] = T(1) / A(i, i);
+      for (int64_t k = 0; k < S; ++k)
+        if (lower ? k < i : k > i) t[i][k] = A(i, k);
+    }
+    for (int64_t c = 0; c < nrhs; ++c) {
+      T* z = r + c * cs;
+      T v[S];
+      for (int64_t i = 0; i < S; ++i) v[i] = z[i * rs];
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t i = lower ? j : S - 1 - j;
+        T s = v[i];
+        for (int64_t k = lower ? 0 : i + 1; k < (lower ? i : S); ++k) s -= t[i][k] * v[k];
+        v[i] = s * inv[i];
+      }
+      for (int64_t i = 0; i < S; ++i) z[i * rs] = v[i];
+    }
+    return true;
+  }
   for (int64_t c = 0; c < nrhs; ++c) {
     T* z = r + c * cs;
     if (lower) {
       for (int64_t i = 0; i < n; ++i) {
         T s = z[i * rs];
         for (int64_t k = 0; k < i; ++k) s -= A(i, k) * z[k * rs];
-        z[i * rs] = divide(s, i);
+        z[i * rs] = s / A(i, i);
       }
     } else {
       for (int64_t i = n - 1; i >= 0; --i) {
         T s = z[i * rs];
         for (int64_t k = i + 1; k < n; ++k) s -= A(i, k) * z[k * rs];
-        z[i * rs] = divide(s, i);
+        z[i * rs] = s / A(i, i);
       }
     }
   }

@@ -113,39 +113,17 @@ int64_t cholesky_vjp_planned(const detail::MatPlan& p) {
                          scratch, scratch + N * N);
   return -1;
 }
-// A triangular solve with R right-hand sides (R = 0: p.r.nrhs of them): the triangle and the
-// reciprocals of its diagonal read once into locals, each right-hand side solved in registers
-// (a Kalman step solves 2 x 2 systems for 1 and 4 right-hand sides). The arithmetic of
-// small::triangular_solve with a fixed size, to the bit, and likewise nothing written when the
-// diagonal holds a zero.
+// A triangular solve with R right-hand sides compiled in (R = 0: p.r.nrhs of them).
 template <class T, int64_t N, bool Lower, int64_t R>
 int64_t tri_solve_planned(const detail::MatPlan& p) {
-  const M<T> a = at<T>(p.a, nullptr, 0);
-  T inv[N];
-  for (int64_t i = 0; i < N; ++i)
-    if (a(i, i) == T(0)) return 0;
-  for (int64_t i = 0; i < N; ++i) inv[i] = T(1) / a(i, i);
-  T t[N][N] = {};
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t k = 0; k < N; ++k)
-      if (Lower ? k < i : k > i) t[i][k] = a(i, k);
-  const int64_t nrhs = R > 0 ? R : p.r.nrhs, rs = p.r.rs, cs = p.r.cs;
-  for (int64_t c = 0; c < nrhs; ++c) {
-    T* z = static_cast<T*>(p.r.data) + c * cs;
-    T v[N];
-    for (int64_t i = 0; i < N; ++i) v[i] = z[i * rs];
-    for (int64_t j = 0; j < N; ++j) {
-      const int64_t i = Lower ? j : N - 1 - j;
-      T s = v[i];
-      if constexpr (Lower)
-        for (int64_t k = 0; k < i; ++k) s -= t[i][k] * v[k];
-      else
-        for (int64_t k = i + 1; k < N; ++k) s -= t[i][k] * v[k];
-      v[i] = s * inv[i];
-    }
-    for (int64_t i = 0; i < N; ++i) z[i * rs] = v[i];
-  }
-  return -1;
+  auto solve = [&](auto nrhs) {
+    return small::triangular_solve<T>(at<T>(p.a, nullptr, 0), Size<N>{}, Lower, static_cast<T*>(p.r.data),
+                                      nrhs, p.r.rs, p.r.cs);
+  };
+  if constexpr (R > 0)
+    return solve(Size<R>{}) ? -1 : 0;
+  else
+    return solve(p.r.nrhs) ? -1 : 0;
 }
 
 template <class T, int64_t... N>
