@@ -340,9 +340,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalGradient, ::testing::Values(0, 1, 2
 // The fused rule writes fresh adjoints instead of zero-filling and adding to them, except an
 // operand given twice (here one symmetric off-diagonal as lower and upper), whose two adjoints
 // are one buffer and must add up. The pool is first filled with NaN blocks of the adjoints' size.
-TEST(Tridiagonal, FusedRuleWritesFreshAdjointsAndAddsForARepeatedOperand) {
-  const int64_t n = 7, m = 300;
-  const Axes ax{{"i", n}, {"b", m}};
+// Both layouts: batch inner (wide panels), rows inner (each system's rows contiguous; 299
+// systems, so the last group of a panel is partly padding, and 7 rows, not whole row blocks).
+class TridiagonalFusedRule : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TridiagonalFusedRule, WritesFreshAdjointsAndAddsForARepeatedOperand) {
+  const bool rows = GetParam();
+  const int64_t n = 7, m = rows ? 299 : 300;
+  const Axes ax = rows ? Axes{{"b", m}, {"i", n}} : Axes{{"i", n}, {"b", m}};
   Tensor off = uniform(ax, 31, -1, 1), diag = uniform(ax, 32, 2.5, 3.5), rhs = uniform(ax, 33, -1, 1);
   Tensor w = uniform(ax, 34, -1, 1);
   {
@@ -364,6 +369,11 @@ TEST(Tridiagonal, FusedRuleWritesFreshAdjointsAndAddsForARepeatedOperand) {
     EXPECT_LT(max_rel_diff(a, b), 1e-12) << "input " << k;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalFusedRule, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return std::string(p.param ? "RowsInner" : "BatchInner");
+                         });
 
 TEST(Tridiagonal, ImplicitTimeSteppingInsideAScanEqualsTheLoopAndDifferentiates) {
   // Backward-Euler diffusion u_{t+1} = (I - k L)^{-1} u_t in 5 columns of 12 cells, 20 steps,

@@ -356,7 +356,12 @@ class ThomasPanel {
       }
     }
     if (mode_[Op::x] == Mode::rows) write_rows(count);
-    if (a_.vjp) accumulate_adjoints(first, count);
+    if (a_.vjp) {
+      if (adjoint_rows_contiguous())
+        accumulate_rows(first, count);
+      else
+        accumulate_adjoints(first, count);
+    }
     stream_fence();
     return -1;
   }
@@ -443,6 +448,89 @@ class ThomasPanel {
             V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
         x.store_aligned(r + v * VS);
         store(i, v, x);
+      }
+    }
+  }
+
+  // Whether x and every wanted adjoint have contiguous rows (the fused reverse rule).
+  [[nodiscard]] bool adjoint_rows_contiguous() const {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    if (n_ == 1) return true;
+    if (j.step[S::solution] != 1) return false;
+    for (int k = S::adj_lower; k < S::slots; ++k)
+      if (j.adj[k - 1] && j.step[k] != 1) return false;
+    return true;
+  }
+
+  // dst[i] = src[i] for i < n, streamed past the caches where dst is aligned to a vector.
+  static void stream_row(T* dst, const T* src, int64_t n) {
+    int64_t i = 0;
+    if constexpr (kStreamable) {
+      for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % sizeof(V) != 0; ++i) dst[i] = src[i];
+      for (; i + VS <= n; i += VS) stream_aligned(dst + i, V::load_unaligned(src + i));
+    }
+    for (; i < n; ++i) dst[i] = src[i];
+  }
+
+  // The fused reverse rule after solve_rows, where x and the adjoints have contiguous rows too
+  // (the row axis innermost). λ (row i, lane w at dp_[i * P_ + w]) is transposed back into one
+  // contiguous row per system, in c' (spent by now); then each adjoint is written one array at a
+  // time, system after system, each row computed into a row buffer and streamed out. The
+  // panel's systems are usually adjacent, so each array is one sequential stream. (The generic
+  // loop, accumulate_adjoints, wrote all four arrays a system at a time from λ's strided column:
+  // 30% of the rows-inner gradient at 100 000 x 100 — see bench/RESULTS.md.)
+  void accumulate_rows(int64_t first, int count) {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    const int64_t n = n_;
+    T* const lt = cp_;  // lt[w * n + i] = λ_i of system w
+    const int groups = (count + VS - 1) / VS;
+    for (int g = 0; g < groups; ++g) {
+      const int real = std::min(VS, count - g * VS);
+      int64_t i0 = 0;
+      if constexpr (kRowBlocks) {
+        for (; i0 + VS <= n; i0 += VS) {
+          V m[VS];
+          for (int r = 0; r < VS; ++r) m[r] = V::load_aligned(dp_ + (i0 + r) * P_ + g * VS);
+          transpose(m);
+          for (int k = 0; k < real; ++k) m[k].store_unaligned(lt + (g * VS + k) * n + i0);
+        }
+      }
+      for (; i0 < n; ++i0)
+        for (int k = 0; k < real; ++k) lt[(g * VS + k) * n + i0] = dp_[i0 * P_ + g * VS + k];
+    }
+    const T* const x0 = static_cast<const T*>(j.x);
+    T* const tmp = row_;
+    // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1} (lower̄_0 and
+    // upper̄_{n-1} are outside the matrix: zero when written, untouched when accumulated).
+    for (int k = S::adj_lower; k < S::slots; ++k) {
+      T* const base = static_cast<T*>(j.adj[k - 1]);
+      if (!base) continue;
+      const bool assign = j.assign[k - 1];
+      for (int w = 0; w < count; ++w) {
+        const T* lam = lt + int64_t{w} * n;
+        const T* x = x0 + j.off[S::solution][first + w];
+        const T* src = tmp;
+        int64_t lo = 0, hi = n;
+        if (k == S::adj_rhs) {
+          src = lam;
+        } else if (k == S::adj_diag) {
+          for (int64_t i = 0; i < n; ++i) tmp[i] = -lam[i] * x[i];
+        } else if (k == S::adj_lower) {
+          tmp[0] = T(0);
+          for (int64_t i = 1; i < n; ++i) tmp[i] = -lam[i] * x[i - 1];
+          lo = assign ? 0 : 1;
+        } else {
+          for (int64_t i = 0; i + 1 < n; ++i) tmp[i] = -lam[i] * x[i + 1];
+          tmp[n - 1] = T(0);
+          hi = assign ? n : n - 1;
+        }
+        T* dst = base + j.off[k][first + w];
+        if (assign)
+          stream_row(dst, src, n);
+        else
+          for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
       }
     }
   }
@@ -568,13 +656,15 @@ class ThomasPanel {
     // d' starts kSkew elements past a multiple of c''s size: rows i of c' and d' (read together)
     // would otherwise sit a large power-of-two-ish distance apart, in the same cache sets.
     constexpr int64_t kSkew = 72;
-    const auto need = static_cast<size_t>((tiles ? 7 : 2) * n_ * P_ + kSkew + VS);
+    const int64_t panels = (tiles ? 7 : 2) * n_ * P_ + kSkew;
+    const auto need = static_cast<size_t>(panels + n_ + VS);
     if (scratch_.size() < need) scratch_.resize(need);
     T* p = scratch_.data();
     while (reinterpret_cast<uintptr_t>(p) % alignof(V) != 0) ++p;
     cp_ = p;
     dp_ = p + n_ * P_ + kSkew;
     for (int o = 0; o < Op::count; ++o) tile_[o] = tiles ? dp_ + (1 + o) * n_ * P_ : nullptr;
+    row_ = p + panels;
   }
 
   void bind(int64_t first, int count) {
@@ -682,6 +772,7 @@ class ThomasPanel {
   T* tile_[Op::count] = {};
   T* cp_ = nullptr;
   T* dp_ = nullptr;
+  T* row_ = nullptr;                        // one system's row (accumulate_rows)
   bool rows_ = false;                       // this panel goes through solve_rows
   const T* lane_[Op::count][kNarrow] = {};  // Mode::rows: each lane's system (row 0)
 };
