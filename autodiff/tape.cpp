@@ -7,6 +7,7 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/ops/dispatch.h"
 
 namespace tenax::detail {
 namespace {
@@ -38,7 +39,7 @@ class SweepContext final : public VjpContext, public JvpContext {
   SweepContext(TapeImpl& tape, const Record& r, bool all, const std::vector<Tensor>* tangents)
       : tape_(tape), r_(r), all_(all), tangents_(tangents) {}
 
-  const Tensor& cotangent() const override { return tape_.adjoint(r_.out); }
+  const Tensor& cotangent() const override { return tape_.cotangent_of(r_.out); }
   const Tensor& input(int i) const override {
     int slot = saved_slot(r_, all_, i);
     if (slot < 0)
@@ -73,6 +74,13 @@ class SweepContext final : public VjpContext, public JvpContext {
       if (k != i && input_var(k) == v) return adjoint(i);  // taken twice: both rules accumulate
     if (v < 0) return adjoint(i);
     return tape_.adjoint_to_write(v, fresh);
+  }
+  bool lend_adjoint(int i, const Tensor& value) override {
+    const int32_t v = input_var(i);
+    if (v < 0) return false;
+    for (int k = 0; k < r_.n_inputs; ++k)
+      if (k != i && input_var(k) == v) return false;  // taken twice: both rules add up
+    return tape_.lend_adjoint(v, value);
   }
   const Attrs& attrs() const override { return tape_.attrs_of(r_); }
   const Tensor& tangent(int i) const override {
@@ -117,6 +125,7 @@ void TapeArrays::clear() {
   axes.clear();
   attrs.clear();
   adjoints.clear();
+  lent.clear();
   sources.clear();
 }
 
@@ -270,7 +279,7 @@ void TapeImpl::run_custom(const Record& r) {
 
 Tensor& TapeImpl::adjoint(int32_t v) {
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-  if (a.defined()) return a;
+  if (a.defined()) return owned(v);
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0) {
     const Record& r = a_.records[static_cast<size_t>(info.record)];
@@ -295,10 +304,39 @@ Tensor& TapeImpl::own_adjoint(int32_t v, bool zeroed) {
   return a;
 }
 
+Tensor& TapeImpl::owned(int32_t v) {
+  Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+  if (a_.lent[static_cast<size_t>(v)] != 0) {
+    const Tensor value = a;
+    a_.lent[static_cast<size_t>(v)] = 0;
+    copy_into(own_adjoint(v, false), value);
+  }
+  return a;
+}
+
+bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
+  if (a_.adjoints[static_cast<size_t>(v)].defined()) return false;
+  const VarInfo& info = a_.vars[static_cast<size_t>(v)];
+  if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return false;
+  Axes want = var_axes(v);
+  for (int i = 0; i < batch_.rank(); ++i) want.push_back(batch_[i]);
+  if (!value.defined() || value.rank() != want.rank() || !value.axes().same_set(want) ||
+      value.dtype() != info.dtype || value.device() != info.device)
+    return false;
+  a_.adjoints[static_cast<size_t>(v)] = transpose(value, want.names());
+  a_.lent[static_cast<size_t>(v)] = 1;
+  return true;
+}
+
+const Tensor& TapeImpl::cotangent_of(int32_t v) {
+  const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+  return a.defined() ? a : adjoint(v);
+}
+
 Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
   fresh = false;
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-  if (a.defined()) return a;
+  if (a.defined()) return owned(v);
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return adjoint(v);
   fresh = true;
@@ -317,6 +355,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   for (size_t k = 0; k < wrt.size(); ++k) wrt_vars.push_back(var_of(wrt[k], "a tensor to differentiate with respect to"));
   PauseRecording pause;
   a_.adjoints.assign(a_.vars.size(), Tensor());
+  a_.lent.assign(a_.vars.size(), 0);
   adjoint_buffers_ = adjoint_bytes_ = 0;
   const bool tracked = output.defined() && output.var() >= 0 && output.tape_serial() == serial_;
   batch_ = Axes();
@@ -362,9 +401,11 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   std::vector<Tensor> out;
   for (int32_t v : wrt_vars) {
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-    out.push_back(a.defined() ? a : new_adjoint(v));
+    // A lent adjoint (a broadcast view) is handed out as a dense buffer of its own.
+    out.push_back(!a.defined() ? new_adjoint(v) : a_.lent[static_cast<size_t>(v)] != 0 ? owned(v) : a);
   }
   a_.adjoints.clear();
+  a_.lent.clear();
   batch_ = Axes();
   return out;
 }

@@ -49,6 +49,8 @@ struct TapeArrays {
   std::vector<Axes> axes;
   std::vector<Attrs> attrs;
   std::vector<Tensor> adjoints;
+  /// Per variable: its adjoint is lent (VjpContext::lend_adjoint), not a buffer of its own.
+  std::vector<uint8_t> lent;
   std::vector<CustomEntry> customs;
   /// (record, source) for records made under a detail::SourceScope, in record order.
   std::vector<std::pair<int32_t, const std::string*>> sources;
@@ -80,6 +82,11 @@ class TapeImpl final : public Recorder {
   /// The adjoint of v for a rule that writes it whole: allocated uninitialised (fresh = true) when
   /// v has none yet and is not a view; otherwise adjoint(v).
   Tensor& adjoint_to_write(int32_t v, bool& fresh);
+  /// Takes `value` as v's whole adjoint (see VjpContext::lend_adjoint); false when v has an
+  /// adjoint already, is a view, or `value` lacks exactly v's adjoint axes, dtype and device.
+  bool lend_adjoint(int32_t v, const Tensor& value);
+  /// The cotangent a record's rule reads: v's adjoint as it stands (lent or not).
+  const Tensor& cotangent_of(int32_t v);
   [[nodiscard]] const std::vector<int32_t>& inputs() const { return a_.inputs; }
   [[nodiscard]] const std::vector<Tensor>& saved() const { return a_.saved; }
   [[nodiscard]] const VarInfo& var(int32_t v) const { return a_.vars[static_cast<size_t>(v)]; }
@@ -98,6 +105,8 @@ class TapeImpl final : public Recorder {
 
   /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
   Tensor& own_adjoint(int32_t v, bool zeroed);
+  /// v's adjoint as a buffer of its own (a lent one is copied into one first).
+  Tensor& owned(int32_t v);
   /// The adjoint buffer of v: the variable's axes, then the batch axes of the sweep.
   [[nodiscard]] Tensor new_adjoint(int32_t v, bool zeroed = true) const;
 

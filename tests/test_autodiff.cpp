@@ -25,10 +25,11 @@ TEST(CompactAdjoints, FourSlicesShareOneAdjointBuffer) {
   Tensor loss = sum(a * b + g * o);
   std::vector<Tensor> grads = tape.gradient(loss, {x});
   TapeStats st = tape.stats();
-  // Non-view outputs get their own adjoints: loss, a*b+g*o, a*b, g*o, a, b (6 buffers), plus ONE
-  // buffer for x and all four slices. Without aliasing there would be 4 more.
-  EXPECT_EQ(st.adjoint_buffers, 7);
-  EXPECT_EQ(st.adjoint_bytes, 8 * (1 + 5 * h * n + 4 * h * n));
+  // Non-view outputs get their own adjoints: loss, a*b, g*o, a, b (5 buffers; a*b+g*o's is the
+  // loss's cotangent broadcast by the sum's rule, lent, not written), plus ONE buffer for x and
+  // all four slices. Without aliasing there would be 4 more.
+  EXPECT_EQ(st.adjoint_buffers, 6);
+  EXPECT_EQ(st.adjoint_bytes, 8 * (1 + 4 * h * n + 4 * h * n));
   // Values: d/di = b σ'(i), d/df = a (1 - b²), d/dg = o, d/do = g.
   Tensor av = sigmoid(slice(x0, "gate", 0, h)), bv = tanh(slice(x0, "gate", h, 2 * h));
   Tensor expect = concat({bv * av * (1.0 - av), av * (1.0 - bv * bv), slice(x0, "gate", 3 * h, 4 * h),
@@ -88,6 +89,41 @@ TEST(FreshAdjoints, FirstWriterAssignsLaterOnesAccumulate) {
           const double t = std::tanh(2 * std::exp(xv[i]));
           return (1 - t * t) * 2 * std::exp(xv[i]);
         });
+}
+
+// A sum's (or mean's) rule lends its input the cotangent broadcast over the reduced axes instead of
+// writing it out; the tape copies it into a buffer of its own only when another contribution
+// arrives, and hands a dense gradient to the caller.
+TEST(LentAdjoints, SumAndMeanLendABroadcastThatLaterContributionsDoNotWriteThrough) {
+  Tensor x0 = randn(Axes{{"i", 4}, {"j", 3}}, 7);
+  {  // a watched variable's lent adjoint comes back dense: grad(sum(x)) = 1, grad(mean(x)) = 1/12
+    Tape tape;
+    Tensor x = tape.watch(x0);
+    Tensor g = tape.gradient(sum(x), {x})[0];
+    EXPECT_EQ(tape.stats().adjoint_buffers, 2);  // the seed, and x's dense copy for the caller
+    EXPECT_TRUE(g.is_contiguous());
+    EXPECT_EQ(g.axes().describe(), x0.axes().describe());
+    EXPECT_EQ(g.to_vector(), std::vector<double>(12, 1.0));
+    EXPECT_EQ(grad([](const std::vector<Tensor>& p) { return mean(p[0]); }, {x0})[0].to_vector(),
+              std::vector<double>(12, 1.0 / 12));
+  }
+  {  // y = 2x: sum(y) (recorded last, so its rule runs first) lends y its adjoint, then y * y's
+     // rule adds 2y to it: d/dx [sum(2x) + sum(4x^2)] = 2 + 8x, and the broadcast ones untouched
+    Tape tape;
+    Tensor x = tape.watch(x0);
+    Tensor y = 2.0 * x;
+    Tensor sq = sum(y * y);
+    Tensor lin = sum(y);
+    Tensor g = tape.gradient(lin + sq, {x})[0];
+    EXPECT_LE(mismatch(g, 2.0 + 8.0 * x0, 1e-12, 1e-14), 1.0);
+  }
+  {  // over one axis with a batched cotangent: x̄[i, j, k] = w[j, k] / 4 for mean over i
+    Tensor w = randn(Axes{{"k", 2}, {"j", 3}}, 8);
+    VjpResult r = vjp([](const std::vector<Tensor>& p) { return mean(p[0], {"i"}); }, {x0});
+    Tensor g = r.pullback(w)[0];
+    EXPECT_TRUE(g.is_contiguous());
+    EXPECT_LE(mismatch(g, broadcast(w * 0.25, Axes{{"i", 4}}), 1e-15, 1e-15), 1.0);
+  }
 }
 
 TEST(Grad, UnusedArgumentGetsZeros) {

@@ -53,6 +53,16 @@ class VjpContext {
     fresh = false;
     return adjoint(i);
   }
+  /// Offers `value` as input i's whole adjoint when nothing has been accumulated into it yet:
+  /// the adjoint then refers to `value` (typically a broadcast view of the cotangent, nothing
+  /// written) and is copied into a buffer of its own only if another contribution is added
+  /// later. Returns false, taking nothing, where that does not apply (an adjoint exists, the
+  /// input is a view or taken twice, the axes differ) or the context does not lend.
+  [[nodiscard]] virtual bool lend_adjoint(int i, const Tensor& value) {
+    (void)i;
+    (void)value;
+    return false;
+  }
   [[nodiscard]] virtual const Attrs& attrs() const = 0;
 };
 
