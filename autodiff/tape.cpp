@@ -375,9 +375,11 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
                         " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
   }
   if (tracked) {
-    Tensor& seed = adjoint(output.var());
-    if (cotangent.defined()) accumulate(seed, astype(cotangent, seed.dtype()));
-    else accumulate(seed, full(output.axes(), 1.0, seed.dtype(), seed.device()));
+    // The seed is lent (nothing copied; a rule that would add to it copies it first).
+    const VarInfo& out = var(output.var());
+    const Tensor seed =
+        cotangent.defined() ? astype(cotangent, out.dtype) : full(output.axes(), 1.0, out.dtype, out.device);
+    if (!lend_adjoint(output.var(), seed)) accumulate(adjoint(output.var()), seed);
     for (size_t k = a_.records.size(); k-- > 0;) {
       const Record& r = a_.records[k];
       try {

@@ -2,8 +2,9 @@
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
 // In one run: tridiagonal_solve (1 thread and all threads); a plain C++ Thomas loop per system
 // (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas algorithm written with
-// tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
-// adjoint buffers every iteration, as a user's loop gets them); and the roofline: a STREAM
+// tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w * x) and its value and
+// gradient w.r.t. all four inputs (fresh adjoint buffers every iteration, as a user's loop gets them); the
+// reverse pass alone (the pullback for a given cotangent) and with the solve; and the roofline: a STREAM
 // triad's bandwidth (1 thread and all threads). Every solve reports bytes_per_second counting the
 // bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
 // the gradient also report the allocator's peak beyond the inputs (peak_MiB).
@@ -136,6 +137,37 @@ void BM_Tenax_Gradient(benchmark::State& state) {
 BENCHMARK(BM_Tenax_Gradient)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The reverse pass alone: the gradient w.r.t. all four inputs of the solve for a given cotangent
+// (the pullback of one vjp, called again each iteration: the transposed solve and the four
+// adjoints), and the solve with its pullback (vjp + pullback: the value and the gradient of
+// <w, x>, without the loss's own ops).
+void BM_Tenax_Pullback(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  const Problem& p = problem(state.range(0) != 0);
+  const bool with_solve = state.range(2) != 0;
+  const Tensor w = p.rhs;
+  auto solve = [](const std::vector<Tensor>& a) { return tridiagonal_solve(a[0], a[1], a[2], a[3], "i"); };
+  const std::vector<Tensor> args{p.lower, p.diag, p.upper, p.rhs};
+  VjpResult once = vjp(solve, args);
+  benchmark::DoNotOptimize(once.pullback(w)[0].data_ptr());  // the adjoints' first page faults
+  for (auto _ : state) {
+    if (with_solve) {
+      VjpResult r = vjp(solve, args);
+      std::vector<Tensor> g = r.pullback(w);
+      benchmark::DoNotOptimize(g[0].data_ptr());
+    } else {
+      std::vector<Tensor> g = once.pullback(w);
+      benchmark::DoNotOptimize(g[0].data_ptr());
+    }
+  }
+  report(state);
+}
+BENCHMARK(BM_Tenax_Pullback)
+    ->ArgsProduct({{0, 1}, {1}, {0, 1}})
+    ->ArgNames({"batch_inner", "threads", "with_solve"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

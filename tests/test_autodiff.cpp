@@ -25,11 +25,11 @@ TEST(CompactAdjoints, FourSlicesShareOneAdjointBuffer) {
   Tensor loss = sum(a * b + g * o);
   std::vector<Tensor> grads = tape.gradient(loss, {x});
   TapeStats st = tape.stats();
-  // Non-view outputs get their own adjoints: loss, a*b, g*o, a, b (5 buffers; a*b+g*o's is the
-  // loss's cotangent broadcast by the sum's rule, lent, not written), plus ONE buffer for x and
+  // Non-view outputs get their own adjoints: a*b, g*o, a, b (4 buffers; the loss's is the lent
+  // seed, a*b+g*o's the seed broadcast by the sum's rule, lent too), plus ONE buffer for x and
   // all four slices. Without aliasing there would be 4 more.
-  EXPECT_EQ(st.adjoint_buffers, 6);
-  EXPECT_EQ(st.adjoint_bytes, 8 * (1 + 4 * h * n + 4 * h * n));
+  EXPECT_EQ(st.adjoint_buffers, 5);
+  EXPECT_EQ(st.adjoint_bytes, 8 * (4 * h * n + 4 * h * n));
   // Values: d/di = b σ'(i), d/df = a (1 - b²), d/dg = o, d/do = g.
   Tensor av = sigmoid(slice(x0, "gate", 0, h)), bv = tanh(slice(x0, "gate", h, 2 * h));
   Tensor expect = concat({bv * av * (1.0 - av), av * (1.0 - bv * bv), slice(x0, "gate", 3 * h, 4 * h),
@@ -100,7 +100,7 @@ TEST(LentAdjoints, SumAndMeanLendABroadcastThatLaterContributionsDoNotWriteThrou
     Tape tape;
     Tensor x = tape.watch(x0);
     Tensor g = tape.gradient(sum(x), {x})[0];
-    EXPECT_EQ(tape.stats().adjoint_buffers, 2);  // the seed, and x's dense copy for the caller
+    EXPECT_EQ(tape.stats().adjoint_buffers, 1);  // x's dense copy for the caller (the seed is lent)
     EXPECT_TRUE(g.is_contiguous());
     EXPECT_EQ(g.axes().describe(), x0.axes().describe());
     EXPECT_EQ(g.to_vector(), std::vector<double>(12, 1.0));
@@ -116,6 +116,19 @@ TEST(LentAdjoints, SumAndMeanLendABroadcastThatLaterContributionsDoNotWriteThrou
     Tensor lin = sum(y);
     Tensor g = tape.gradient(lin + sq, {x})[0];
     EXPECT_LE(mismatch(g, 2.0 + 8.0 * x0, 1e-12, 1e-14), 1.0);
+  }
+  {  // the caller's cotangent is lent as the seed: never written, and never handed back as a gradient
+    Tape tape;
+    Tensor x = tape.watch(x0);
+    Tensor cot = randn(x0.axes(), 9);
+    const std::vector<double> before = cot.to_vector();
+    Tensor gx = tape.gradient(x, {x}, cot)[0];
+    EXPECT_NE(gx.data_ptr(), cot.data_ptr());
+    EXPECT_EQ(gx.to_vector(), before);
+    Tensor y = exp(x);
+    Tensor gy = tape.gradient(y + y, {x}, cot)[0];  // y taken twice: both contributions add up
+    EXPECT_LE(mismatch(gy, 2.0 * cot * exp(x0), 1e-14, 1e-15), 1.0);
+    EXPECT_EQ(cot.to_vector(), before);
   }
   {  // over one axis with a batched cotangent: x̄[i, j, k] = w[j, k] / 4 for mean over i
     Tensor w = randn(Axes{{"k", 2}, {"j", 3}}, 8);
