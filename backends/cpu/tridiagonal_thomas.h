@@ -117,8 +117,7 @@ class ThomasPanel {
   // Each row of a panel is then a run of 4 KB, too short for the hardware prefetchers (they
   // restart at every row), hence the sweep's own prefetches (kAhead); without them wide panels
   // kept c' and d' in L3 to get 32 KB runs (26-28 ms at n = 100; with prefetches and L2-sized
-  // panels 16-17 ms). Systems whose rows are contiguous, or that are copied into tiles, go 32 at
-  // a time (16 and 64 measured slower).
+  // panels 16-17 ms). Systems copied into tiles go 32 at a time (16 and 64 measured slower).
   static constexpr int kWide = 4096;
   static constexpr int64_t kWideScratch = 800 << 10;
   static constexpr int kNarrow = 32;
@@ -127,6 +126,11 @@ class ThomasPanel {
   // In the AVX2 build (tridiagonal_avx2.cpp) 4 doubles: an in-lane unpack, then 128-bit halves
   // swapped; its 8 floats take tiles.
   static constexpr bool kRowBlocks = VS == 2 || VS == 4;
+  // Systems whose rows are contiguous go 16 groups of VS at a time: 32 doubles in the baseline
+  // build, 64 in the AVX2 one (at 100 000 x 100 on a Zen 3: AVX2 69 -> 55 ms from 32 to 64
+  // systems, 128 no better; baseline 32 -> 64 slower, 60 -> 64 ms; on the Zen 5 of session 17
+  // the baseline's 16 and 64 were slower than 32 too).
+  static constexpr int kRows = kRowBlocks ? 16 * VS : kNarrow;
   static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
   static constexpr int64_t kFetchRows = 2 * kLineRows;
   // The sweep over a run of adjacent systems fetches the operands of row i + kAhead while it
@@ -684,7 +688,7 @@ class ThomasPanel {
       mode_[o] = unit ? Mode::unit : (same && o != Op::x) ? Mode::broadcast : Mode::tile;
       tiles = tiles || mode_[o] == Mode::tile;
     }
-    rows_ = tiles && kRowBlocks && count <= kNarrow;
+    rows_ = tiles && kRowBlocks && count <= kRows;
     for (int o = 0; o < Op::count && rows_; ++o)
       rows_ = mode_[o] == Mode::none || mode_[o] == Mode::broadcast ||
               (mode_[o] == Mode::tile && a_.step[o] == 1);
@@ -774,22 +778,24 @@ class ThomasPanel {
   T* dp_ = nullptr;
   T* row_ = nullptr;                        // one system's row (accumulate_rows)
   bool rows_ = false;                       // this panel goes through solve_rows
-  const T* lane_[Op::count][kNarrow] = {};  // Mode::rows: each lane's system (row 0)
+  const T* lane_[Op::count][kRows] = {};    // Mode::rows: each lane's system (row 0)
 };
 // ---- dispatch over blocks of systems ----
 
 // Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost) for
-// every operand that varies by system, as wide as keeps c' and d' within kWideScratch bytes.
+// every operand that varies by system, as wide as keeps c' and d' within kWideScratch bytes;
+// kRows when each system's rows are contiguous instead (solve_rows); otherwise kNarrow (tiles).
 template <class T>
 int panel_width(const TridiagonalArgs& a) {
   using P = ThomasPanel<T>;
-  bool adjacent = a.systems > 1;
-  for (int o = 0; o < Op::count && adjacent; ++o) {
+  bool adjacent = a.systems > 1, rows = a.systems > 1;
+  for (int o = 0; o < Op::count; ++o) {
     if (o == Op::x && !a.out) continue;
     const int64_t d = a.off[o][1] - a.off[o][0];
-    adjacent = d == 1 || (d == 0 && o != Op::x);
+    adjacent = adjacent && (d == 1 || (d == 0 && o != Op::x));
+    rows = rows && (a.step[o] == 1 || (d == 0 && o != Op::x));
   }
-  if (!adjacent) return P::kNarrow;
+  if (!adjacent) return rows ? P::kRows : P::kNarrow;
   const int64_t fit = P::kWideScratch / (2 * a.n * static_cast<int64_t>(sizeof(T))) / P::VS * P::VS;
   return static_cast<int>(std::clamp<int64_t>(fit, P::kNarrow, P::kWide));
 }
