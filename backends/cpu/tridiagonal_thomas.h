@@ -788,7 +788,8 @@ class ThomasPanel {
 template <class T>
 int panel_width(const TridiagonalArgs& a) {
   using P = ThomasPanel<T>;
-  bool adjacent = a.systems > 1, rows = a.systems > 1;
+  if (a.systems < 2) return P::kNarrow;
+  bool adjacent = true, rows = true;
   for (int o = 0; o < Op::count; ++o) {
     if (o == Op::x && !a.out) continue;
     const int64_t d = a.off[o][1] - a.off[o][0];
