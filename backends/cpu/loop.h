@@ -75,13 +75,24 @@ Plan<N> make_plan(const detail::LoopDims& dims, const detail::LoopArg* args) {
   int r = 0;
   for (int d = 0; d < dims.rank; ++d)
     if (dims.sizes[d] != 1) order[r++] = d;
-  // Outermost first: larger output stride (then larger first-input stride) goes outside.
+  // Outermost first: larger output stride (then larger first-input stride) goes outside. When
+  // the output is reduced into (a zero stride over some dim), the first input's strides decide
+  // instead: otherwise the reduced dim, stride 0, would be innermost and every output element a
+  // serial chain of strided adds (a [column, depth] adjoint summed over column into [depth]: one
+  // addsd per element at add latency; now rows of depth added as vectors, column by column —
+  // each output element still gets its terms in the same order, so the same bits).
+  bool reduces = false;
+  for (int i = 0; i < r; ++i) reduces = reduces || args[0].strides[order[i]] == 0;
+  auto magnitude = [](int64_t s) { return s < 0 ? -s : s; };
   auto key_less = [&](int a, int b) {
-    int64_t oa = args[0].strides[a] < 0 ? -args[0].strides[a] : args[0].strides[a];
-    int64_t ob = args[0].strides[b] < 0 ? -args[0].strides[b] : args[0].strides[b];
-    if (oa != ob) return oa < ob;
-    if constexpr (N > 1) return args[1].strides[a] < args[1].strides[b];
-    return false;
+    const int64_t oa = magnitude(args[0].strides[a]), ob = magnitude(args[0].strides[b]);
+    if constexpr (N > 1) {
+      const int64_t ia = magnitude(args[1].strides[a]), ib = magnitude(args[1].strides[b]);
+      if (reduces && ia != ib) return ia < ib;
+      if (oa != ob) return oa < ob;
+      return args[1].strides[a] < args[1].strides[b];
+    }
+    return oa < ob;
   };
   for (int i = 1; i < r; ++i)
     for (int j = i; j > 0 && key_less(order[j - 1], order[j]); --j) std::swap(order[j - 1], order[j]);
