@@ -82,6 +82,7 @@ class SweepContext final : public VjpContext, public JvpContext {
       if (k != i && input_var(k) == v) return false;  // taken twice: both rules add up
     return tape_.lend_adjoint(v, value);
   }
+  bool lends() const override { return true; }
   const Attrs& attrs() const override { return tape_.attrs_of(r_); }
   const Tensor& tangent(int i) const override {
     int32_t v = input_var(i);

@@ -778,7 +778,9 @@ class ThomasPanel {
   T* dp_ = nullptr;
   T* row_ = nullptr;                        // one system's row (accumulate_rows)
   bool rows_ = false;                       // this panel goes through solve_rows
-  const T* lane_[Op::count][kRows] = {};    // Mode::rows: each lane's system (row 0)
+  // Mode::rows: each lane's system (row 0); set by bind for the operands in that mode, the only
+  // ones read (not zero-filled: 2.5 KB per call in the AVX2 build, a scan step's calls add up).
+  const T* lane_[Op::count][kRows];
 };
 // ---- dispatch over blocks of systems ----
 

@@ -63,6 +63,8 @@ class VjpContext {
     (void)value;
     return false;
   }
+  /// Whether lend_adjoint can take anything here (so a rule builds no view for nothing).
+  [[nodiscard]] virtual bool lends() const { return false; }
   [[nodiscard]] virtual const Attrs& attrs() const = 0;
 };
 

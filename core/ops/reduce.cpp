@@ -82,7 +82,7 @@ template <Reduce R>
 void reduce_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   Tensor g = c.cotangent();
-  if (R == Reduce::sum || R == Reduce::mean) {
+  if ((R == Reduce::sum || R == Reduce::mean) && c.lends()) {
     // The input's adjoint is the cotangent spread over the reduced axes: where it is the whole
     // adjoint, lent as a broadcast view (nothing written; sum(w * x) over 10^7 elements wrote
     // 80 MB here, read back once by the product's rule).
