@@ -146,10 +146,25 @@ void tridiagonal_vjp(VjpContext& c) {
   if (fused_vjp(c, lam_axes, over)) return;
   Tensor lam = solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
   if (c.needs_grad(3)) add_to_adjoint(c, 3, lam);
-  if (c.needs_grad(1)) add_to_adjoint(c, 1, neg(lam * x));
-  if (x.size(over) < 2) return;  // a 1x1 system has no off-diagonal entries
-  if (c.needs_grad(0)) add_to_adjoint(c, 0, neg(lam * shifted(x, over, -1)));
-  if (c.needs_grad(2)) add_to_adjoint(c, 2, neg(lam * shifted(x, over, +1)));
+  // -Σ l·y over the axes input k lacks (a shared coefficient, a constant row), into input k's
+  // adjoint, or into its rows from `row` on when it has `over` and l, y are row slices. The
+  // sum is a contraction: one pass over l and y, no full-size product, negation or shifted copy.
+  auto product_into = [&](int k, const Tensor& l, const Tensor& y, int64_t row) {
+    AxisList summed;
+    for (int d = 0; d < x.rank(); ++d)
+      if (!c.input_axes(k).contains(x.axes().name(d))) summed.push_back(x.axes().name(d));
+    const Tensor v = neg(summed.empty() ? l * y : dot(l, y, summed));
+    if (!v.has_axis(over) || v.size(over) == x.size(over))
+      add_to_adjoint(c, k, v);
+    else
+      accumulate(slice(c.adjoint(k), over, row, row + v.size(over)), v);
+  };
+  const int64_t n = x.size(over);
+  if (c.needs_grad(1)) product_into(1, lam, x, 0);
+  if (n < 2) return;  // a 1x1 system has no off-diagonal entries
+  // lower̄_i = -λ_i x_{i-1} (i >= 1), upper̄_i = -λ_i x_{i+1} (i <= n - 2); the others stay zero.
+  if (c.needs_grad(0)) product_into(0, slice(lam, over, 1, n), slice(x, over, 0, n - 1), 1);
+  if (c.needs_grad(2)) product_into(2, slice(lam, over, 0, n - 1), slice(x, over, 1, n), 0);
 }
 
 Tensor tridiagonal_jvp(JvpContext& c) {
