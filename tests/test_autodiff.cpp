@@ -52,6 +52,30 @@ TEST(CompactAdjoints, BroadcastParameterIsReducedWithoutTemporaries) {
   }
 }
 
+// The reduction into a broadcast parameter's adjoint over a strided axis (column, with depth
+// contiguous) runs whole rows of depth as vectors, column after column: each element's terms
+// still added in column order, the bits of a sequential sum. With column contiguous the
+// reduction may use partial sums: equal to 1e-12.
+TEST(CompactAdjoints, BroadcastReductionAddsTermsInOrder) {
+  const int64_t cols = 1000, depth = 7;
+  for (bool depth_inner : {true, false}) {
+    const Axes ax =
+        depth_inner ? Axes{{"column", cols}, {"depth", depth}} : Axes{{"depth", depth}, {"column", cols}};
+    Tensor w = randn(ax, 12), x = randn(ax, 13);
+    Tensor b0 = randn(Axes{{"depth", depth}}, 14);
+    auto f = [&](const std::vector<Tensor>& p) { return sum(w * (x + p[0])); };
+    const std::vector<double> g = grad(f, {b0})[0].to_vector();
+    for (int64_t d = 0; d < depth; ++d) {
+      double ref = 0.0;
+      for (int64_t c = 0; c < cols; ++c) ref += w.at({{"column", c}, {"depth", d}});
+      if (depth_inner)
+        EXPECT_EQ(g[size_t(d)], ref) << "depth " << d;
+      else
+        EXPECT_NEAR(g[size_t(d)], ref, 1e-12 * (1 + std::abs(ref))) << "depth " << d;
+    }
+  }
+}
+
 // A rule that writes a whole adjoint first gets it uninitialised (no zero fill). Each case below
 // mixes that with accumulation; the pool is first filled with NaN blocks of the adjoints' sizes,
 // so an element the first rule failed to write would show.
