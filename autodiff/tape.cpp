@@ -68,19 +68,12 @@ class SweepContext final : public VjpContext, public JvpContext {
     return tape_.adjoint(v);
   }
   const Tensor& adjoint_to_write(int i, bool& fresh) override {
-    const int32_t v = input_var(i);
     fresh = false;
-    for (int k = 0; k < r_.n_inputs; ++k)
-      if (k != i && input_var(k) == v) return adjoint(i);  // taken twice: both rules accumulate
-    if (v < 0) return adjoint(i);
-    return tape_.adjoint_to_write(v, fresh);
+    if (taken_twice(i) || input_var(i) < 0) return adjoint(i);  // taken twice: both rules accumulate
+    return tape_.adjoint_to_write(input_var(i), fresh);
   }
   bool lend_adjoint(int i, const Tensor& value) override {
-    const int32_t v = input_var(i);
-    if (v < 0) return false;
-    for (int k = 0; k < r_.n_inputs; ++k)
-      if (k != i && input_var(k) == v) return false;  // taken twice: both rules add up
-    return tape_.lend_adjoint(v, value);
+    return input_var(i) >= 0 && !taken_twice(i) && tape_.lend_adjoint(input_var(i), value);
   }
   bool lends() const override { return true; }
   const Attrs& attrs() const override { return tape_.attrs_of(r_); }
@@ -92,6 +85,12 @@ class SweepContext final : public VjpContext, public JvpContext {
 
  private:
   int32_t input_var(int i) const { return tape_.inputs()[static_cast<size_t>(r_.first_input + i)]; }
+  // Whether the op takes input i's variable as another input too (its adjoint gets two additions).
+  bool taken_twice(int i) const {
+    for (int k = 0; k < r_.n_inputs; ++k)
+      if (k != i && input_var(k) == input_var(i)) return true;
+    return false;
+  }
 
   TapeImpl& tape_;
   const Record& r_;
@@ -405,7 +404,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   for (int32_t v : wrt_vars) {
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
     // A lent adjoint (a broadcast view) is handed out as a dense buffer of its own.
-    out.push_back(!a.defined() ? new_adjoint(v) : a_.lent[static_cast<size_t>(v)] != 0 ? owned(v) : a);
+    out.push_back(a.defined() ? owned(v) : new_adjoint(v));
   }
   a_.adjoints.clear();
   a_.lent.clear();

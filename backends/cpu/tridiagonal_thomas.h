@@ -13,13 +13,8 @@
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-#if defined(__AVX__)
-#include <immintrin.h>
-#endif
 
+#include "tenax/backends/cpu/tridiagonal_memory.h"
 #include "tenax/backends/kernels.h"
 
 namespace tenax::cpu {
@@ -32,78 +27,6 @@ template <class T>
 const T* in_ptr(const TridiagonalArgs& a, int o) {
   return static_cast<const T*>(a.in[o]);
 }
-
-// Whether vectors of V can be stored past the caches (stream_aligned): 16-byte SSE2 vectors, and
-// 32-byte ones in the AVX2 build (without them its rows-inner x stores cost a third of the solve:
-// each line was first read for ownership).
-template <class V>
-constexpr bool kStreamableVector =
-#if defined(__AVX__)
-    sizeof(V) == 16 || sizeof(V) == 32;
-#elif defined(__SSE2__)
-    sizeof(V) == 16;
-#else
-    false;
-#endif
-
-// Stores a vector that nothing reads back soon (x, fresh adjoints) at an address aligned to the
-// vector's size past the caches (a non-temporal store does not first read the line it writes);
-// the caller issues _mm_sfence before its results are handed to another thread. Only for
-// kStreamableVector.
-template <class T, class V>
-inline void stream_aligned(T* p, const V& x) {
-#if defined(__AVX__)
-  if constexpr (sizeof(V) == 32) {
-    if constexpr (std::is_same_v<T, double>)
-      _mm256_stream_pd(p, x);
-    else
-      _mm256_stream_ps(p, x);
-    return;
-  }
-#endif
-#if defined(__SSE2__)
-  if constexpr (sizeof(V) == 16) {
-    if constexpr (std::is_same_v<T, double>)
-      _mm_stream_pd(p, x);
-    else
-      _mm_stream_ps(p, x);
-    return;
-  }
-#endif
-  x.store_aligned(p);
-}
-
-// dst[w] = v(w) for w < count, streamed where aligned (see stream_aligned).
-template <class T, class F>
-inline void stream_values(T* dst, int64_t count, F v) {
-  int64_t w = 0;
-#if defined(__SSE2__)
-  for (; w < count && (reinterpret_cast<uintptr_t>(dst + w) & 15); ++w) dst[w] = v(w);
-  if constexpr (std::is_same_v<T, double>)
-    for (; w + 2 <= count; w += 2) _mm_stream_pd(dst + w, _mm_set_pd(v(w + 1), v(w)));
-  else
-    for (; w + 4 <= count; w += 4) _mm_stream_ps(dst + w, _mm_set_ps(v(w + 3), v(w + 2), v(w + 1), v(w)));
-#endif
-  for (; w < count; ++w) dst[w] = v(w);
-}
-
-inline void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-// The panels' scratch: a vector whose allocator type is this file's own (anonymous namespace), so
-// that the vector's member functions are instantiated per including file too (see the top).
-template <class T>
-struct LocalAllocator : std::allocator<T> {
-  using value_type = T;
-  LocalAllocator() = default;
-  template <class U>
-  explicit LocalAllocator(const LocalAllocator<U>& /*unused*/) noexcept {}
-};
-template <class T>
-using Scratch = std::vector<T, LocalAllocator<T>>;
 
 // ---- Thomas, W systems at a time ----
 
@@ -256,21 +179,31 @@ class ThomasPanel {
       streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
     for (int g = 0; g < groups; ++g) {
       T* const* lane = const_cast<T* const*>(lane_[Op::x]) + g * VS;
-      const int real = std::min(VS, count - g * VS);
-      auto block = [&](int64_t i0, auto put) {
+      auto row = [lane](int k) { return lane[k]; };
+      if (streamed)
+        rows_out(g, count, row, [](T* p, const V& v) { stream_aligned(p, v); });
+      else
+        rows_out(g, count, row, [](T* p, const V& v) { v.store_unaligned(p); });
+    }
+  }
+
+  // d' of group g (row i, lane w at dp_[i * P_ + w]) out to one contiguous row per lane: row i of
+  // lane k (< count) to row(k)[i]. Blocks of VS rows go through the register transposes, each
+  // lane's vector stored by put(address, vector); the rows past the last whole block one by one.
+  template <class Row, class Put>
+  void rows_out(int g, int count, Row row, Put put) const {
+    const int real = std::min(VS, count - g * VS);
+    int64_t i0 = 0;
+    if constexpr (kRowBlocks) {
+      for (; i0 + VS <= n_; i0 += VS) {
         V m[VS];
         for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(dp_ + (i0 + j) * P_ + g * VS);
         transpose(m);
-        for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
-      };
-      int64_t i0 = 0;
-      if (streamed)
-        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { stream_aligned(p, v); });
-      else
-        for (; i0 + VS <= n_; i0 += VS) block(i0, [](T* p, const V& v) { v.store_unaligned(p); });
-      for (; i0 < n_; ++i0)
-        for (int k = 0; k < real; ++k) lane[k][i0] = dp_[i0 * P_ + g * VS + k];
+        for (int k = 0; k < real; ++k) put(row(k) + i0, m[k]);
+      }
     }
+    for (; i0 < n_; ++i0)
+      for (int k = 0; k < real; ++k) row(k)[i0] = dp_[i0 * P_ + g * VS + k];
   }
 
   // Rows i0 .. i0 + VS - 1 of the forward elimination for every group. kInterior: every operand
@@ -490,20 +423,10 @@ class ThomasPanel {
     const int64_t n = n_;
     T* const lt = cp_;  // lt[w * n + i] = λ_i of system w
     const int groups = (count + VS - 1) / VS;
-    for (int g = 0; g < groups; ++g) {
-      const int real = std::min(VS, count - g * VS);
-      int64_t i0 = 0;
-      if constexpr (kRowBlocks) {
-        for (; i0 + VS <= n; i0 += VS) {
-          V m[VS];
-          for (int r = 0; r < VS; ++r) m[r] = V::load_aligned(dp_ + (i0 + r) * P_ + g * VS);
-          transpose(m);
-          for (int k = 0; k < real; ++k) m[k].store_unaligned(lt + (g * VS + k) * n + i0);
-        }
-      }
-      for (; i0 < n; ++i0)
-        for (int k = 0; k < real; ++k) lt[(g * VS + k) * n + i0] = dp_[i0 * P_ + g * VS + k];
-    }
+    for (int g = 0; g < groups; ++g)
+      rows_out(
+          g, count, [&](int k) { return lt + (int64_t{g} * VS + k) * n; },
+          [](T* p, const V& v) { v.store_unaligned(p); });
     const T* const x0 = static_cast<const T*>(j.x);
     T* const tmp = row_;
     // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1} (lower̄_0 and
