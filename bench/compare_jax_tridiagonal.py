@@ -2,13 +2,16 @@
 """The JAX #2491 case of bench_tridiagonal (100 000 float64 tridiagonal systems of 100 unknowns,
 diagonally dominant) with jax.lax.linalg.tridiagonal_solve, timed side by side with Tenax.
 
-    python3 bench/compare_jax_tridiagonal.py [--bench build/bench/bench/bench_tridiagonal]
+    python3 bench/compare_jax_tridiagonal.py [--bench build/bench/bench/bench_tridiagonal] [--gpu]
 
 Two layouts: "rows inner" (each system contiguous: JAX's native layout) and "batch inner" (the
 system index contiguous: JAX needs a transpose in and out, counted, as a user would pay it). Per
 layout: the solve, and the value and gradient of sum(w * x) w.r.t. all four inputs. Milliseconds
 (best of 5, jit-compiled, compile time excluded, all CPU threads for both), and JAX / Tenax
 (> 1: Tenax is faster). JAX is optional: without it the script says so and exits with status 2.
+With --gpu both run on the first CUDA device instead (JAX with CUDA; Tenax's BM_Cuda_Solve and
+BM_Cuda_Gradient, which need a bench_tridiagonal built with the CUDA backend): JAX calls cuSPARSE's
+gtsv2StridedBatch too.
 """
 import argparse
 import json
@@ -69,10 +72,16 @@ def time_jax(batch_inner):
             best_ms(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3))), *ops))
 
 
-def time_tenax(bench, batch_inner, threads):
-    want = {f"BM_Tenax_Solve/batch_inner:{int(batch_inner)}/threads:{threads}/real_time": "solve",
-            f"BM_Tenax_Gradient/batch_inner:{int(batch_inner)}/threads:{threads}/real_time": "gradient"}
-    filt = f"BM_Tenax_(Solve|Gradient)/batch_inner:{int(batch_inner)}/threads:{threads}/"
+def time_tenax(bench, batch_inner, threads, gpu):
+    b = int(batch_inner)
+    if gpu:
+        want = {f"BM_Cuda_Solve/batch_inner:{b}/real_time": "solve",
+                f"BM_Cuda_Gradient/batch_inner:{b}/real_time": "gradient"}
+        filt = f"BM_Cuda_(Solve|Gradient)/batch_inner:{b}/"
+    else:
+        want = {f"BM_Tenax_Solve/batch_inner:{b}/threads:{threads}/real_time": "solve",
+                f"BM_Tenax_Gradient/batch_inner:{b}/threads:{threads}/real_time": "gradient"}
+        filt = f"BM_Tenax_(Solve|Gradient)/batch_inner:{b}/threads:{threads}/"
     out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
                          check=True, capture_output=True, text=True).stdout
     got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}
@@ -87,20 +96,28 @@ def main():
                                       for d in ("build/bench", "build/release")) if os.path.exists(p)), None)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=default_bench, help="path of the bench_tridiagonal executable")
+    ap.add_argument("--gpu", action="store_true", help="both on the first CUDA device (JAX with CUDA needed)")
     args = ap.parse_args()
     if not args.bench or not os.path.exists(args.bench):
         raise SystemExit("compare_jax_tridiagonal.py: build bench_tridiagonal first "
                          "(bash scripts/bench.sh bench_tridiagonal) or pass --bench")
     threads = os.cpu_count() or 1
-    print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; {SYSTEMS} systems x {ROWS} rows, float64, "
-          f"{threads} threads; milliseconds")
+    platform = jax.devices()[0].platform
+    if args.gpu and platform != "gpu":
+        raise SystemExit(f"compare_jax_tridiagonal.py: --gpu, but JAX runs on {platform} (install jax[cuda13])")
+    if not args.gpu and platform != "cpu":
+        jax.config.update("jax_default_device", jax.devices("cpu")[0])
+        platform = "cpu"
+    where = "the GPU" if args.gpu else f"{threads} threads"
+    print(f"JAX {jax.__version__} on {platform}; {SYSTEMS} systems x {ROWS} rows, float64, "
+          f"{where}; milliseconds")
     print(f"{'layout':>12} {'what':>16} {'JAX':>9} {'Tenax':>9} {'JAX/Tenax':>10}")
     for batch_inner in (False, True):
         js, jg = time_jax(batch_inner)
-        ts, tg = time_tenax(args.bench, batch_inner, threads)
+        ts, tg = time_tenax(args.bench, batch_inner, threads, args.gpu)
         name = "batch inner" if batch_inner else "rows inner"
-        print(f"{name:>12} {'solve':>16} {js:>9.1f} {ts:>9.1f} {js / ts:>10.2f}", flush=True)
-        print(f"{name:>12} {'value + gradient':>16} {jg:>9.1f} {tg:>9.1f} {jg / tg:>10.2f}", flush=True)
+        print(f"{name:>12} {'solve':>16} {js:>9.2f} {ts:>9.2f} {js / ts:>10.2f}", flush=True)
+        print(f"{name:>12} {'value + gradient':>16} {jg:>9.2f} {tg:>9.2f} {jg / tg:>10.2f}", flush=True)
 
 
 if __name__ == "__main__":
