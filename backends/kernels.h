@@ -324,5 +324,8 @@ int64_t cuda_kernels_run();
 /// The default allocator of CUDA device `index` (stream-ordered pool), or null without the CUDA
 /// backend or that device. storage.cpp installs it on first use of the device.
 Allocator* default_cuda_allocator(int index);
+/// Bytes the default memory pool of CUDA device `index` holds from the driver (in use or kept for
+/// reuse: cudaMemPoolAttrReservedMemCurrent); 0 without the CUDA backend.
+int64_t cuda_pool_reserved_bytes(int index);
 
 }  // namespace tenax::detail

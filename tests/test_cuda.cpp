@@ -201,6 +201,19 @@ TEST_F(Cuda, TheDeviceMemoryBudgetIsEnforced) {
   EXPECT_EQ(empty(Axes{{"i", 1 << 20}}, DType::f64, gpu).device(), gpu);
 }
 
+// A freed buffer stays in the device's pool across stream synchronisations (CUDA's default would
+// hand it back to the driver at the next one, and the next call of the same size map it again).
+TEST_F(Cuda, FreedDeviceMemoryStaysInThePoolForTheNextCall) {
+  const Device gpu = Device::cuda(0);
+  const int64_t big = int64_t(256) << 20;
+  {
+    const Tensor t = full(Axes{{"i", big / 8}}, 1.0, DType::f64, gpu);
+    EXPECT_EQ(to(sum(t), Device::cpu()).item(), double(big / 8));  // the copy back synchronises
+  }
+  (void)to(full(Axes{{"i", 4}}, 2.0, DType::f64, gpu), Device::cpu());  // a synchronisation after the free
+  EXPECT_GE(detail::cuda_pool_reserved_bytes(0) - allocator_stats(gpu).bytes_in_use, big);
+}
+
 // A batch of diagonally dominant systems along "i" in the given layout, as host tensors.
 std::vector<Tensor> systems(const Axes& axes, uint64_t seed) {
   return {uniform(axes, seed, -1, 1), uniform(axes, seed + 1, 2.5, 3.5), uniform(axes, seed + 2, -1, 1),

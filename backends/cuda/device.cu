@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,12 +28,23 @@ void check(cudaError_t e, const char* what, Device d) {
 
 // Device memory from the device's default memory pool, ordered on the per-thread default stream
 // (cudaMallocAsync): freed blocks are reused without a cudaMalloc per step of a scan or map.
+// The pool keeps what is freed (its release threshold set to the maximum on first use): with
+// CUDA's default threshold of 0 every stream synchronisation handed the freed memory back to the
+// driver and the next call mapped it again (bench/RESULTS.md, GPU 2026-11-26). cudaMemPoolTrimTo
+// on the device's default pool gives it back (docs/decisions.md).
 class CudaAllocator final : public Allocator {
  public:
   explicit CudaAllocator(int index) : device_(Device::cuda(index)) {}
 
   void* allocate(std::size_t bytes) override {
     check(cudaSetDevice(device_.index), "alloc", device_);
+    std::call_once(keep_freed_, [this] {
+      cudaMemPool_t pool = nullptr;
+      check(cudaDeviceGetDefaultMemPool(&pool, device_.index), "alloc: the default memory pool", device_);
+      uint64_t keep = UINT64_MAX;
+      check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+            "alloc: the pool's release threshold", device_);
+    });
     void* p = nullptr;
     const cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, cudaStreamPerThread);
     if (e == cudaErrorMemoryAllocation) {
@@ -66,6 +78,7 @@ class CudaAllocator final : public Allocator {
 
  private:
   Device device_;
+  std::once_flag keep_freed_;
   std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0};
 };
 
@@ -88,6 +101,17 @@ std::atomic<int64_t> cuda::g_launches{0};
 std::atomic<int64_t> cuda::g_kernels{0};
 int64_t cuda_kernel_launches() { return cuda::g_launches.load(std::memory_order_relaxed); }
 int64_t cuda_kernels_run() { return cuda::g_kernels.load(std::memory_order_relaxed); }
+
+int64_t cuda_pool_reserved_bytes(int index) {
+  cudaMemPool_t pool = nullptr;
+  uint64_t bytes = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, index) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(bytes);
+}
 
 int cuda_device_count() {
   int n = 0;

@@ -8,6 +8,7 @@ int64_t cuda_kernel_launches() { return 0; }
 int64_t cuda_kernels_run() { return 0; }
 
 Allocator* default_cuda_allocator(int) { return nullptr; }
+int64_t cuda_pool_reserved_bytes(int) { return 0; }
 
 void register_cuda_kernels(KernelTable& t) { (void)t; }
 
