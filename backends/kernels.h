@@ -187,12 +187,25 @@ using RecurrenceVjpFn = void (*)(const RecurrenceVjpArgs& r);
 /// Row i of A holds lower[i] (column i-1), diag[i], upper[i] (column i+1); lower[0] and
 /// upper[n-1] lie outside the matrix and are never read. Operand o of system s starts at
 /// off[o][s] and steps by step[o] along the rows (0: the same value on every row).
+/// Where each system of an operand starts (elements from its data pointer): table[s], or
+/// base + s * stride when the systems are evenly spaced (table null: one batch axis, or axes that
+/// collapse into one — nothing per system is built, uploaded or read).
+struct SystemOffsets {
+  const int64_t* table = nullptr;
+  int64_t base = 0, stride = 0;
+  int64_t operator[](int64_t s) const { return table ? table[s] : base + s * stride; }
+  /// The offsets of systems first, first + 1, ...
+  SystemOffsets operator+(int64_t first) const {
+    return table ? SystemOffsets{table + first, 0, 0} : SystemOffsets{nullptr, base + first * stride, stride};
+  }
+};
+
 struct TridiagonalArgs {
   enum Operand { lower, diag, upper, rhs, x, count };
   int64_t n = 0, systems = 0;
   const void* in[4] = {};  ///< lower, diag, upper, rhs
   void* out = nullptr;     ///< x (may alias nothing else)
-  const int64_t* off[count] = {};
+  SystemOffsets off[count] = {};
   int64_t step[count] = {};
   bool pivoting = false;   ///< LU with partial pivoting (LAPACK gtsv); otherwise Thomas, no pivoting
   bool transpose = false;  ///< solve A^T x = rhs (the adjoint's solve)
@@ -206,7 +219,7 @@ struct TridiagonalArgs {
     void* adj[4] = {};        ///< lower, diag, upper, rhs adjoints; null when not wanted
     /// Per adjoint: write it (its contents are uninitialised: a fresh adjoint) instead of adding.
     bool assign[4] = {};
-    const int64_t* off[slots] = {};
+    SystemOffsets off[slots] = {};
     int64_t step[slots] = {};
   };
   const Adjoints* vjp = nullptr;

@@ -243,6 +243,17 @@ TEST_F(Cuda, TridiagonalSolveMatchesTheHostInBothLayoutsAlgorithmsAndDtypes) {
       }
     }
   }
+  // Two batch axes, so the systems are not evenly spaced in memory (their offsets go to the device
+  // as a table), and the diagonal in another axis order (another spacing, rows strided).
+  for (Tridiagonal alg : {Tridiagonal::thomas, Tridiagonal::pivoting}) {
+    std::vector<Tensor> h = systems(Axes{{"a", 7}, {"i", 13}, {"b", 11}}, 31);
+    h[1] = contiguous(transpose(h[1], {"b", "i", "a"}));
+    const Tensor want = tridiagonal_solve(h[0], h[1], h[2], h[3], "i", alg);
+    const Tensor got =
+        tridiagonal_solve(to(h[0], gpu), to(h[1], gpu), to(h[2], gpu), to(h[3], gpu), "i", alg);
+    EXPECT_EQ(got.axes(), want.axes());
+    EXPECT_LT(max_diff(to(got, Device::cpu()), want), 1e-12) << "algorithm " << int(alg);
+  }
   // Broadcast operands (one matrix, many right-hand sides) and a zero pivot naming its system.
   const Tensor rhs = uniform(Axes{{"col", 64}, {"i", 10}}, 9, -1, 1);
   const Tensor diag = uniform(Axes{{"i", 10}}, 10, 2.5, 3.5);
@@ -276,7 +287,7 @@ TEST_F(Cuda, TheTransposedSolveMatchesTheHostKernel) {
     args.transpose = true;
     for (int o = 0; o < 5; ++o) {
       detail::batch_offsets(o < 4 ? h[size_t(o)] : xh, lanes, off[o]);
-      args.off[o] = off[o].data();
+      args.off[o].table = off[o].data();
       args.step[o] = (o < 4 ? h[size_t(o)] : xh).stride("i");
     }
     detail::TridiagonalArgs host = args, dev = args;

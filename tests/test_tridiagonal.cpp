@@ -11,6 +11,7 @@
 #include <tenax/tenax.h>
 
 #include "expect_message.h"
+#include "tenax/core/ops/dispatch.h"
 #include "thomas_scan.h"
 
 extern "C" {
@@ -97,6 +98,43 @@ TEST(Tridiagonal, MatchesLapackInBothLayoutsBothAlgorithmsAndAcrossTasks) {
     EXPECT_EQ(x32.dtype(), DType::f32);
     const std::vector<double> got = contiguous(transpose(astype(x32, DType::f64), {"sys", "i"})).to_vector();
     EXPECT_LT(max_rel_diff(got, want), 2e-5) << "batch_inner " << batch_inner;
+  }
+}
+
+// Two batch axes: operands whose systems are evenly spaced (located by a stride) and ones that are
+// not (a table of offsets), mixed in one call, in each algorithm: the same answers as LAPACK.
+TEST(Tridiagonal, SystemsLocatedByAStrideOrByATableSolveAlike) {
+  const int64_t A = 5, B = 7, n = 9;
+  const Systems s = random_systems(A * B, n, 17);
+  const std::vector<double> want = lapack_solve(s);
+  const Axes abi{{"a", A}, {"b", B}, {"i", n}};
+  const Axes lanes{{"a", A}, {"b", B}};
+  auto t = [&](const std::vector<double>& v) { return tensor(v, abi); };
+  // (a, b, i): one stride (n); (b, a, i) and (a, i, b): a table; a slice of a wider b: a table.
+  std::vector<double> wide(size_t(A * 2 * B * n), 1e300);  // the upper diagonal in the first B of 2B
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i)
+        wide[size_t((a * 2 * B + b) * n + i)] = s.upper[size_t((a * B + b) * n + i)];
+  const Tensor sliced = slice(tensor(wide, Axes{{"a", A}, {"b", 2 * B}, {"i", n}}), "b", 0, B);
+  int64_t stride = -1;
+  EXPECT_TRUE(detail::batch_stride(t(s.diag), lanes, stride));
+  EXPECT_EQ(stride, n);
+  EXPECT_FALSE(detail::batch_stride(contiguous(transpose(t(s.diag), {"b", "a", "i"})), lanes, stride));
+  EXPECT_FALSE(detail::batch_stride(contiguous(transpose(t(s.diag), {"a", "i", "b"})), lanes, stride));
+  EXPECT_FALSE(detail::batch_stride(sliced, lanes, stride));
+  EXPECT_FALSE(detail::batch_stride(ones(Axes{{"a", A}, {"i", n}}), lanes, stride));  // broadcast over b only
+  EXPECT_TRUE(detail::batch_stride(ones(Axes{{"i", n}}), lanes, stride));             // one system for all
+  EXPECT_EQ(stride, 0);
+  // Size-1 axes do not break a stride: (a, 1, b) laid out as (a, b).
+  EXPECT_TRUE(detail::batch_stride(ones(Axes{{"a", A}, {"b", B}, {"i", n}}),
+                                   Axes{{"a", A}, {"c", 1}, {"b", B}}, stride));
+  EXPECT_EQ(stride, n);
+  for (Tridiagonal alg : {Tridiagonal::thomas, Tridiagonal::pivoting}) {
+    Tensor x = tridiagonal_solve(contiguous(transpose(t(s.lower), {"b", "a", "i"})), t(s.diag), sliced,
+                                 contiguous(transpose(t(s.rhs), {"a", "i", "b"})), "i", alg);
+    const std::vector<double> got = contiguous(transpose(x, {"a", "b", "i"})).to_vector();
+    EXPECT_LT(max_rel_diff(got, want), 1e-13) << "alg " << int(alg);
   }
 }
 

@@ -20,6 +20,7 @@
 namespace tenax::cpu {
 namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per instruction set, see above
 
+using detail::SystemOffsets;
 using detail::TridiagonalArgs;
 using Op = TridiagonalArgs::Operand;
 
@@ -491,7 +492,7 @@ class ThomasPanel {
     for (int k = 0; k < S::slots; ++k) {
       const void* p = k == S::solution ? j.x : j.adj[k - 1];
       if (!p) continue;
-      const int64_t* off = j.off[k] + first;
+      const SystemOffsets off = j.off[k] + first;
       base[k] = const_cast<T*>(static_cast<const T*>(p)) + off[0];
       for (int w = 1; w < count && unit; ++w) unit = off[w] == off[0] + w;
     }
@@ -601,7 +602,7 @@ class ThomasPanel {
         mode_[o] = Mode::none;
         continue;
       }
-      const int64_t* off = a_.off[o] + first;
+      const SystemOffsets off = a_.off[o] + first;
       base_[o] = (o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o)) + off[0];
       bool unit = count % VS == 0, same = true;
       for (int w = 1; w < count; ++w) {
@@ -621,7 +622,7 @@ class ThomasPanel {
         if (mode_[o] != Mode::tile) continue;
         mode_[o] = Mode::rows;
         const T* src = o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o);
-        const int64_t* off = a_.off[o] + first;
+        const SystemOffsets off = a_.off[o] + first;
         // Padding lanes (past count) read the last system again and are never written.
         for (int w = 0; w < P_; ++w) lane_[o][w] = src + off[std::min(w, count - 1)];
       }
@@ -633,7 +634,7 @@ class ThomasPanel {
 
   // Row-interleaves operand o of `count` systems into its tile; padding lanes (up to the next
   // multiple of VS) solve x = 0 with the identity matrix, so they never fail.
-  void gather(int o, const int64_t* off, int count) {
+  void gather(int o, const SystemOffsets& off, int count) {
     const T* src = in_ptr<T>(a_, o);
     const int64_t step = a_.step[o];
     T* t = tile_[o];
@@ -678,7 +679,7 @@ class ThomasPanel {
 
   void scatter_x(int64_t first, int count) {
     T* dst = static_cast<T*>(a_.out);
-    const int64_t* off = a_.off[Op::x] + first;
+    const SystemOffsets off = a_.off[Op::x] + first;
     const int64_t step = a_.step[Op::x];
     const T* t = tile_[Op::x];
     for (int w = 0; w < count; ++w) {

@@ -56,41 +56,51 @@ void* grow(void*& p, size_t& have, size_t need) {
   return p;
 }
 
+// SystemOffsets on the device: a table uploaded per call, or base + s * stride.
+struct DeviceOffsets {
+  const int64_t* table = nullptr;
+  int64_t base = 0, stride = 0;
+  __device__ int64_t operator()(uint32_t s) const { return table ? table[s] : base + int64_t(s) * stride; }
+};
+
 // Element (system s, row i) of the solver layout: interleaved i * systems + s, else s * n + i.
-__device__ inline void coords(int64_t id, int64_t n, int64_t systems, bool interleaved, int64_t& s, int64_t& i) {
+// Every index fits 32 bits (the call checks n * systems <= INT_MAX): 32-bit divisions.
+__device__ inline void coords(uint32_t id, uint32_t n, uint32_t systems, bool interleaved, uint32_t& s,
+                              uint32_t& i) {
   if (interleaved) {
     i = id / systems;
-    s = id % systems;
+    s = id - i * systems;
   } else {
     s = id / n;
-    i = id % n;
+    i = id - s * n;
   }
 }
 
 // dst(s, i) = src row i + shift of system s, or 0 outside the rows and on a zeroed end.
 template <class T>
-__global__ void gather(T* dst, const T* src, const int64_t* off, int64_t step, int64_t n, int64_t systems,
+__global__ void gather(T* dst, const T* src, DeviceOffsets off, int64_t step, uint32_t n, uint32_t systems,
                        bool interleaved, int shift, bool zero_first, bool zero_last) {
-  const int64_t id = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const uint32_t id = blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= n * systems) return;
-  int64_t s, i;
+  uint32_t s, i;
   coords(id, n, systems, interleaved, s, i);
-  const int64_t row = i + shift;
+  const int64_t row = int64_t(i) + shift;
   T v = T(0);
-  if (!(zero_first && i == 0) && !(zero_last && i == n - 1) && row >= 0 && row < n) v = src[off[s] + row * step];
+  if (!(zero_first && i == 0) && !(zero_last && i == n - 1) && row >= 0 && row < n)
+    v = src[off(s) + row * step];
   dst[id] = v;
 }
 
 // x(s, i) = sol(s, i); the smallest system with a non-finite value goes to *first_bad.
 template <class T>
-__global__ void scatter(T* x, const T* sol, const int64_t* off, int64_t step, int64_t n, int64_t systems,
+__global__ void scatter(T* x, const T* sol, DeviceOffsets off, int64_t step, uint32_t n, uint32_t systems,
                         bool interleaved, unsigned long long* first_bad) {
-  const int64_t id = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  const uint32_t id = blockIdx.x * blockDim.x + threadIdx.x;
   if (id >= n * systems) return;
-  int64_t s, i;
+  uint32_t s, i;
   coords(id, n, systems, interleaved, s, i);
   const T v = sol[id];
-  x[off[s] + i * step] = v;
+  x[off(s) + int64_t(i) * step] = v;
   if (!isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(s));
 }
 
@@ -142,32 +152,38 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
 
   const int64_t n = a.n, S = a.systems, total = n * S;
   const bool inter = a.pivoting || a.step[Op::x] != 1;
-  // Staging: dl, d, du, the right-hand side / solution, the five offset arrays and the flag.
+  // Staging: dl, d, du, the right-hand side / solution, the flag and the offsets of the operands
+  // whose systems are not evenly spaced (several batch axes; uploaded, a host-to-device copy each).
   const size_t values = sizeof(T) * size_t(total), offsets = sizeof(int64_t) * size_t(S);
-  char* stage = static_cast<char*>(grow(st.stage, st.stage_bytes, 4 * values + 5 * offsets + 64));
+  char* stage = static_cast<char*>(grow(st.stage, st.stage_bytes, 4 * values + 64 + 5 * offsets));
   T* buf[4];
   for (int k = 0; k < 4; ++k) buf[k] = reinterpret_cast<T*>(stage + size_t(k) * values);
-  int64_t* off[5];
+  auto* flag = reinterpret_cast<unsigned long long*>(stage + 4 * values);
+  DeviceOffsets off[5];
   for (int o = 0; o < 5; ++o) {
-    off[o] = reinterpret_cast<int64_t*>(stage + 4 * values + size_t(o) * offsets);
-    check(cudaMemcpyAsync(off[o], a.off[o], offsets, cudaMemcpyHostToDevice, stream), "offsets upload");
+    off[o].base = a.off[o].base;
+    off[o].stride = a.off[o].stride;
+    if (!a.off[o].table) continue;
+    auto* table = reinterpret_cast<int64_t*>(stage + 4 * values + 64 + size_t(o) * offsets);
+    check(cudaMemcpyAsync(table, a.off[o].table, offsets, cudaMemcpyHostToDevice, stream), "offsets upload");
+    off[o].table = table;
   }
-  auto* flag = reinterpret_cast<unsigned long long*>(stage + 4 * values + 5 * offsets);
 
   const int threads = 256;
   const auto blocks = static_cast<unsigned>((total + threads - 1) / threads);
+  const auto rows = static_cast<uint32_t>(n), systems = static_cast<uint32_t>(S);
   const T* in[4] = {static_cast<const T*>(a.in[0]), static_cast<const T*>(a.in[1]), static_cast<const T*>(a.in[2]),
                     static_cast<const T*>(a.in[3])};
   // A^T: (i, i-1) is upper[i-1] and (i, i+1) is lower[i+1].
   const int lo = a.transpose ? Op::upper : Op::lower, up = a.transpose ? Op::lower : Op::upper;
-  gather<T><<<blocks, threads, 0, stream>>>(buf[0], in[lo], off[lo], a.step[lo], n, S, inter, a.transpose ? -1 : 0,
-                                            true, false);
-  gather<T><<<blocks, threads, 0, stream>>>(buf[1], in[Op::diag], off[Op::diag], a.step[Op::diag], n, S, inter, 0,
-                                            false, false);
-  gather<T><<<blocks, threads, 0, stream>>>(buf[2], in[up], off[up], a.step[up], n, S, inter, a.transpose ? 1 : 0,
-                                            false, true);
-  gather<T><<<blocks, threads, 0, stream>>>(buf[3], in[Op::rhs], off[Op::rhs], a.step[Op::rhs], n, S, inter, 0,
-                                            false, false);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[0], in[lo], off[lo], a.step[lo], rows, systems, inter,
+                                            a.transpose ? -1 : 0, true, false);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[1], in[Op::diag], off[Op::diag], a.step[Op::diag], rows,
+                                            systems, inter, 0, false, false);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[2], in[up], off[up], a.step[up], rows, systems, inter,
+                                            a.transpose ? 1 : 0, false, true);
+  gather<T><<<blocks, threads, 0, stream>>>(buf[3], in[Op::rhs], off[Op::rhs], a.step[Op::rhs], rows, systems,
+                                            inter, 0, false, false);
   check(cudaGetLastError(), "gather kernel launch");
   cuda::count_launches(5);  // four gathers and the cuSPARSE solve
 
@@ -185,8 +201,8 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
     check(interleaved(st.handle, algo, m, buf[0], buf[1], buf[2], buf[3], count, work), "gtsvInterleavedBatch");
   }
   check(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), "flag reset");
-  scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x], n, S, inter,
-                                             flag);
+  scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x], rows,
+                                             systems, inter, flag);
   check(cudaGetLastError(), "scatter kernel launch");
   cuda::count_launches();
   unsigned long long bad = 0;

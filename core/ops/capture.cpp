@@ -326,20 +326,22 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
   const TridiagonalFn fn = tables().real[Dev].tridiagonal[Dt];
   using S = TridiagonalArgs::Adjoints;
   LaneCopy lc;
-  for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o], a.systems);
+  // Offset tables (systems not evenly spaced) are copied; a stride travels in the arguments.
+  for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o].table, a.systems);
   // The fused reverse rule's offsets, owned by the recorded call too.
   auto vjp = a.vjp ? std::make_shared<S>(*a.vjp) : nullptr;
   auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::slots);
   if (vjp)
     for (int k = 0; k < S::slots; ++k)
-      if (vjp->off[k]) {
-        vjp_off[k].assign(vjp->off[k], vjp->off[k] + a.systems);
-        vjp->off[k] = vjp_off[k].data();
+      if (vjp->off[k].table) {
+        vjp_off[k].assign(vjp->off[k].table, vjp->off[k].table + a.systems);
+        vjp->off[k].table = vjp_off[k].data();
       }
   return g_capture->other(
       [fn, a, lc, vjp, vjp_off] {
         TridiagonalArgs c = a;
-        for (int o = 0; o < TridiagonalArgs::count; ++o) c.off[o] = lc.at(o);
+        for (int o = 0; o < TridiagonalArgs::count; ++o)
+          if (a.off[o].table) c.off[o].table = lc.at(o);
         c.vjp = vjp.get();
         return fn(c);
       },

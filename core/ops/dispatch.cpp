@@ -258,6 +258,24 @@ void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out
   }
 }
 
+bool batch_stride(const Tensor& t, const Axes& batch, int64_t& stride) {
+  stride = 0;
+  int64_t inner = 0;  // the flat index's step of the innermost axis seen so far (0: none yet)
+  for (int d = batch.rank() - 1; d >= 0; --d) {
+    if (batch.size(d) == 1) continue;
+    const int i = t.axes().index_of(batch.name(d));
+    const int64_t st = i < 0 ? 0 : t.strides()[i];
+    if (inner == 0) {
+      stride = st;
+      inner = batch.size(d);
+    } else {
+      if (st != stride * inner) return false;
+      inner *= batch.size(d);
+    }
+  }
+  return true;
+}
+
 AxisList matrix_axes(Name row, Name col, const Axes& of, const char* op) {
   if (row == col)
     throw AxisError(std::string("[") + op + "] the row and column axes are both '" + row.str() +

@@ -195,6 +195,9 @@ Tensor copy_of(const Tensor& t);
 void copy_into(const Tensor& dst, const Tensor& src);
 /// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).
 void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out);
+/// Whether those offsets are s * stride for the flat index s of `batch` (its axes of size > 1
+/// collapse into one: one batch axis, or several laid out as one); sets `stride` when so.
+bool batch_stride(const Tensor& t, const Axes& batch, int64_t& stride);
 /// "{b=1, c=0}": the coordinates of flat index `b` (row-major) over `batch`, for error messages.
 std::string batch_index(const Axes& batch, int64_t b);
 /// The (row, col) attribute of a matrix op on a tensor over `of`, checked before the AxisList is

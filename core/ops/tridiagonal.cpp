@@ -43,9 +43,13 @@ struct KernelCall {
       args.in[o] = in[o]->data_ptr();
     }
   }
-  void bind(const Tensor& t, std::vector<int64_t>& offsets, const int64_t*& o, int64_t& step) const {
-    batch_offsets(t, lanes, offsets);
-    o = offsets.data();
+  // Evenly spaced systems (the usual case) are described by their stride, else by a table.
+  void bind(const Tensor& t, std::vector<int64_t>& offsets, SystemOffsets& o, int64_t& step) const {
+    o = {};
+    if (!batch_stride(t, lanes, o.stride)) {
+      batch_offsets(t, lanes, offsets);
+      o.table = offsets.data();
+    }
     step = t.has_axis(over) ? t.stride(over) : 0;
   }
   // x, written by the kernel.
