@@ -472,6 +472,24 @@ TEST_F(Cuda, TridiagonalGradientMatchesTheHost) {
     EXPECT_NEAR(to(vg, Device::cpu()).item(), vh.item(), 1e-9 * std::abs(vh.item()));
     for (size_t k = 0; k < 4; ++k)
       EXPECT_LT(max_diff(to(gg[k], Device::cpu()), gh[k]), 1e-9) << axes.describe() << " operand " << k;
+    // One input as both off-diagonals (the fused rule adds its two adjoints into one buffer), and
+    // a diagonal shared by every system (the unfused rule: its adjoint is summed over them).
+    auto twice = [&](const std::vector<Tensor>& a) {
+      return sum(tridiagonal_solve(a[0], a[1], a[0], a[2], "i") * to(w, a[0].device()));
+    };
+    const std::vector<Tensor> h3{h[0], h[1], h[3]};
+    auto [vh2, gh2] = value_and_grad(twice, h3);
+    auto [vg2, gg2] = value_and_grad(twice, on(h3, gpu));
+    EXPECT_NEAR(to(vg2, Device::cpu()).item(), vh2.item(), 1e-9 * std::abs(vh2.item()));
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_LT(max_diff(to(gg2[k], Device::cpu()), gh2[k]), 1e-9)
+          << axes.describe() << " twice, operand " << k;
+    const std::vector<Tensor> hs{h[0], uniform(Axes{{"i", 19}}, 33, 2.5, 3.5), h[2], h[3]};
+    auto [vh3, gh3] = value_and_grad(f, hs);
+    auto [vg3, gg3] = value_and_grad(f, on(hs, gpu));
+    for (size_t k = 0; k < 4; ++k)
+      EXPECT_LT(max_diff(to(gg3[k], Device::cpu()), gh3[k]), 1e-9)
+          << axes.describe() << " shared, operand " << k;
   }
 }
 

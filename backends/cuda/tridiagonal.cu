@@ -104,6 +104,40 @@ __global__ void scatter(T* x, const T* sol, DeviceOffsets off, int64_t step, uin
   if (!isfinite(v)) atomicMin(first_bad, static_cast<unsigned long long>(s));
 }
 
+// The fused reverse rule (TridiagonalArgs::vjp) after the transposed solve, one thread per unknown:
+// λ (the solver's solution, in its layout) and the forward solution x go into the adjoints,
+// rhs̄ += λ, diaḡ -= λ x, lower̄_i -= λ_i x_{i-1}, upper̄_i -= λ_i x_{i+1}, each written instead
+// where it is fresh (assign; the out-of-matrix ends then 0). Each adjoint element is touched by
+// its own thread only, in the host's order (rhs, diag, lower, upper), so one buffer given for
+// two operands (a repeated input, accumulated) adds up as on the host. A non-finite λ marks its
+// system as failed.
+struct DeviceAdjoints {
+  const void* x = nullptr;
+  void* adj[4] = {};  // lower, diag, upper, rhs (Adjoints::Slot - 1)
+  bool assign[4] = {};
+  DeviceOffsets off[5];  // by Adjoints::Slot
+  int64_t step[5] = {};
+};
+template <class T>
+__global__ void accumulate(const T* lam, DeviceAdjoints j, uint32_t n, uint32_t systems, bool interleaved,
+                           unsigned long long* first_bad) {
+  const uint32_t id = blockIdx.x * blockDim.x + threadIdx.x;
+  if (id >= n * systems) return;
+  uint32_t s, i;
+  coords(id, n, systems, interleaved, s, i);
+  const T l = lam[id];
+  if (!isfinite(l)) atomicMin(first_bad, static_cast<unsigned long long>(s));
+  const T* x = static_cast<const T*>(j.x) + j.off[0](s) + int64_t(i) * j.step[0];
+  auto put = [&](int slot, T v) {
+    T* p = static_cast<T*>(j.adj[slot - 1]) + j.off[slot](s) + int64_t(i) * j.step[slot];
+    *p = j.assign[slot - 1] ? v : *p + v;
+  };
+  if (j.adj[3]) put(4, l);
+  if (j.adj[1]) put(2, -l * x[0]);
+  if (j.adj[0]) put(1, i > 0 ? -l * x[-j.step[0]] : T(0));
+  if (j.adj[2]) put(3, i + 1 < n ? -l * x[j.step[0]] : T(0));
+}
+
 cusparseStatus_t strided_size(cusparseHandle_t h, int m, const double* dl, const double* d, const double* du,
                               const double* x, int count, size_t* bytes) {
   return cusparseDgtsv2StridedBatch_bufferSizeExt(h, m, dl, d, du, x, count, m, bytes);
@@ -138,12 +172,12 @@ cusparseStatus_t interleaved(cusparseHandle_t h, int algo, int m, float* dl, flo
 
 template <class T>
 int64_t tridiagonal(const TridiagonalArgs& a) {
-  if (a.vjp) throw DeviceError("[tridiagonal_solve] internal: the fused reverse rule is host-only");
+  using Adjoints = TridiagonalArgs::Adjoints;
   if (a.systems <= 0 || a.n <= 0) return -1;
   if (a.n > INT_MAX || a.systems > INT_MAX || a.n * a.systems > INT_MAX)
     throw DeviceError("[tridiagonal_solve] cuSPARSE takes at most 2^31 - 1 unknowns per call; got " +
                       std::to_string(a.n) + " rows x " + std::to_string(a.systems) + " systems");
-  const int device = cuda::use_device_of(a.out, "tridiagonal_solve");
+  const int device = cuda::use_device_of(a.vjp ? a.vjp->x : a.out, "tridiagonal_solve");
   DeviceState& st = state(device);
   std::lock_guard<std::mutex> lock(st.mutex);
   const cudaStream_t stream = cudaStreamPerThread;
@@ -151,22 +185,38 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   check(cusparseSetStream(st.handle, stream), "cusparseSetStream");
 
   const int64_t n = a.n, S = a.systems, total = n * S;
-  const bool inter = a.pivoting || a.step[Op::x] != 1;
+  // The solver's layout follows x's (the forward solution's, for the fused reverse rule).
+  const int64_t x_step = a.vjp ? a.vjp->step[Adjoints::solution] : a.step[Op::x];
+  const bool inter = a.pivoting || x_step != 1;
   // Staging: dl, d, du, the right-hand side / solution, the flag and the offsets of the operands
-  // whose systems are not evenly spaced (several batch axes; uploaded, a host-to-device copy each).
+  // (and adjoints) whose systems are not evenly spaced (several batch axes; uploaded, a
+  // host-to-device copy each).
   const size_t values = sizeof(T) * size_t(total), offsets = sizeof(int64_t) * size_t(S);
-  char* stage = static_cast<char*>(grow(st.stage, st.stage_bytes, 4 * values + 64 + 5 * offsets));
+  char* stage = static_cast<char*>(grow(st.stage, st.stage_bytes, 4 * values + 64 + 10 * offsets));
   T* buf[4];
   for (int k = 0; k < 4; ++k) buf[k] = reinterpret_cast<T*>(stage + size_t(k) * values);
   auto* flag = reinterpret_cast<unsigned long long*>(stage + 4 * values);
+  auto on_device = [&](const SystemOffsets& o, int region) {
+    DeviceOffsets d{nullptr, o.base, o.stride};
+    if (o.table) {
+      auto* table = reinterpret_cast<int64_t*>(stage + 4 * values + 64 + size_t(region) * offsets);
+      check(cudaMemcpyAsync(table, o.table, offsets, cudaMemcpyHostToDevice, stream), "offsets upload");
+      d.table = table;
+    }
+    return d;
+  };
   DeviceOffsets off[5];
-  for (int o = 0; o < 5; ++o) {
-    off[o].base = a.off[o].base;
-    off[o].stride = a.off[o].stride;
-    if (!a.off[o].table) continue;
-    auto* table = reinterpret_cast<int64_t*>(stage + 4 * values + 64 + size_t(o) * offsets);
-    check(cudaMemcpyAsync(table, a.off[o].table, offsets, cudaMemcpyHostToDevice, stream), "offsets upload");
-    off[o].table = table;
+  for (int o = 0; o < 5; ++o) off[o] = on_device(a.off[o], o);
+  DeviceAdjoints adj;
+  if (a.vjp) {
+    adj.x = a.vjp->x;
+    for (int k = 0; k < Adjoints::slots; ++k) {
+      adj.off[k] = on_device(a.vjp->off[k], 5 + k);
+      adj.step[k] = a.vjp->step[k];
+      if (k == Adjoints::solution) continue;
+      adj.adj[k - 1] = a.vjp->adj[k - 1];
+      adj.assign[k - 1] = a.vjp->assign[k - 1];
+    }
   }
 
   const int threads = 256;
@@ -201,9 +251,12 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
     check(interleaved(st.handle, algo, m, buf[0], buf[1], buf[2], buf[3], count, work), "gtsvInterleavedBatch");
   }
   check(cudaMemsetAsync(flag, 0xff, sizeof(unsigned long long), stream), "flag reset");
-  scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x], rows,
-                                             systems, inter, flag);
-  check(cudaGetLastError(), "scatter kernel launch");
+  if (a.vjp)
+    accumulate<T><<<blocks, threads, 0, stream>>>(buf[3], adj, rows, systems, inter, flag);
+  else
+    scatter<T><<<blocks, threads, 0, stream>>>(static_cast<T*>(a.out), buf[3], off[Op::x], a.step[Op::x],
+                                               rows, systems, inter, flag);
+  check(cudaGetLastError(), a.vjp ? "adjoint kernel launch" : "scatter kernel launch");
   cuda::count_launches();
   unsigned long long bad = 0;
   check(cudaMemcpyAsync(&bad, flag, sizeof bad, cudaMemcpyDeviceToHost, stream), "flag download");

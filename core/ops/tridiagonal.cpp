@@ -118,11 +118,11 @@ Tensor shifted(const Tensor& x, Name over, int by) {
 }
 
 // The reverse rule in one kernel call: the transposed solve accumulates every adjoint from λ
-// and x as it goes (no λ tensor, no shifted copies of x). Needs each wanted adjoint to have one
-// element per system and row (nothing to reduce) and the Thomas algorithm.
+// and x as it goes (no λ tensor, no shifted copies of x; on a CUDA device one kernel after the
+// cuSPARSE solve). Needs each wanted adjoint to have one element per system and row (nothing to
+// reduce) and the Thomas algorithm.
 bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
-  if (algorithm_of(c.attrs()) != Tridiagonal::thomas || c.output().device().kind != Device::Kind::cpu)
-    return false;
+  if (algorithm_of(c.attrs()) != Tridiagonal::thomas) return false;
   for (int i = 0; i < 4; ++i)
     if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes)) return false;
   const Tensor* in[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};
