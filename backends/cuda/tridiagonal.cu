@@ -4,7 +4,9 @@
 // each system of x is contiguous (Thomas: cuSPARSE's CR+PCR, no pivoting), gtsvInterleavedBatch
 // when the batch axis is (algorithm 0, Thomas) and for Tridiagonal::pivoting (algorithm 1, LU with
 // partial pivoting). Workspaces (bufferSizeExt) and staging buffers are cached per device and only
-// grow. A failed system shows as a non-finite solution; the first such system is reported.
+// grow. A failed system shows as a non-finite solution; the first such system is reported. For the
+// fused reverse rule (TridiagonalArgs::vjp) the transposed solve's λ is not scattered into a
+// tensor but accumulated into the four adjoints by one kernel (`accumulate`).
 #include <cuda_runtime.h>
 #include <cusparse.h>
 
