@@ -240,11 +240,8 @@ Tensor copy_of(const Tensor& t) {
 
 void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out) {
   out.assign(static_cast<size_t>(batch.numel()), 0);
-  int64_t st[kMaxRank];
-  for (int d = 0; d < batch.rank(); ++d) {
-    int i = t.axes().index_of(batch.name(d));
-    st[d] = i < 0 ? 0 : t.strides()[i];
-  }
+  const LoopArg along = loop_arg(t, batch);  // t's stride along each batch axis (0: lacks it)
+  const int64_t* st = along.strides;
   int64_t idx[kMaxRank] = {};
   int64_t off = 0;
   for (size_t n = 0; n < out.size(); ++n) {
@@ -260,11 +257,11 @@ void batch_offsets(const Tensor& t, const Axes& batch, std::vector<int64_t>& out
 
 bool batch_stride(const Tensor& t, const Axes& batch, int64_t& stride) {
   stride = 0;
+  const LoopArg along = loop_arg(t, batch);  // t's stride along each batch axis (0: lacks it)
   int64_t inner = 0;  // the flat index's step of the innermost axis seen so far (0: none yet)
   for (int d = batch.rank() - 1; d >= 0; --d) {
     if (batch.size(d) == 1) continue;
-    const int i = t.axes().index_of(batch.name(d));
-    const int64_t st = i < 0 ? 0 : t.strides()[i];
+    const int64_t st = along.strides[d];
     if (inner == 0) {
       stride = st;
       inner = batch.size(d);
