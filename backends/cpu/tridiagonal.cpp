@@ -4,7 +4,8 @@
 // - systems adjacent in memory (the batch axis innermost): each row of an operand is loaded
 //   straight into vectors, the rows a few ahead prefetched (sweep);
 // - each system's rows contiguous (the row axis innermost): blocks of VS rows are transposed in
-//   registers, VS systems at a time (solve_rows);
+//   registers, VS systems at a time, while the next panel's operands are prefetched in address
+//   order (solve_rows);
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
 // Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
 // oneTBB. The Thomas panels live in tridiagonal_thomas.h, built for the baseline here and for
@@ -96,12 +97,11 @@ int64_t solve_in_blocks(const TridiagonalArgs& a, Range range) {
   std::atomic<int64_t> first_failure{std::numeric_limits<int64_t>::max()};
   const int64_t tasks = (a.systems + per_task - 1) / per_task;
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, tasks, 1), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t t = r.begin(); t != r.end(); ++t) {
-      const int64_t f = range(t * per_task, std::min(a.systems, (t + 1) * per_task));
-      if (f < 0) continue;
-      int64_t cur = first_failure.load();
-      while (f < cur && !first_failure.compare_exchange_weak(cur, f)) {
-      }
+    // The task's blocks in one call: one thread's systems in a row, so each panel can fetch the
+    // next one's operands (rows inner) across block boundaries too.
+    const int64_t f = range(r.begin() * per_task, std::min(a.systems, r.end() * per_task));
+    int64_t cur = first_failure.load();
+    while (f >= 0 && f < cur && !first_failure.compare_exchange_weak(cur, f)) {
     }
   });
   const int64_t f = first_failure.load();

@@ -67,6 +67,12 @@ class ThomasPanel {
   ThomasPanel(const TridiagonalArgs& a, int width, Scratch<T>& scratch)
       : a_(a), n_(a.n), P_(width), scratch_(scratch) {}
 
+  // The systems this thread solves after the next solve() call (count 0: none); a rows-inner
+  // panel fetches their operands while it works (fetch_step).
+  void expect_next(int64_t first, int count) {
+    next_first_ = first;
+    next_count_ = count;
+  }
   // Solves systems [first, first + count) (count <= width); returns the first failure or -1.
   int64_t solve(int64_t first, int count) {
     bind(first, count);
@@ -188,6 +194,49 @@ class ThomasPanel {
     }
   }
 
+  // The back substitution and write_rows in one pass where x has contiguous rows and nothing
+  // needs x in d' afterwards (no fused reverse rule): x_i = d'_i - c'_i x_{i+1} one group at a
+  // time, from the last row up, each block of VS rows transposed in registers and stored to the
+  // lanes' rows (streamed when aligned), the rows past the last whole block one by one first.
+  // Four lanes at a time write partial lines (two groups at a time, eight, measured slower).
+  void back_substitute_rows(int count) const {
+    bool streamed = kStreamable;
+    for (int k = 0; k < count && streamed; ++k)
+      streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
+    const int groups = (count + VS - 1) / VS;
+    for (int g = 0; g < groups; ++g) {
+      if (streamed)
+        back_substitute_group(g, count, [](T* p, const V& v) { stream_aligned(p, v); });
+      else
+        back_substitute_group(g, count, [](T* p, const V& v) { v.store_unaligned(p); });
+    }
+  }
+  template <class Put>
+  void back_substitute_group(int g, int count, Put put) const {
+    const int64_t n = n_, P = P_, at = int64_t{g} * VS;
+    const T* const cp = cp_ + at;
+    const T* const dp = dp_ + at;
+    T* const* lane = const_cast<T* const*>(lane_[Op::x]) + at;
+    const int real = std::min(VS, count - g * VS);
+    const int64_t whole = n / VS * VS;
+    V x(T(0));  // c'_{n-1} is zero, so row n-1 comes out as d'_{n-1}
+    for (int64_t i = n - 1; i >= whole; --i) {
+      x = V::load_aligned(dp + i * P) - V::load_aligned(cp + i * P) * x;
+      alignas(sizeof(V)) T t[VS];
+      x.store_aligned(t);
+      for (int k = 0; k < real; ++k) lane[k][i] = t[k];
+    }
+    for (int64_t i0 = whole - VS; i0 >= 0; i0 -= VS) {
+      V m[VS];
+      for (int j = VS - 1; j >= 0; --j) {
+        x = V::load_aligned(dp + (i0 + j) * P) - V::load_aligned(cp + (i0 + j) * P) * x;
+        m[j] = x;
+      }
+      transpose(m);
+      for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
+    }
+  }
+
   // d' of group g (row i, lane w at dp_[i * P_ + w]) out to one contiguous row per lane: row i of
   // lane k (< count) to row(k)[i]. Blocks of VS rows go through the register transposes, each
   // lane's vector stored by put(address, vector); the rows past the last whole block one by one.
@@ -207,26 +256,31 @@ class ThomasPanel {
       for (int k = 0; k < real; ++k) row(k)[i0] = dp_[i0 * P_ + g * VS + k];
   }
 
-  // Rows i0 .. i0 + VS - 1 of the forward elimination for every group. kInterior: every operand
-  // is in Mode::rows and the block is neither the first nor the last (all rows it reads exist;
-  // no lower[0] or upper[n-1] among them).
-  template <bool kInterior>
-  void forward_block(int64_t i0, int groups, Mask& bad) {
-    const int64_t n = n_;
+  // Rows i0 .. i0 + VS - 1 of the forward elimination for every group, adding each pivot's check
+  // into `check`. kDirect: every operand is in Mode::rows and every row the block reads exists
+  // (loaded straight from the lanes); kChecks: the block may hold row 0 or row n-1, where
+  // lower[0] and upper[n-1] (outside the matrix) count as zero.
+  template <bool kDirect, bool kChecks>
+  void forward_block(int64_t i0, int groups, V& check) {
+    const int64_t n = n_, P = P_;
+    T* const cp = cp_;
+    T* const dp = dp_;
     const V zero(T(0)), one(T(1));
+    V chk = check;
     // A's (i, i-1) and (i, i+1) entries; A^T's are A's (i-1, i) and (i+1, i).
     const int lo = a_.transpose ? Op::upper : Op::lower, up = a_.transpose ? Op::lower : Op::upper;
     const int64_t lo_row = i0 - (a_.transpose ? 1 : 0), up_row = i0 + (a_.transpose ? 1 : 0);
     // Each lane's rows are a stream of their own, too many for the hardware prefetchers: every
     // cache line's worth of rows, fetch the lines kFetchRows on.
-    const bool fetch = i0 % kLineRows == 0 && i0 + kFetchRows < n;
+    const bool ahead = i0 % kLineRows == 0 && i0 + kFetchRows < n;
     for (int g = 0; g < groups; ++g) {
-      if (fetch)
+      if (fetching_) fetch_step();
+      if (ahead)
         for (int o = 0; o < Op::x; ++o)
-          if (kInterior || mode_[o] == Mode::rows)
+          if (kDirect || mode_[o] == Mode::rows)
             for (int k = 0; k < VS; ++k) prefetch(lane_[o][g * VS + k] + i0 + kFetchRows);
       V l[VS], d[VS], r[VS], u[VS];
-      if constexpr (kInterior) {
+      if constexpr (kDirect) {
         const T* const* ll = lane_[lo] + g * VS;
         const T* const* dl = lane_[Op::diag] + g * VS;
         const T* const* rl = lane_[Op::rhs] + g * VS;
@@ -248,18 +302,77 @@ class ThomasPanel {
         load_block(up, up_row, g, u);
       }
       const int64_t at = g * VS;
-      V c = kInterior || i0 > 0 ? V::load_aligned(cp_ + (i0 - 1) * P_ + at) : zero;
-      V e = kInterior || i0 > 0 ? V::load_aligned(dp_ + (i0 - 1) * P_ + at) : zero;
-      for (int j = 0; j < VS && (kInterior || i0 + j < n); ++j) {
+      V c = !kChecks || i0 > 0 ? V::load_aligned(cp + (i0 - 1) * P + at) : zero;
+      V e = !kChecks || i0 > 0 ? V::load_aligned(dp + (i0 - 1) * P + at) : zero;
+      for (int j = 0; j < VS && (kDirect || i0 + j < n); ++j) {
         const int64_t i = i0 + j;
-        const V lj = kInterior || i > 0 ? l[j] : zero;  // lower[0] is outside the matrix
+        const V lj = !kChecks || i > 0 ? l[j] : zero;  // lower[0] is outside the matrix
         const V dj = d[j] - lj * c;
-        bad = bad | is_bad(dj);
         const V inv = one / dj;
-        c = kInterior || i + 1 < n ? u[j] * inv : zero;  // so is upper[n-1]
+        // dj * (1 / dj) is NaN exactly where dj is zero, infinite or NaN (otherwise about 1, or
+        // +inf where 1 / dj overflows), so the sum is NaN iff some pivot is bad: one FMA per row.
+        chk = xsimd::fma(dj, inv, chk);
+        c = !kChecks || i + 1 < n ? u[j] * inv : zero;  // so is upper[n-1]
         e = (r[j] - lj * e) * inv;
-        c.store_aligned(cp_ + i * P_ + at);
-        e.store_aligned(dp_ + i * P_ + at);
+        c.store_aligned(cp + i * P + at);
+        e.store_aligned(dp + i * P + at);
+      }
+    }
+    check = chk;
+  }
+
+  // ---- the next panel's operands, fetched in address order during this panel's sweep ----
+  // A rows-inner panel reads each operand as 64 streams a row of the batch apart, which no
+  // hardware prefetcher follows; the lanes' own prefetches (kFetchRows on) then miss to memory a
+  // line at a time. Measured at 100 000 x 100 on the 2-core Zen 3 (bench/RESULTS.md), that
+  // access pattern alone, with no arithmetic, took ~50 ms against ~30 ms for the same bytes in
+  // address order. So while a panel is eliminated, the next panel's operands are fetched in
+  // address order, system after system, a few lines per group step, the last of them by the end
+  // of the sweep; the lanes' prefetches then find them in the caches.
+  struct Fetch {
+    uintptr_t at = 0, last = 0;  // the next line to fetch, the system's last line (0: done)
+    int w = 0;                   // the system (of the next panel)
+  };
+  static constexpr uintptr_t kLine = 64;
+
+  // Points operand o's cursor at the first line of system w of the next panel not yet fetched
+  // (`done`: the line last fetched, which adjacent systems share).
+  void start_fetch(int o, int w, uintptr_t done) {
+    Fetch& f = fetch_[o];
+    for (f.at = 0; w < next_count_; ++w) {
+      const T* p = in_ptr<T>(a_, o) + (a_.off[o] + next_first_)[w];
+      f.at = reinterpret_cast<uintptr_t>(p) / kLine * kLine;
+      f.last = reinterpret_cast<uintptr_t>(p + (n_ - 1)) / kLine * kLine;
+      if (f.at == done) f.at += kLine;
+      if (f.at <= f.last) break;
+      f.at = 0;
+    }
+    f.w = w;
+  }
+  void plan_fetch(int groups) {
+    fetching_ = false;
+    if (next_count_ <= 0) return;
+    int64_t lines = 0;
+    for (int o = 0; o < Op::x; ++o) {
+      fetch_[o] = Fetch{};
+      if (mode_[o] != Mode::rows) continue;  // broadcast operands are read from the caches
+      start_fetch(o, 0, 0);
+      lines = std::max<int64_t>(
+          lines, int64_t{next_count_} * ((n_ * static_cast<int64_t>(sizeof(T)) + kLine - 1) / kLine + 1));
+      fetching_ = true;
+    }
+    const int64_t steps = (n_ + VS - 1) / VS * groups;
+    fetch_lines_ = static_cast<int>((lines + steps - 1) / steps);
+  }
+  void fetch_step() {
+    for (int o = 0; o < Op::x; ++o) {
+      Fetch& f = fetch_[o];
+      for (int t = 0; t < fetch_lines_ && f.at; ++t) {
+        prefetch(reinterpret_cast<const T*>(f.at));
+        if (f.at == f.last)
+          start_fetch(o, f.w + 1, f.at);
+        else
+          f.at += kLine;
       }
     }
   }
@@ -267,20 +380,29 @@ class ThomasPanel {
   int64_t solve_rows(int64_t first, int count) {
     const int64_t n = n_;
     const int groups = (count + VS - 1) / VS;
-    const V zero(T(0)), one(T(1));
-    Mask bad = zero != zero;
+    plan_fetch(groups);
+    V check(T(0));  // NaN iff some pivot is bad (see forward_block)
     bool all_rows = true;
     for (int o = 0; o < Op::x; ++o) all_rows = all_rows && mode_[o] == Mode::rows;
     for (int64_t i0 = 0; i0 < n; i0 += VS) {
       // Blocks away from the first and last rows, with every operand a lane's rows: no checks.
+      // The first and last blocks load directly too where the rows they read exist (A, not A^T).
+      const int64_t shift = a_.transpose ? 1 : 0;
       if (all_rows && i0 >= 1 && i0 + VS + 1 <= n)
-        forward_block<true>(i0, groups, bad);
+        forward_block<true, false>(i0, groups, check);
+      else if (all_rows && i0 - shift >= 0 && i0 + VS + shift <= n)
+        forward_block<true, true>(i0, groups, check);
       else
-        forward_block<false>(i0, groups, bad);
+        forward_block<false, true>(i0, groups, check);
     }
-    if (xsimd::any(bad)) {
+    if (xsimd::any(xsimd::isnan(check))) {
       const int64_t f = first_bad(first, count);
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
+    }
+    if (mode_[Op::x] == Mode::rows && !a_.vjp) {
+      back_substitute_rows(count);
+      stream_fence();
+      return -1;
     }
     // Back substitution; d' becomes x in place.
     for (int64_t i = n - 2; i >= 0; --i) {
@@ -702,6 +824,11 @@ class ThomasPanel {
   T* dp_ = nullptr;
   T* row_ = nullptr;                        // one system's row (accumulate_rows)
   bool rows_ = false;                       // this panel goes through solve_rows
+  int64_t next_first_ = 0;                  // expect_next
+  int next_count_ = 0;
+  Fetch fetch_[Op::x];   // per operand (fetch_step)
+  int fetch_lines_ = 0;  // lines per operand and group step
+  bool fetching_ = false;
   // Mode::rows: each lane's system (row 0); set by bind for the operands in that mode, the only
   // ones read (not zero-filled: 2.5 KB per call in the AVX2 build, a scan step's calls add up).
   const T* lane_[Op::count][kRows];
@@ -736,6 +863,7 @@ int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   ThomasPanel<T> panel(a, width, scratch);
   for (int64_t s = begin; s < end; s += width) {
     int count = static_cast<int>(std::min<int64_t>(width, end - s));
+    panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(end - s - width, 0, width)));
     // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
     // own: tiles as wide as the wide panel would not fit any cache.
     if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
