@@ -14,7 +14,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <tbb/blocked_range.h>
@@ -87,6 +92,47 @@ bool rows_inner(const TridiagonalArgs& a) {
   return true;
 }
 
+// The last-level cache's size in bytes: the highest cache level sysfs lists for cpu0 (what one
+// core shares: 32 MiB on the Zen 3 VM, where sysconf says 256 MiB, the whole socket's); 32 MiB
+// where sysfs has none.
+int64_t last_level_cache_bytes() {
+  static const int64_t bytes = [] {
+    int64_t best = int64_t{32} << 20;
+    int best_level = 0;
+    for (int i = 0; i < 8; ++i) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      int level = 0;
+      std::string size;
+      if (!(level_file >> level) || !(size_file >> size) || size.empty() || level <= best_level) continue;
+      int64_t value = 0;
+      try {
+        value = std::stoll(size);
+      } catch (const std::exception&) {
+        continue;
+      }
+      const char unit = size.back();
+      value <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+      if (value > 0) {
+        best = value;
+        best_level = level;
+      }
+    }
+    return best;
+  }();
+  return bytes;
+}
+
+// Whether rows-inner panels prefetch the next panel's operands (tridiagonal_thomas.h, fetch_step):
+// where the call's arrays are more than the last-level cache holds. From the caches the solve is
+// faster without (at 2 048 x 100, 8 MB in all, 2.2 against 3.2 ns per unknown on the Zen 3; at
+// 100 000 x 100 from memory, 44 against 57-60 ms). TENAX_TRIDIAGONAL_FETCH=1 / 0 forces it on /
+// off (the tests run it on at small sizes).
+bool fetch_next_panels(const TridiagonalArgs& a, int64_t elem_bytes) {
+  if (const char* v = std::getenv("TENAX_TRIDIAGONAL_FETCH"); v && *v) return std::strcmp(v, "0") != 0;
+  return Op::count * a.systems * a.n * elem_bytes > last_level_cache_bytes();
+}
+
 // Runs range(begin, end) over blocks of systems in parallel; the first failed system or -1.
 template <class T, class Range>
 int64_t solve_in_blocks(const TridiagonalArgs& a, Range range) {
@@ -116,13 +162,15 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   // transposes; measured in bench/RESULTS.md); the other layouts measured no faster with AVX2.
   if constexpr (std::is_same_v<T, double>) {
     if (!a.pivoting && cpu_avx2() && rows_inner(a)) {
+      const bool fetch = fetch_next_panels(a, sizeof(T));
       return solve_in_blocks<T>(
-          a, [&a](int64_t begin, int64_t end) { return thomas_range_avx2(a, begin, end); });
+          a, [&a, fetch](int64_t begin, int64_t end) { return thomas_range_avx2(a, begin, end, fetch); });
     }
   }
 #endif
-  return solve_in_blocks<T>(a, [&a](int64_t begin, int64_t end) {
-    return a.pivoting ? pivoting_range<T>(a, begin, end) : thomas_range<T>(a, begin, end);
+  const bool fetch = rows_inner(a) && fetch_next_panels(a, sizeof(T));
+  return solve_in_blocks<T>(a, [&a, fetch](int64_t begin, int64_t end) {
+    return a.pivoting ? pivoting_range<T>(a, begin, end) : thomas_range<T>(a, begin, end, fetch);
   });
 }
 

@@ -12,8 +12,8 @@
 
 namespace tenax::cpu {
 
-int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end) {
-  return thomas_range<double>(a, begin, end);
+int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
+  return thomas_range<double>(a, begin, end, fetch);
 }
 
 }  // namespace tenax::cpu

@@ -855,7 +855,9 @@ int panel_width(const TridiagonalArgs& a) {
 }
 
 template <class T>
-int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
+// Systems [begin, end) of `a`, panel after panel; where `fetch`, a rows-inner panel prefetches the
+// next panel's operands (fetch_step). The first failed system or -1.
+int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   thread_local Scratch<T> scratch;
   // No wider than the range (rounded to whole vectors): a few systems need no wide panel.
   constexpr int64_t VS = ThomasPanel<T>::VS;
@@ -863,7 +865,7 @@ int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   ThomasPanel<T> panel(a, width, scratch);
   for (int64_t s = begin; s < end; s += width) {
     int count = static_cast<int>(std::min<int64_t>(width, end - s));
-    panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(end - s - width, 0, width)));
+    if (fetch) panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(end - s - width, 0, width)));
     // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
     // own: tiles as wide as the wide panel would not fit any cache.
     if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
