@@ -5,8 +5,9 @@
 // tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w * x) and its value and
 // gradient w.r.t. all four inputs (fresh adjoint buffers every iteration, as a user's loop gets them); the
 // reverse pass alone (the pullback for a given cotangent) and with the solve; and the roofline: a STREAM
-// triad's bandwidth (the same thread counts). Every solve reports bytes_per_second counting the
-// bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
+// triad's bandwidth (the same thread counts); and the rows-inner operands merely read, in the sweep's
+// order and in address order (what that layout costs the memory system). Every solve reports bytes_per_second
+// counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
 // the gradient also report the allocator's peak beyond the inputs (peak_MiB).
 #include <benchmark/benchmark.h>
 
@@ -17,6 +18,8 @@
 
 #include <algorithm>
 #include <vector>
+
+#include <xsimd/xsimd.hpp>
 
 #include <tenax/tenax.h>
 
@@ -215,7 +218,12 @@ void BM_Cuda_Solve(benchmark::State& state) {
   }
   report(state);
 }
-BENCHMARK(BM_Cuda_Solve)->Arg(0)->Arg(1)->ArgName("batch_inner")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Cuda_Solve)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Value and gradient w.r.t. all four operands on CUDA device 0 (the adjoint solve goes through
 // the same cuSPARSE dispatch); each iteration ends when the gradients are done (the value is read
@@ -319,6 +327,47 @@ BENCHMARK(BM_Lapack_Dgtsv)
     ->Arg(0)
     ->Arg(1)
     ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// What the rows-inner layout costs the memory system without the solve's arithmetic: the four
+// operands of the rows-inner problem read (and summed) panel by panel, 64 systems at a time,
+// either in the order the sweep reads them (blocks of 4 rows of each system in turn, each
+// system's lines prefetched two ahead: what solve_rows did before it fetched the next panel's
+// operands in address order) or in address order (each operand's 64 systems as one run).
+void BM_RowsReadOrder(benchmark::State& state) {
+  using V = xsimd::batch<double>;
+  constexpr int64_t kPanel = 64, kBlock = 4, kAhead = 16;
+  const bool address_order = state.range(0) != 0;
+  const Problem& p = problem(false);
+  const double* op[4] = {p.lower.data<double>(), p.diag.data<double>(), p.upper.data<double>(),
+                         p.rhs.data<double>()};
+  for (auto _ : state) {
+    V acc[4] = {V(0.0), V(0.0), V(0.0), V(0.0)};  // one per operand: four add chains, not one
+    for (int64_t s0 = 0; s0 < kSystems; s0 += kPanel) {
+      if (address_order) {
+        for (int o = 0; o < 4; ++o)
+          for (int64_t i = s0 * kRows; i < (s0 + kPanel) * kRows; i += 4 * V::size)
+            for (int64_t j = 0; j < 4; ++j) acc[j] += V::load_unaligned(op[o] + i + j * V::size);
+        continue;
+      }
+      for (int64_t r0 = 0; r0 < kRows; r0 += kBlock)
+        for (int64_t s = s0; s < s0 + kPanel; ++s)
+          for (int o = 0; o < 4; ++o) {
+            const double* row = op[o] + s * kRows + r0;
+            if (r0 % 8 == 0 && r0 + kAhead < kRows) __builtin_prefetch(row + kAhead);
+            for (int64_t j = 0; j < kBlock; j += V::size) acc[o] += V::load_unaligned(row + j);
+          }
+    }
+    benchmark::DoNotOptimize(xsimd::hadd(acc[0] + acc[1] + acc[2] + acc[3]));
+  }
+  // The bytes read, per unknown: 4 operands x 8 bytes.
+  report(state, 32.0);
+}
+BENCHMARK(BM_RowsReadOrder)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("address_order")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
