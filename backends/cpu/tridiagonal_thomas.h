@@ -854,9 +854,9 @@ int panel_width(const TridiagonalArgs& a) {
   return static_cast<int>(std::clamp<int64_t>(fit, P::kNarrow, P::kWide));
 }
 
-template <class T>
 // Systems [begin, end) of `a`, panel after panel; where `fetch`, a rows-inner panel prefetches the
 // next panel's operands (fetch_step). The first failed system or -1.
+template <class T>
 int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   thread_local Scratch<T> scratch;
   // No wider than the range (rounded to whole vectors): a few systems need no wide panel.
