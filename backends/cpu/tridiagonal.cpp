@@ -129,7 +129,11 @@ int64_t last_level_cache_bytes() {
 // 100 000 x 100 from memory, 44 against 57-60 ms). TENAX_TRIDIAGONAL_FETCH=1 / 0 forces it on /
 // off (the tests run it on at small sizes).
 bool fetch_next_panels(const TridiagonalArgs& a, int64_t elem_bytes) {
-  if (const char* v = std::getenv("TENAX_TRIDIAGONAL_FETCH"); v && *v) return std::strcmp(v, "0") != 0;
+  static const int forced = [] {  // -1: by size; 0 / 1: forced off / on
+    const char* v = std::getenv("TENAX_TRIDIAGONAL_FETCH");
+    return v && *v ? (std::strcmp(v, "0") != 0 ? 1 : 0) : -1;
+  }();
+  if (forced >= 0) return forced == 1;
   return Op::count * a.systems * a.n * elem_bytes > last_level_cache_bytes();
 }
 
