@@ -50,11 +50,13 @@ class ThomasPanel {
   // In the AVX2 build (tridiagonal_avx2.cpp) 4 doubles: an in-lane unpack, then 128-bit halves
   // swapped; its 8 floats take tiles.
   static constexpr bool kRowBlocks = VS == 2 || VS == 4;
-  // Systems whose rows are contiguous go 16 groups of VS at a time: 32 doubles in the baseline
-  // build, 64 in the AVX2 one (at 100 000 x 100 on a Zen 3: AVX2 69 -> 55 ms from 32 to 64
-  // systems, 128 no better; baseline 32 -> 64 slower, 60 -> 64 ms; on the Zen 5 of session 17
-  // the baseline's 16 and 64 were slower than 32 too).
-  static constexpr int kRows = kRowBlocks ? 16 * VS : kNarrow;
+  // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles in the baseline
+  // build, 32 in the AVX2 one. Since the panels fetch the next panel's operands (fetch_step), a
+  // smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the Zen 3, AVX2, 32
+  // systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in cache;
+  // 16 mixed; the baseline's 16 and 32 alike. (Before the fetch, 16 groups were best: AVX2
+  // 69 -> 55 ms from 32 to 64 systems.)
+  static constexpr int kRows = kRowBlocks ? 8 * VS : kNarrow;
   static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
   static constexpr int64_t kFetchRows = 2 * kLineRows;
   // The sweep over a run of adjacent systems fetches the operands of row i + kAhead while it
@@ -840,7 +842,7 @@ class ThomasPanel {
   int fetch_lines_ = 0;  // lines per operand and group step
   bool fetching_ = false;
   // Mode::rows: each lane's system (row 0); set by bind for the operands in that mode, the only
-  // ones read (not zero-filled: 2.5 KB per call in the AVX2 build, a scan step's calls add up).
+  // ones read (not zero-filled: 1.25 KB per call in the AVX2 build, a scan step's calls add up).
   const T* lane_[Op::count][kRows];
 };
 // ---- dispatch over blocks of systems ----
