@@ -757,8 +757,10 @@ class ThomasPanel {
         mode_[o] = Mode::rows;
         const T* src = o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o);
         const SystemOffsets off = a_.off[o] + first;
-        // Padding lanes (past count) read the last system again and are never written.
-        for (int w = 0; w < P_; ++w) lane_[o][w] = src + off[std::min(w, count - 1)];
+        // Padding lanes (past count, up to a whole group) read the last system again and are
+        // never written. (A panel may be wider than kRows, a narrow tiled one holding few systems.)
+        const int lanes = (count + VS - 1) / VS * VS;
+        for (int w = 0; w < lanes; ++w) lane_[o][w] = src + off[std::min(w, count - 1)];
       }
     }
     lay_out(tiles);  // (re)points into the thread's scratch, which another panel may have grown
