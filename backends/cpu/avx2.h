@@ -18,6 +18,8 @@ bool cpu_avx2();
 /// thomas_range for float64 with 4-wide vectors: systems [begin, end) of `a` (rows-inner panels
 /// prefetching the next panel's operands where `fetch`); the first failed system or -1.
 int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
+/// The same for float32, 8-wide.
+int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).

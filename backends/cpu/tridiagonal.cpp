@@ -162,14 +162,17 @@ template <class T>
 int64_t tridiagonal(const TridiagonalArgs& a) {
   if (a.systems <= 0 || a.n <= 0) return -1;
 #if defined(TENAX_HAVE_AVX2_KERNELS)
-  // Float64 solves whose systems' rows are contiguous go to the AVX2 build (4-wide register
-  // transposes; measured in bench/RESULTS.md); the other layouts measured no faster with AVX2.
-  if constexpr (std::is_same_v<T, double>) {
-    if (!a.pivoting && cpu_avx2() && rows_inner(a)) {
-      const bool fetch = fetch_next_panels(a, sizeof(T));
-      return solve_in_blocks<T>(
-          a, [&a, fetch](int64_t begin, int64_t end) { return thomas_range_avx2(a, begin, end, fetch); });
-    }
+  // Solves whose systems' rows are contiguous go to the AVX2 build (4 x 4 float64 or 8 x 8 float32
+  // register transposes; measured in bench/RESULTS.md); the other layouts measured no faster
+  // with AVX2.
+  if (!a.pivoting && cpu_avx2() && rows_inner(a)) {
+    const bool fetch = fetch_next_panels(a, sizeof(T));
+    return solve_in_blocks<T>(a, [&a, fetch](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, double>)
+        return thomas_range_avx2(a, begin, end, fetch);
+      else
+        return thomas_range_avx2_f32(a, begin, end, fetch);
+    });
   }
 #endif
   const bool fetch = rows_inner(a) && fetch_next_panels(a, sizeof(T));

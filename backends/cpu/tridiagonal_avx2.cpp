@@ -1,7 +1,7 @@
-// The Thomas panels (tridiagonal_thomas.h) built for AVX2 + FMA: 4 doubles per vector, so the
-// rows-inner path transposes 4 x 4 blocks and runs 4 systems per instruction. Compiled with
-// -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both
-// (tridiagonal.cpp checks at run time).
+// The Thomas panels (tridiagonal_thomas.h) built for AVX2 + FMA: 4 doubles (8 floats) per vector,
+// so the rows-inner path transposes 4 x 4 (8 x 8) blocks and runs 4 (8) systems per instruction. Compiled
+// with -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both (tridiagonal.cpp checks
+// at run time).
 #include "tenax/backends/cpu/avx2.h"
 
 #include "tenax/backends/cpu/tridiagonal_thomas.h"
@@ -14,6 +14,10 @@ namespace tenax::cpu {
 
 int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   return thomas_range<double>(a, begin, end, fetch);
+}
+
+int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
+  return thomas_range<float>(a, begin, end, fetch);
 }
 
 }  // namespace tenax::cpu

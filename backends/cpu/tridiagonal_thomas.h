@@ -48,8 +48,12 @@ class ThomasPanel {
   static constexpr bool kStreamable = kStreamableVector<V>;
   // solve_rows transposes VS x VS blocks in registers (SSE2-sized vectors: 2 doubles, 4 floats).
   // In the AVX2 build (tridiagonal_avx2.cpp) 4 doubles: an in-lane unpack, then 128-bit halves
-  // swapped; its 8 floats take tiles.
+  // swapped; 8 floats: two rounds of in-lane shuffles, then the halves.
+#if defined(__AVX__)
+  static constexpr bool kRowBlocks = VS == 2 || VS == 4 || (VS == 8 && sizeof(T) == 4);
+#else
   static constexpr bool kRowBlocks = VS == 2 || VS == 4;
+#endif
   // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles in the baseline
   // build, 32 in the AVX2 one. Since the panels fetch the next panel's operands (fetch_step), a
   // smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the Zen 3, AVX2, 32
@@ -143,6 +147,26 @@ class ThomasPanel {
       m[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
       m[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
       m[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+#endif
+    } else if constexpr (VS == 8 && sizeof(T) == 4) {
+#if defined(__AVX__)
+      // 8 x 8 floats: pairs interleaved, then quadruples, then 128-bit halves swapped.
+      const __m256 t0 = _mm256_unpacklo_ps(m[0], m[1]), t1 = _mm256_unpackhi_ps(m[0], m[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(m[2], m[3]), t3 = _mm256_unpackhi_ps(m[2], m[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(m[4], m[5]), t5 = _mm256_unpackhi_ps(m[4], m[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(m[6], m[7]), t7 = _mm256_unpackhi_ps(m[6], m[7]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      m[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+      m[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+      m[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+      m[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+      m[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+      m[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+      m[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+      m[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 #endif
     } else if constexpr (VS == 4) {
       using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
