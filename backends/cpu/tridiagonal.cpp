@@ -9,7 +9,7 @@
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
 // Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
 // oneTBB. The Thomas panels live in tridiagonal_thomas.h, built for the baseline here and for
-// AVX2 + FMA in tridiagonal_avx2.cpp (float64 rows-inner solves go there where the CPU has it);
+// AVX2 + FMA in tridiagonal_avx2.cpp (rows-inner solves go there where the CPU has it);
 // this file holds the pivoting variant and the dispatch.
 #include <algorithm>
 #include <atomic>

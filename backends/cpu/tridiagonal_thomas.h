@@ -54,10 +54,10 @@ class ThomasPanel {
 #else
   static constexpr bool kRowBlocks = VS == 2 || VS == 4;
 #endif
-  // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles in the baseline
-  // build, 32 in the AVX2 one. Since the panels fetch the next panel's operands (fetch_step), a
-  // smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the Zen 3, AVX2, 32
-  // systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in cache;
+  // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles (32 floats) in the
+  // baseline build, 32 doubles (64 floats) in the AVX2 one. Since the panels fetch the next panel's operands
+  // (fetch_step), a smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the Zen 3,
+  // AVX2, 32 systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in cache;
   // 16 mixed; the baseline's 16 and 32 alike. (Before the fetch, 16 groups were best: AVX2
   // 69 -> 55 ms from 32 to 64 systems.)
   static constexpr int kRows = kRowBlocks ? 8 * VS : kNarrow;
