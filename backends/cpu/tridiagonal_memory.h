@@ -1,6 +1,7 @@
 #pragma once
 // How the Thomas panels (tridiagonal_thomas.h) touch memory beyond their registers: stores past
-// the caches for what nothing reads back soon, and the panels' scratch vector. Included only by
+// the caches for what nothing reads back soon, writing or adding into adjoints, and the panels'
+// scratch vector. Included only by
 // tridiagonal_thomas.h and, like it, in an anonymous namespace: each file that includes it (one
 // per instruction set) gets its own copy, so no symbol built with AVX2 is shared with baseline
 // code (see tridiagonal_thomas.h).
@@ -71,6 +72,36 @@ inline void stream_values(T* dst, int64_t count, F v) {
     for (; w + 4 <= count; w += 4) _mm_stream_ps(dst + w, _mm_set_ps(v(w + 3), v(w + 2), v(w + 1), v(w)));
 #endif
   for (; w < count; ++w) dst[w] = v(w);
+}
+
+// dst[i] = src[i] for i < n, streamed past the caches where dst is aligned to a vector of V.
+template <class V, class T>
+inline void stream_copy(T* dst, const T* src, int64_t n) {
+  constexpr int64_t VS = V::size;
+  int64_t i = 0;
+  if constexpr (kStreamableVector<V>) {
+    for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % sizeof(V) != 0; ++i) dst[i] = src[i];
+    for (; i + VS <= n; i += VS) stream_aligned(dst + i, V::load_unaligned(src + i));
+  }
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// dst[w * stride] = v(w) (an uninitialised fresh adjoint: `assign`) or += v(w), for w < count.
+template <class T, class F>
+inline void write_or_add(T* dst, int64_t count, int64_t stride, bool assign, F v) {
+  if (assign && stride == 1)
+    stream_values(dst, count, v);
+  else if (assign)
+    for (int64_t w = 0; w < count; ++w) dst[w * stride] = v(w);
+  else
+    for (int64_t w = 0; w < count; ++w) dst[w * stride] += v(w);
+}
+template <class T, class F>
+inline void write_or_add(T* dst, int64_t count, bool assign, F v) {  // unit stride (vectorised)
+  if (assign)
+    stream_values(dst, count, v);
+  else
+    for (int64_t w = 0; w < count; ++w) dst[w] += v(w);
 }
 
 inline void stream_fence() {

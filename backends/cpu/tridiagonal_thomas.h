@@ -14,7 +14,9 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "tenax/backends/cpu/tridiagonal_fetch.h"
 #include "tenax/backends/cpu/tridiagonal_memory.h"
+#include "tenax/backends/cpu/tridiagonal_transpose.h"
 #include "tenax/backends/kernels.h"
 
 namespace tenax::cpu {
@@ -56,10 +58,10 @@ class ThomasPanel {
 #endif
   // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles (32 floats) in the
   // baseline build, 32 doubles (64 floats) in the AVX2 one. Since the panels fetch the next panel's operands
-  // (fetch_step), a smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the Zen 3,
-  // AVX2, 32 systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in cache;
-  // 16 mixed; the baseline's 16 and 32 alike. (Before the fetch, 16 groups were best: AVX2
-  // 69 -> 55 ms from 32 to 64 systems.)
+  // (tridiagonal_fetch.h), a smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the
+  // Zen 3, AVX2, 32 systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in
+  // cache; 16 mixed; the baseline's 16 and 32 alike. (Before the fetch, 16 groups were best: AVX2 69 -> 55 ms
+  // from 32 to 64 systems.)
   static constexpr int kRows = kRowBlocks ? 8 * VS : kNarrow;
   static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
   static constexpr int64_t kFetchRows = 2 * kLineRows;
@@ -74,7 +76,7 @@ class ThomasPanel {
       : a_(a), n_(a.n), P_(width), scratch_(scratch) {}
 
   // The systems this thread solves after the next solve() call (count 0: none); a rows-inner
-  // panel fetches their operands while it works (fetch_step).
+  // panel fetches their operands while it works (tridiagonal_fetch.h).
   void expect_next(int64_t first, int count) {
     next_first_ = first;
     next_count_ = count;
@@ -134,52 +136,7 @@ class ThomasPanel {
   // i * P_ + w), so first_bad and the fused reverse rule work unchanged.
 
   // m[k] = VS consecutive values of lane k  ->  m[j] = value j of every lane.
-  static void transpose(V (&m)[VS]) {
-    if constexpr (VS == 2) {
-      const V a = xsimd::zip_lo(m[0], m[1]), b = xsimd::zip_hi(m[0], m[1]);
-      m[0] = a;
-      m[1] = b;
-    } else if constexpr (VS == 4 && sizeof(T) == 8) {
-#if defined(__AVX__)
-      const __m256d t0 = _mm256_unpacklo_pd(m[0], m[1]), t1 = _mm256_unpackhi_pd(m[0], m[1]);
-      const __m256d t2 = _mm256_unpacklo_pd(m[2], m[3]), t3 = _mm256_unpackhi_pd(m[2], m[3]);
-      m[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
-      m[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
-      m[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
-      m[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
-#endif
-    } else if constexpr (VS == 8 && sizeof(T) == 4) {
-#if defined(__AVX__)
-      // 8 x 8 floats: pairs interleaved, then quadruples, then 128-bit halves swapped.
-      const __m256 t0 = _mm256_unpacklo_ps(m[0], m[1]), t1 = _mm256_unpackhi_ps(m[0], m[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(m[2], m[3]), t3 = _mm256_unpackhi_ps(m[2], m[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(m[4], m[5]), t5 = _mm256_unpackhi_ps(m[4], m[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(m[6], m[7]), t7 = _mm256_unpackhi_ps(m[6], m[7]);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-      m[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-      m[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-      m[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-      m[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-      m[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-      m[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-      m[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-      m[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-#endif
-    } else if constexpr (VS == 4) {
-      using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
-      const W t0 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[0], m[1]));
-      const W t1 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[0], m[1]));
-      const W t2 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[2], m[3]));
-      const W t3 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[2], m[3]));
-      m[0] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t0, t2));
-      m[1] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t0, t2));
-      m[2] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t1, t3));
-      m[3] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t1, t3));
-    }
-  }
+  static void transpose(V (&m)[VS]) { transpose_block<T>(m); }
 
   // m[j] = row r0 + j of operand o for the lanes of group g; rows outside [0, n) read as zero.
   void load_block(int o, int64_t r0, int g, V (&m)[VS]) const {
@@ -300,7 +257,7 @@ class ThomasPanel {
     // cache line's worth of rows, fetch the lines kFetchRows on.
     const bool ahead = i0 % kLineRows == 0 && i0 + kFetchRows < n;
     for (int g = 0; g < groups; ++g) {
-      if (fetching_) fetch_step();
+      if (fetch_.active()) fetch_.step();
       if (ahead)
         for (int o = 0; o < Op::x; ++o)
           if (kDirect || mode_[o] == Mode::rows)
@@ -347,76 +304,12 @@ class ThomasPanel {
     check = chk;
   }
 
-  // ---- the next panel's operands, fetched in address order during this panel's sweep ----
-  // A rows-inner panel reads each operand as 64 streams a row of the batch apart, which no
-  // hardware prefetcher follows; the lanes' own prefetches (kFetchRows on) then miss to memory a
-  // line at a time. Measured at 100 000 x 100 on the 2-core Zen 3 (bench/RESULTS.md), that
-  // access pattern alone, with no arithmetic, took ~50 ms against ~30 ms for the same bytes in
-  // address order. So while a panel is eliminated, the next panel's operands are fetched in
-  // address order, system after system, a few lines per group step, the last of them by the end
-  // of the sweep; the lanes' prefetches then find them in the caches.
-  struct Fetch {
-    uintptr_t at = 0, last = 0;  // the next line to fetch, the system's last line (0: done)
-    int w = 0;                   // the system (of the next panel)
-  };
-  static constexpr uintptr_t kLine = 64;
-
-  // Points operand o's cursor at the first line of system w of the next panel not yet fetched
-  // (`done`: the line last fetched, which adjacent systems share). Systems that lie back to back
-  // (located by a stride of n) are one run, from system w to the panel's last.
-  void start_fetch(int o, int w, uintptr_t done) {
-    Fetch& f = fetch_[o];
-    const SystemOffsets off = a_.off[o] + next_first_;
-    const int64_t rows = !off.table && off.stride == n_ ? next_count_ - w : 1;
-    for (f.at = 0; w < next_count_; ++w) {
-      const T* p = in_ptr<T>(a_, o) + off[w];
-      f.at = reinterpret_cast<uintptr_t>(p) / kLine * kLine;
-      f.last = reinterpret_cast<uintptr_t>(p + (rows * n_ - 1)) / kLine * kLine;
-      if (f.at == done) f.at += kLine;
-      if (f.at <= f.last) break;
-      f.at = 0;
-    }
-    f.w = w + static_cast<int>(rows) - 1;  // the run's last system
-  }
-  void plan_fetch(int groups) {
-    fetching_ = false;
-    if (next_count_ <= 0) return;
-    int64_t lines = 0;
-    for (int o = 0; o < Op::x; ++o) {
-      fetch_[o] = Fetch{};
-      if (mode_[o] != Mode::rows) continue;  // broadcast operands are read from the caches
-      start_fetch(o, 0, 0);
-      const Fetch& f = fetch_[o];
-      // The lines to fetch: exact for one run of back-to-back systems, else at most a system's
-      // lines and one more each.
-      lines = std::max<int64_t>(
-          lines,
-          f.at && f.w + 1 >= next_count_
-              ? static_cast<int64_t>((f.last - f.at) / kLine) + 1
-              : int64_t{next_count_} * ((n_ * static_cast<int64_t>(sizeof(T)) + kLine - 1) / kLine + 1));
-      fetching_ = true;
-    }
-    // Spread evenly over the forward sweep's group steps (fetched faster, measured no better).
-    const int64_t steps = (n_ + VS - 1) / VS * groups;
-    fetch_lines_ = static_cast<int>((lines + steps - 1) / steps);
-  }
-  void fetch_step() {
-    for (int o = 0; o < Op::x; ++o) {
-      Fetch& f = fetch_[o];
-      for (int64_t t = fetch_lines_; t > 0 && f.at;) {
-        const int64_t run = std::min<int64_t>(t, static_cast<int64_t>((f.last - f.at) / kLine) + 1);
-        for (int64_t k = 0; k < run; ++k) prefetch(reinterpret_cast<const T*>(f.at + k * kLine));
-        t -= run;
-        f.at += run * kLine;
-        if (f.at > f.last) start_fetch(o, f.w + 1, f.at - kLine);
-      }
-    }
-  }
-
   int64_t solve_rows(int64_t first, int count) {
     const int64_t n = n_;
     const int groups = (count + VS - 1) / VS;
-    plan_fetch(groups);
+    bool rows[Op::x];  // the operands read system by system (broadcasts come from the caches)
+    for (int o = 0; o < Op::x; ++o) rows[o] = mode_[o] == Mode::rows;
+    fetch_.plan(a_, next_first_, next_count_, rows, (n_ + VS - 1) / VS * groups);
     V check(T(0));  // NaN iff some pivot is bad (see forward_block)
     bool all_rows = true;
     for (int o = 0; o < Op::x; ++o) all_rows = all_rows && mode_[o] == Mode::rows;
@@ -559,16 +452,6 @@ class ThomasPanel {
     return true;
   }
 
-  // dst[i] = src[i] for i < n, streamed past the caches where dst is aligned to a vector.
-  static void stream_row(T* dst, const T* src, int64_t n) {
-    int64_t i = 0;
-    if constexpr (kStreamable) {
-      for (; i < n && reinterpret_cast<uintptr_t>(dst + i) % sizeof(V) != 0; ++i) dst[i] = src[i];
-      for (; i + VS <= n; i += VS) stream_aligned(dst + i, V::load_unaligned(src + i));
-    }
-    for (; i < n; ++i) dst[i] = src[i];
-  }
-
   // The fused reverse rule after solve_rows, where x and the adjoints have contiguous rows too
   // (the row axis innermost). λ (row i, lane w at dp_[i * P_ + w]) is transposed back into one
   // contiguous row per system, in c' (spent by now); then each adjoint is written one array at a
@@ -614,29 +497,11 @@ class ThomasPanel {
         }
         T* dst = base + j.off[k][first + w];
         if (assign)
-          stream_row(dst, src, n);
+          stream_copy<V>(dst, src, n);
         else
           for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
       }
     }
-  }
-
-  // dst[w * stride] = v(w) (an uninitialised fresh adjoint) or += v(w), for w < count.
-  template <class F>
-  static void put(T* dst, int64_t count, int64_t stride, bool assign, F v) {
-    if (assign && stride == 1)
-      stream_values(dst, count, v);
-    else if (assign)
-      for (int64_t w = 0; w < count; ++w) dst[w * stride] = v(w);
-    else
-      for (int64_t w = 0; w < count; ++w) dst[w * stride] += v(w);
-  }
-  template <class F>
-  static void put(T* dst, int64_t count, bool assign, F v) {  // unit stride (vectorised)
-    if (assign)
-      stream_values(dst, count, v);
-    else
-      for (int64_t w = 0; w < count; ++w) dst[w] += v(w);
   }
 
   // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows. An adjoint
@@ -667,22 +532,22 @@ class ThomasPanel {
         if (i + kAhead < n)  // x's rows lie a batch row apart, like the operands' (see sweep)
           for (int w = 0; w < count; w += kLineRows) prefetch(xi + kAhead * sx + w);
         if (T* r = base[S::adj_rhs])
-          put(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
+          write_or_add(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
         if (T* d = base[S::adj_diag])
-          put(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
+          write_or_add(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
         if (T* l = base[S::adj_lower]) {
           l += i * j.step[S::adj_lower];
           if (i > 0)
-            put(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
+            write_or_add(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
           else if (set_l)
-            put(l, count, true, zero);
+            write_or_add(l, count, true, zero);
         }
         if (T* u = base[S::adj_upper]) {
           u += i * j.step[S::adj_upper];
           if (i + 1 < n)
-            put(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
+            write_or_add(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
           else if (set_u)
-            put(u, count, true, zero);
+            write_or_add(u, count, true, zero);
         }
       }
       return;
@@ -695,21 +560,21 @@ class ThomasPanel {
       const T* xw = at(S::solution);
       const T* lam = dp_ + w;
       if (j.adj[S::adj_rhs - 1])
-        put(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
+        write_or_add(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
       if (j.adj[S::adj_diag - 1])
-        put(at(S::adj_diag), n, j.step[S::adj_diag], set_d,
-            [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
+        write_or_add(at(S::adj_diag), n, j.step[S::adj_diag], set_d,
+                     [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
       if (j.adj[S::adj_lower - 1]) {
         T* l = at(S::adj_lower);
         const int64_t st = j.step[S::adj_lower];
         if (set_l) l[0] = T(0);
-        put(l + st, n - 1, st, set_l, [&](int64_t i) { return -lam[(i + 1) * P_] * xw[i * sx]; });
+        write_or_add(l + st, n - 1, st, set_l, [&](int64_t i) { return -lam[(i + 1) * P_] * xw[i * sx]; });
       }
       if (j.adj[S::adj_upper - 1]) {
         T* u = at(S::adj_upper);
         const int64_t st = j.step[S::adj_upper];
         if (set_u) u[(n - 1) * st] = T(0);
-        put(u, n - 1, st, set_u, [&](int64_t i) { return -lam[i * P_] * xw[(i + 1) * sx]; });
+        write_or_add(u, n - 1, st, set_u, [&](int64_t i) { return -lam[i * P_] * xw[(i + 1) * sx]; });
       }
     }
   }
@@ -864,9 +729,7 @@ class ThomasPanel {
   bool rows_ = false;                       // this panel goes through solve_rows
   int64_t next_first_ = 0;                  // expect_next
   int next_count_ = 0;
-  Fetch fetch_[Op::x];   // per operand (fetch_step)
-  int fetch_lines_ = 0;  // lines per operand and group step
-  bool fetching_ = false;
+  NextPanelFetch<T> fetch_;  // of the next panel, during solve_rows' sweep
   // Mode::rows: each lane's system (row 0); set by bind for the operands in that mode, the only
   // ones read (not zero-filled: 1.25 KB per call in the AVX2 build, a scan step's calls add up).
   const T* lane_[Op::count][kRows];
@@ -893,7 +756,7 @@ int panel_width(const TridiagonalArgs& a) {
 }
 
 // Systems [begin, end) of `a`, panel after panel; where `fetch`, a rows-inner panel prefetches the
-// next panel's operands (fetch_step). The first failed system or -1.
+// next panel's operands (tridiagonal_fetch.h). The first failed system or -1.
 template <class T>
 int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   thread_local Scratch<T> scratch;

@@ -1,0 +1,68 @@
+#pragma once
+// The register transposes of the rows-inner Thomas panels (tridiagonal_thomas.h): a block of VS
+// rows of VS systems, loaded as one vector per system, becomes one vector per row. Like that
+// header, included only by it and in an anonymous namespace: one copy per instruction set (the
+// AVX forms exist only in the AVX2 build).
+#include <cstddef>
+
+#include <xsimd/xsimd.hpp>
+
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+namespace tenax::cpu {
+namespace {  // NOLINT(google-build-namespaces, cert-dcl59-cpp): one copy per instruction set
+
+// m[k] = VS consecutive values of lane k  ->  m[j] = value j of every lane. VS x VS for 2 doubles
+// or 4 floats (SSE2), 4 doubles or 8 floats (AVX).
+template <class T, class V, std::size_t VS>
+inline void transpose_block(V (&m)[VS]) {
+  if constexpr (VS == 2) {
+    const V a = xsimd::zip_lo(m[0], m[1]), b = xsimd::zip_hi(m[0], m[1]);
+    m[0] = a;
+    m[1] = b;
+  } else if constexpr (VS == 4 && sizeof(T) == 8) {
+#if defined(__AVX__)
+    const __m256d t0 = _mm256_unpacklo_pd(m[0], m[1]), t1 = _mm256_unpackhi_pd(m[0], m[1]);
+    const __m256d t2 = _mm256_unpacklo_pd(m[2], m[3]), t3 = _mm256_unpackhi_pd(m[2], m[3]);
+    m[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    m[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    m[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    m[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+#endif
+  } else if constexpr (VS == 8 && sizeof(T) == 4) {
+#if defined(__AVX__)
+    // 8 x 8 floats: pairs interleaved, then quadruples, then 128-bit halves swapped.
+    const __m256 t0 = _mm256_unpacklo_ps(m[0], m[1]), t1 = _mm256_unpackhi_ps(m[0], m[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(m[2], m[3]), t3 = _mm256_unpackhi_ps(m[2], m[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(m[4], m[5]), t5 = _mm256_unpackhi_ps(m[4], m[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(m[6], m[7]), t7 = _mm256_unpackhi_ps(m[6], m[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    m[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    m[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    m[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    m[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    m[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    m[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    m[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    m[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+#endif
+  } else if constexpr (VS == 4) {
+    using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
+    const W t0 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[0], m[1]));
+    const W t1 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[0], m[1]));
+    const W t2 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[2], m[3]));
+    const W t3 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[2], m[3]));
+    m[0] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t0, t2));
+    m[1] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t0, t2));
+    m[2] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t1, t3));
+    m[3] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t1, t3));
+  }
+}
+
+}  // namespace
+}  // namespace tenax::cpu
