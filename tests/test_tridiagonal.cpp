@@ -408,6 +408,30 @@ TEST_P(TridiagonalFusedRule, WritesFreshAdjointsAndAddsForARepeatedOperand) {
   }
 }
 
+// Rows inner, n long enough for blocks away from the first and last rows in every build, and
+// enough systems for full panels (systems back to back, forward_block's computed addresses):
+// the reverse rule's A^T solve reads lower and upper a row shifted.
+TEST(Tridiagonal, RowsInnerGradientThroughFullPanelsMatchesTheScanThomas) {
+  const int64_t n = 37, m = 203;
+  const Axes ax{{"b", m}, {"i", n}};
+  Tensor lower = uniform(ax, 41, -1, 1), diag = uniform(ax, 42, 2.5, 3.5), upper = uniform(ax, 43, -1, 1);
+  Tensor rhs = uniform(ax, 44, -1, 1), w = uniform(ax, 45, -1, 1);
+  auto loss_op = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+  };
+  auto loss_scan = [&](const std::vector<Tensor>& a) {
+    return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+  };
+  const std::vector<Tensor> args{lower, diag, upper, rhs};
+  auto g_op = grad(loss_op, args);
+  auto g_scan = grad(loss_scan, args);
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<double> a = g_op[k].to_vector();
+    const std::vector<double> b = contiguous(transpose(g_scan[k], g_op[k].axes().names())).to_vector();
+    EXPECT_LT(max_rel_diff(a, b), 1e-12) << "input " << k;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, TridiagonalFusedRule, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return std::string(p.param ? "RowsInner" : "BatchInner");
