@@ -187,20 +187,25 @@ class ThomasPanel {
     for (int k = 0; k < count && streamed; ++k)
       streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
     const int groups = (count + VS - 1) / VS;
+    const bool packed = count == kRows && P_ == kRows && back_to_back(Op::x, count);
     for (int g = 0; g < groups; ++g) {
-      if (streamed)
-        back_substitute_group(g, count, [](T* p, const V& v) { stream_aligned(p, v); });
+      if (streamed && packed)
+        back_substitute_group<true>(g, count, [](T* p, const V& v) { stream_aligned(p, v); });
+      else if (streamed)
+        back_substitute_group<false>(g, count, [](T* p, const V& v) { stream_aligned(p, v); });
       else
-        back_substitute_group(g, count, [](T* p, const V& v) { v.store_unaligned(p); });
+        back_substitute_group<false>(g, count, [](T* p, const V& v) { v.store_unaligned(p); });
     }
   }
-  template <class Put>
+  // kBackToBack: a full panel whose x holds its systems back to back (as in forward_block).
+  template <bool kBackToBack, class Put>
   void back_substitute_group(int g, int count, Put put) const {
-    const int64_t n = n_, P = P_, at = int64_t{g} * VS;
+    const int64_t n = n_, P = kBackToBack ? int64_t{kRows} : P_, at = int64_t{g} * VS;
     const T* const cp = cp_ + at;
     const T* const dp = dp_ + at;
     T* const* lane = const_cast<T* const*>(lane_[Op::x]) + at;
-    const int real = std::min(VS, count - g * VS);
+    T* const xg = kBackToBack ? const_cast<T*>(lane_[Op::x][0]) + at * n : nullptr;
+    const int real = kBackToBack ? VS : std::min(VS, count - g * VS);
     const int64_t whole = n / VS * VS;
     V x(T(0));  // c'_{n-1} is zero, so row n-1 comes out as d'_{n-1}
     for (int64_t i = n - 1; i >= whole; --i) {
@@ -211,12 +216,18 @@ class ThomasPanel {
     }
     for (int64_t i0 = whole - VS; i0 >= 0; i0 -= VS) {
       V m[VS];
+#pragma GCC unroll 8
       for (int j = VS - 1; j >= 0; --j) {
         x = V::load_aligned(dp + (i0 + j) * P) - V::load_aligned(cp + (i0 + j) * P) * x;
         m[j] = x;
       }
       transpose(m);
-      for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
+      if constexpr (kBackToBack) {
+#pragma GCC unroll 8
+        for (int k = 0; k < VS; ++k) put(xg + k * n + i0, m[k]);
+      } else {
+        for (int k = 0; k < real; ++k) put(lane[k] + i0, m[k]);
+      }
     }
   }
 
@@ -343,14 +354,18 @@ class ThomasPanel {
     check = chk;
   }
 
-  // Whether every operand of this full panel holds its systems back to back (forward_block).
+  // Whether operand o's lanes hold their systems back to back, n apart (lane w at lane 0 + w n).
+  [[nodiscard]] bool back_to_back(int o, int count) const {
+    if (mode_[o] != Mode::rows) return false;
+    for (int w = 1; w < count; ++w)
+      if (lane_[o][w] != lane_[o][0] + w * n_) return false;
+    return true;
+  }
+  // Whether this is a full panel whose every operand holds its systems back to back (forward_block).
   [[nodiscard]] bool back_to_back(int count) const {
     if (count != kRows || P_ != kRows) return false;
-    for (int o = 0; o < Op::x; ++o) {
-      if (mode_[o] != Mode::rows) return false;
-      for (int w = 1; w < count; ++w)
-        if (lane_[o][w] != lane_[o][0] + w * n_) return false;
-    }
+    for (int o = 0; o < Op::x; ++o)
+      if (!back_to_back(o, count)) return false;
     return true;
   }
 
