@@ -1,14 +1,14 @@
 // The JAX #2491 case of issue 4: 100 000 tridiagonal systems of 100 unknowns, float64, in both
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
-// In one run: tridiagonal_solve (1, 2, 4, ... threads up to the machine's cores); a plain C++ Thomas loop per
-// system (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas algorithm written with
-// tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w * x) and its value and
-// gradient w.r.t. all four inputs (fresh adjoint buffers every iteration, as a user's loop gets them); the
-// reverse pass alone (the pullback for a given cotangent) and with the solve; and the roofline: a STREAM
-// triad's bandwidth (the same thread counts); and the rows-inner operands merely read, in the sweep's
-// order and in address order (what that layout costs the memory system). Every solve reports bytes_per_second
-// counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown; the solve and
-// the gradient also report the allocator's peak beyond the inputs (peak_MiB).
+// In one run: tridiagonal_solve (1, 2, 4, ... threads up to the machine's cores; float64, and float32 too); a
+// plain C++ Thomas loop per system (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas
+// algorithm written with tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w
+// * x) and its value and gradient w.r.t. all four inputs (fresh adjoint buffers every iteration, as a user's
+// loop gets them); the reverse pass alone (the pullback for a given cotangent) and with the solve; and the
+// roofline: a STREAM triad's bandwidth (the same thread counts); and the rows-inner operands merely read, in
+// the sweep's order and in address order (what that layout costs the memory system). Every solve reports
+// bytes_per_second counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per
+// unknown; the solve and the gradient also report the allocator's peak beyond the inputs (peak_MiB).
 #include <benchmark/benchmark.h>
 
 #include <tbb/global_control.h>
@@ -111,6 +111,32 @@ void BM_Tenax_Solve(benchmark::State& state) {
   report_peak(state, base);
 }
 BENCHMARK(BM_Tenax_Solve)
+    ->ArgsProduct({{0, 1}, thread_counts()})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The same systems in float32 (converted once, outside the timing): 20 bytes per unknown to move.
+const Problem& problem_f32(bool batch_inner) {
+  static Problem p[2];
+  Problem& q = p[batch_inner ? 1 : 0];
+  if (!q.rhs.defined()) {
+    const Problem& d = problem(batch_inner);
+    q = {astype(d.lower, DType::f32), astype(d.diag, DType::f32), astype(d.upper, DType::f32),
+         astype(d.rhs, DType::f32)};
+  }
+  return q;
+}
+void BM_Tenax_SolveF32(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  const Problem& p = problem_f32(state.range(0) != 0);
+  for (auto _ : state) {
+    Tensor x = tridiagonal_solve(p.lower, p.diag, p.upper, p.rhs, "i");
+    benchmark::DoNotOptimize(x.data_ptr());
+  }
+  report(state, kBytesPerUnknown / 2);
+}
+BENCHMARK(BM_Tenax_SolveF32)
     ->ArgsProduct({{0, 1}, thread_counts()})
     ->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)

@@ -256,9 +256,9 @@ class ThomasPanel {
   // lower[0] and upper[n-1] (outside the matrix) count as zero. kBackToBack (with kDirect): a full
   // panel (kRows systems, P_ == kRows) whose every operand holds its systems back to back, n
   // apart, so lane w's rows start at lane w = 0's plus w * n: addresses computed, not read from
-  // the lane tables, and the group count and panel width known at compile time. (At 100 000 x 100
-  // on the Zen 3, AVX2: 2.09 -> 1.90 ns per unknown in cache, 35.1 -> 33.2 ms from memory, min of
-  // alternated runs; bench/RESULTS.md.)
+  // the lane tables, and the group count and panel width known at compile time. (On the Zen 3,
+  // AVX2, with the lanes' prefetches dropped below: 128 x 100 in cache 2.04 -> 1.89 ns per unknown;
+  // 100 000 x 100 from memory 34.3 -> 31.0 ms, min of alternated runs; bench/RESULTS.md.)
   template <bool kDirect, bool kChecks, bool kBackToBack = false>
   void forward_block(int64_t i0, int groups_in, V& check) {
     static_assert(kDirect || !kBackToBack);
@@ -274,7 +274,7 @@ class ThomasPanel {
     // Each lane's rows are a stream of their own, too many for the hardware prefetchers: every
     // cache line's worth of rows, fetch the lines kFetchRows on. Not while the next panel is
     // fetched (tridiagonal_fetch.h), which has brought these lines to the caches already: there
-    // the lanes' prefetches only took the load slots (back to back, 35.1 -> 33.2 ms).
+    // the lanes' prefetches only took load slots (3.38 -> 3.20 ns per unknown, back to back).
     const bool ahead = !fetch_.active() && i0 % kLineRows == 0 && i0 + kFetchRows < n;
     // Back to back: the rows this block reads of lane 0 of each operand.
     const T* const lb = kBackToBack ? lane_[lo][0] + lo_row : nullptr;
