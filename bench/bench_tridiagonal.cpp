@@ -1,14 +1,16 @@
 // The JAX #2491 case of issue 4: 100 000 tridiagonal systems of 100 unknowns, float64, in both
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
-// In one run: tridiagonal_solve (1, 2, 4, ... threads up to the machine's cores; float64, and float32 too); a
-// plain C++ Thomas loop per system (the Numba-equivalent baseline); LAPACK dgtsv per system; the Thomas
-// algorithm written with tenax::scan; on a CUDA device when one is visible, the cuSPARSE path; the loss sum(w
-// * x) and its value and gradient w.r.t. all four inputs (fresh adjoint buffers every iteration, as a user's
-// loop gets them); the reverse pass alone (the pullback for a given cotangent) and with the solve; and the
-// roofline: a STREAM triad's bandwidth (the same thread counts); and the rows-inner operands merely read, in
-// the sweep's order and in address order (what that layout costs the memory system). Every solve reports
-// bytes_per_second counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per
-// unknown; the solve and the gradient also report the allocator's peak beyond the inputs (peak_MiB).
+// In one run: tridiagonal_solve in float64 and float32 (1, 2, 4, ... threads up to the machine's
+// cores); a plain C++ Thomas loop per system (the Numba-equivalent baseline); LAPACK dgtsv per
+// system; the Thomas algorithm written with tenax::scan; on a CUDA device when one is visible, the
+// cuSPARSE path; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
+// adjoint buffers every iteration, as a user's loop gets them); the reverse pass alone (the
+// pullback for a given cotangent) and with the solve; and the roofline: a STREAM triad's bandwidth
+// (the same thread counts); and the rows-inner operands merely read, in the sweep's order and in
+// address order (what that layout costs the memory system). Every solve reports bytes_per_second
+// counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown
+// (20 in float32); the solve and the gradient also report the allocator's peak beyond the inputs
+// (peak_MiB).
 #include <benchmark/benchmark.h>
 
 #include <tbb/global_control.h>
