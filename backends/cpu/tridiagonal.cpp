@@ -124,17 +124,19 @@ int64_t last_level_cache_bytes() {
 }
 
 // Whether rows-inner panels prefetch the next panel's operands (tridiagonal_thomas.h, fetch_step):
-// where the call's arrays are more than the last-level cache holds. From the caches the solve is
-// faster without (at 2 048 x 100, 8 MB in all, 2.2 against 3.2 ns per unknown on the Zen 3; at
-// 100 000 x 100 from memory, 44 against 57-60 ms). TENAX_TRIDIAGONAL_FETCH=1 / 0 forces it on /
-// off (the tests run it on at small sizes).
+// where the call's arrays are more than half the last-level cache. From the caches the solve is
+// faster without (at 2 048 x 100, 8 MB in all, 1.9 against 2.6 ns per unknown on the Zen 3; at
+// 100 000 x 100 from memory, 31 against 57-60 ms). Half, not all of it: a shared LLC does not hold
+// a whole call's arrays (on the Zen 3 VM at 8 000 x 100, 31 MiB, 4.3 without against 3.0 with;
+// from 16 to 24 MiB alike within noise). TENAX_TRIDIAGONAL_FETCH=1 / 0 forces it on / off (the
+// tests run it on at small sizes).
 bool fetch_next_panels(const TridiagonalArgs& a, int64_t elem_bytes) {
   static const int forced = [] {  // -1: by size; 0 / 1: forced off / on
     const char* v = std::getenv("TENAX_TRIDIAGONAL_FETCH");
     return v && *v ? (std::strcmp(v, "0") != 0 ? 1 : 0) : -1;
   }();
   if (forced >= 0) return forced == 1;
-  return Op::count * a.systems * a.n * elem_bytes > last_level_cache_bytes();
+  return 2 * Op::count * a.systems * a.n * elem_bytes > last_level_cache_bytes();
 }
 
 // Runs range(begin, end) over blocks of systems in parallel; the first failed system or -1.
