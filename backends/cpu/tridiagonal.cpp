@@ -27,7 +27,7 @@
 
 #include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/register.h"
-#include "tenax/backends/cpu/tridiagonal_thomas.h"
+#include "tenax/backends/cpu/tridiagonal_range.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,

@@ -1,10 +1,10 @@
-// The Thomas panels (tridiagonal_thomas.h) built for AVX2 + FMA: 4 doubles (8 floats) per vector,
-// so the rows-inner path transposes 4 x 4 (8 x 8) blocks and runs 4 (8) systems per instruction. Compiled
-// with -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both (tridiagonal.cpp checks
-// at run time).
+// The Thomas panels (tridiagonal_thomas.h, tridiagonal_range.h) built for AVX2 + FMA: 4 doubles (8 floats)
+// per vector, so the rows-inner path transposes 4 x 4 (8 x 8) blocks and runs 4 (8) systems per instruction.
+// Compiled with -mavx2 -mfma (backends/CMakeLists.txt) and called only where the CPU has both
+// (tridiagonal.cpp checks at run time).
 #include "tenax/backends/cpu/avx2.h"
 
-#include "tenax/backends/cpu/tridiagonal_thomas.h"
+#include "tenax/backends/cpu/tridiagonal_range.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "tridiagonal_avx2.cpp must be compiled with -mavx2 -mfma"

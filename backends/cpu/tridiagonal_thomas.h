@@ -187,7 +187,7 @@ class ThomasPanel {
     for (int k = 0; k < count && streamed; ++k)
       streamed = reinterpret_cast<uintptr_t>(lane_[Op::x][k]) % sizeof(V) == 0;
     const int groups = (count + VS - 1) / VS;
-    const bool packed = count == kRows && P_ == kRows && back_to_back(Op::x, count);
+    const bool packed = back_to_back(Op::x, count);
     for (int g = 0; g < groups; ++g) {
       if (streamed && packed)
         back_substitute_group<true>(g, count, [](T* p, const V& v) { stream_aligned(p, v); });
@@ -231,23 +231,11 @@ class ThomasPanel {
     }
   }
 
-  // d' of group g (row i, lane w at dp_[i * P_ + w]) out to one contiguous row per lane: row i of
-  // lane k (< count) to row(k)[i]. Blocks of VS rows go through the register transposes, each
-  // lane's vector stored by put(address, vector); the rows past the last whole block one by one.
+  // d' of group g out to one contiguous row per lane, row i of lane k (< count) to row(k)[i]
+  // (tridiagonal_transpose.h).
   template <class Row, class Put>
   void rows_out(int g, int count, Row row, Put put) const {
-    const int real = std::min(VS, count - g * VS);
-    int64_t i0 = 0;
-    if constexpr (kRowBlocks) {
-      for (; i0 + VS <= n_; i0 += VS) {
-        V m[VS];
-        for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(dp_ + (i0 + j) * P_ + g * VS);
-        transpose(m);
-        for (int k = 0; k < real; ++k) put(row(k) + i0, m[k]);
-      }
-    }
-    for (; i0 < n_; ++i0)
-      for (int k = 0; k < real; ++k) row(k)[i0] = dp_[i0 * P_ + g * VS + k];
+    interleaved_to_rows<T, V, kRowBlocks>(dp_ + g * VS, P_, n_, std::min(VS, count - g * VS), row, put);
   }
 
   // Rows i0 .. i0 + VS - 1 of the forward elimination for every group, adding each pivot's check
@@ -275,6 +263,7 @@ class ThomasPanel {
     // cache line's worth of rows, fetch the lines kFetchRows on. Not while the next panel is
     // fetched (tridiagonal_fetch.h), which has brought these lines to the caches already: there
     // the lanes' prefetches only took load slots (3.38 -> 3.20 ns per unknown, back to back).
+    // (Each branch below prefetches its own way: one loop for all three measured ~10% slower.)
     const bool ahead = !fetch_.active() && i0 % kLineRows == 0 && i0 + kFetchRows < n;
     // Back to back: the rows this block reads of lane 0 of each operand.
     const T* const lb = kBackToBack ? lane_[lo][0] + lo_row : nullptr;
@@ -354,16 +343,16 @@ class ThomasPanel {
     check = chk;
   }
 
-  // Whether operand o's lanes hold their systems back to back, n apart (lane w at lane 0 + w n).
+  // Whether this is a full panel (kRows systems, P_ == kRows) and operand o's lanes hold their
+  // systems back to back, n apart (lane w at lane 0 + w n).
   [[nodiscard]] bool back_to_back(int o, int count) const {
-    if (mode_[o] != Mode::rows) return false;
+    if (count != kRows || P_ != kRows || mode_[o] != Mode::rows) return false;
     for (int w = 1; w < count; ++w)
       if (lane_[o][w] != lane_[o][0] + w * n_) return false;
     return true;
   }
-  // Whether this is a full panel whose every operand holds its systems back to back (forward_block).
+  // Whether every operand of this full panel holds its systems back to back (forward_block).
   [[nodiscard]] bool back_to_back(int count) const {
-    if (count != kRows || P_ != kRows) return false;
     for (int o = 0; o < Op::x; ++o)
       if (!back_to_back(o, count)) return false;
     return true;
@@ -804,60 +793,6 @@ class ThomasPanel {
   // ones read (not zero-filled: 1.25 KB per call in the AVX2 build, a scan step's calls add up).
   const T* lane_[Op::count][kRows];
 };
-// ---- dispatch over blocks of systems ----
-
-// Wide panels when consecutive systems are adjacent in memory (the batch axis is innermost) for
-// every operand that varies by system, as wide as keeps c' and d' within kWideScratch bytes;
-// kRows when each system's rows are contiguous instead (solve_rows); otherwise kNarrow (tiles).
-template <class T>
-int panel_width(const TridiagonalArgs& a) {
-  using P = ThomasPanel<T>;
-  if (a.systems < 2) return P::kNarrow;
-  bool adjacent = true, rows = true;
-  for (int o = 0; o < Op::count; ++o) {
-    if (o == Op::x && !a.out) continue;
-    const int64_t d = a.off[o][1] - a.off[o][0];
-    adjacent = adjacent && (d == 1 || (d == 0 && o != Op::x));
-    rows = rows && (a.step[o] == 1 || (d == 0 && o != Op::x));
-  }
-  if (!adjacent) return rows ? P::kRows : P::kNarrow;
-  const int64_t fit = P::kWideScratch / (2 * a.n * static_cast<int64_t>(sizeof(T))) / P::VS * P::VS;
-  return static_cast<int>(std::clamp<int64_t>(fit, P::kNarrow, P::kWide));
-}
-
-// Systems [begin, end) of `a`, panel after panel; where `fetch`, a rows-inner panel prefetches the
-// next panel's operands (tridiagonal_fetch.h). The first failed system or -1.
-template <class T>
-int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
-  thread_local Scratch<T> scratch;
-  // No wider than the range (rounded to whole vectors): a few systems need no wide panel.
-  constexpr int64_t VS = ThomasPanel<T>::VS;
-  const int width = static_cast<int>(std::min<int64_t>(panel_width<T>(a), (end - begin + VS - 1) / VS * VS));
-  ThomasPanel<T> panel(a, width, scratch);
-  for (int64_t s = begin; s < end; s += width) {
-    int count = static_cast<int>(std::min<int64_t>(width, end - s));
-    if (fetch) panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(end - s - width, 0, width)));
-    // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
-    // own: tiles as wide as the wide panel would not fit any cache.
-    if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
-      const int whole = count / VS * VS;
-      if (whole > 0) {
-        const int64_t failed = panel.solve(s, whole);
-        if (failed >= 0) return failed;
-      }
-      ThomasPanel<T> tail(a, ThomasPanel<T>::kNarrow, scratch);
-      for (int64_t t = s + whole; t < s + count; t += ThomasPanel<T>::kNarrow) {
-        const int64_t failed =
-            tail.solve(t, static_cast<int>(std::min<int64_t>(ThomasPanel<T>::kNarrow, s + count - t)));
-        if (failed >= 0) return failed;
-      }
-      continue;
-    }
-    const int64_t failed = panel.solve(s, count);
-    if (failed >= 0) return failed;
-  }
-  return -1;
-}
 
 }  // namespace
 }  // namespace tenax::cpu

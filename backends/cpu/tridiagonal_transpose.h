@@ -1,9 +1,11 @@
 #pragma once
 // The register transposes of the rows-inner Thomas panels (tridiagonal_thomas.h): a block of VS
-// rows of VS systems, loaded as one vector per system, becomes one vector per row. Like that
+// rows of VS systems, loaded as one vector per system, becomes one vector per row; and the copy of
+// a row-interleaved panel out to the systems' contiguous rows built on them. Like that
 // header, included only by it and in an anonymous namespace: one copy per instruction set (the
 // AVX forms exist only in the AVX2 build).
 #include <cstddef>
+#include <cstdint>
 
 #include <xsimd/xsimd.hpp>
 
@@ -62,6 +64,26 @@ inline void transpose_block(V (&m)[VS]) {
     m[2] = xsimd::bitwise_cast<V>(xsimd::zip_lo(t1, t3));
     m[3] = xsimd::bitwise_cast<V>(xsimd::zip_hi(t1, t3));
   }
+}
+
+// One group of a row-interleaved panel (row i, lane k at src[i * P + k]) out to one contiguous
+// row per lane: row i of lane k (< real) to row(k)[i]. With kBlocks, blocks of VS rows go through
+// transpose_block, each lane's vector stored by put(address, vector); the rows past the last whole
+// block (all of them without kBlocks) one by one.
+template <class T, class V, bool kBlocks, class Row, class Put>
+inline void interleaved_to_rows(const T* src, int64_t P, int64_t n, int real, Row row, Put put) {
+  constexpr int VS = static_cast<int>(V::size);
+  int64_t i0 = 0;
+  if constexpr (kBlocks) {
+    for (; i0 + VS <= n; i0 += VS) {
+      V m[VS];
+      for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(src + (i0 + j) * P);
+      transpose_block<T>(m);
+      for (int k = 0; k < real; ++k) put(row(k) + i0, m[k]);
+    }
+  }
+  for (; i0 < n; ++i0)
+    for (int k = 0; k < real; ++k) row(k)[i0] = src[i0 * P + k];
 }
 
 }  // namespace
