@@ -8,7 +8,8 @@
 //   order (solve_rows);
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
 // Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
-// oneTBB. The Thomas panels live in tridiagonal_thomas.h, built for the baseline here and for
+// oneTBB. The Thomas panels live in tridiagonal_thomas.h (their loop over a range of systems in
+// tridiagonal_range.h), built for the baseline here and for
 // AVX2 + FMA in tridiagonal_avx2.cpp (rows-inner solves go there where the CPU has it);
 // this file holds the pivoting variant and the dispatch.
 #include <algorithm>
@@ -123,7 +124,7 @@ int64_t last_level_cache_bytes() {
   return bytes;
 }
 
-// Whether rows-inner panels prefetch the next panel's operands (tridiagonal_thomas.h, fetch_step):
+// Whether rows-inner panels prefetch the next panel's operands (tridiagonal_fetch.h):
 // where the call's arrays are more than half the last-level cache. From the caches the solve is
 // faster without (at 2 048 x 100, 8 MB in all, 1.9 against 2.6 ns per unknown on the Zen 3; at
 // 100 000 x 100 from memory, 31 ms with it in session 36, 57-60 without in session 35). Half, not
