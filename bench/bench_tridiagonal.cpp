@@ -2,7 +2,8 @@
 // layouts ("rows inner": each system contiguous; "batch inner": the system index contiguous).
 // In one run: tridiagonal_solve in float64 and float32 (1, 2, 4, ... threads up to the machine's
 // cores); a plain C++ Thomas loop per system (the Numba-equivalent baseline); LAPACK dgtsv per
-// system; the Thomas algorithm written with tenax::scan; on a CUDA device when one is visible, the
+// system; the Thomas algorithm written with tenax::scan; one matrix shared by every system (against
+// LAPACK dgttrf + dgttrs on all right-hand sides at once); on a CUDA device when one is visible, the
 // cuSPARSE path; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
 // adjoint buffers every iteration, as a user's loop gets them); the reverse pass alone (the
 // pullback for a given cotangent) and with the solve; and the roofline: a STREAM triad's bandwidth
@@ -19,6 +20,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -31,6 +33,10 @@
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
             int* info);
+void dgttrf_(const int* n, double* dl, double* d, double* du, double* du2, int* ipiv, int* info);
+void dgttrs_(const char* trans, const int* n, const int* nrhs, const double* dl, const double* d,
+             const double* du, const double* du2, const int* ipiv, double* b, const int* ldb, int* info,
+             std::size_t trans_len);
 }
 
 namespace {
@@ -143,6 +149,83 @@ BENCHMARK(BM_Tenax_SolveF32)
     ->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// ---- one matrix shared by every system (lower, diag, upper along the rows only) ----
+// The right-hand sides of the same problem, with the first system's matrix for all: the solve
+// reads rhs and writes x, 16 bytes per unknown. Baseline: LAPACK's answer to one matrix and many
+// right-hand sides, dgttrf once and dgttrs on all 100 000 columns at once (rows inner only: its
+// right-hand sides are columns); dgttrs solves in place, so each iteration first copies rhs into
+// x (the op's out-of-place contract; the copy moves 16 more bytes per unknown).
+struct SharedMatrix {
+  Tensor lower, diag, upper;
+};
+const SharedMatrix& shared_matrix() {
+  static const SharedMatrix m = [] {
+    const Problem& p = problem(false);
+    return SharedMatrix{contiguous(select(p.lower, "sys", 0)), contiguous(select(p.diag, "sys", 0)),
+                        contiguous(select(p.upper, "sys", 0))};
+  }();
+  return m;
+}
+void BM_Tenax_SolveShared(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  const Problem& p = problem(state.range(0) != 0);
+  const SharedMatrix& m = shared_matrix();
+  for (auto _ : state) {
+    Tensor x = tridiagonal_solve(m.lower, m.diag, m.upper, p.rhs, "i");
+    benchmark::DoNotOptimize(x.data_ptr());
+  }
+  report(state, 16.0);
+}
+BENCHMARK(BM_Tenax_SolveShared)
+    ->ArgsProduct({{0, 1}, thread_counts()})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Value and gradient of sum(w * x) w.r.t. the shared matrix (summed over the systems) and rhs.
+void BM_Tenax_GradientShared(benchmark::State& state) {
+  const Problem& p = problem(state.range(0) != 0);
+  const SharedMatrix& m = shared_matrix();
+  const Tensor w = p.rhs;
+  auto loss = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+  };
+  for (auto _ : state) {
+    auto [v, g] = value_and_grad(loss, {m.lower, m.diag, m.upper, p.rhs});
+    benchmark::DoNotOptimize(g[0].data_ptr());
+  }
+  report(state, 16.0);
+}
+BENCHMARK(BM_Tenax_GradientShared)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_Lapack_SharedDgttrs(benchmark::State& state) {
+  const Problem& p = problem(false);
+  const SharedMatrix& m = shared_matrix();
+  const int n = static_cast<int>(kRows), nrhs = static_cast<int>(kSystems);
+  const double *a = m.lower.data<double>(), *b = m.diag.data<double>(), *c = m.upper.data<double>();
+  std::vector<double> dl(a + 1, a + n), d(b, b + n), du(c, c + n - 1);
+  std::vector<double> du2(static_cast<size_t>(n)), x(static_cast<size_t>(kUnknowns));
+  std::vector<int> ipiv(static_cast<size_t>(n));
+  int info = 0;
+  dgttrf_(&n, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), &info);
+  const double* r = p.rhs.data<double>();
+  const char trans = 'N';
+  for (auto _ : state) {
+    std::copy(r, r + kUnknowns, x.data());
+    dgttrs_(&trans, &n, &nrhs, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), x.data(), &n, &info,
+            1);
+    benchmark::DoNotOptimize(x.data());
+  }
+  if (info != 0) state.SkipWithError("dgttrf/dgttrs failed");
+  report(state, 16.0);
+}
+BENCHMARK(BM_Lapack_SharedDgttrs)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The loss sum(w * x) alone (no tape): the baseline of the gradient's cost.
 void BM_Tenax_Loss(benchmark::State& state) {

@@ -266,6 +266,86 @@ TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
             tridiagonal_solve(lower, diag, upper, rhs_rows, "i").to_vector());
 }
 
+// One matrix shared by every system (lower, diag and upper along the rows only) is factored once
+// (backends/cpu/tridiagonal_shared.h). Against LAPACK on the explicit systems: row counts around
+// the register transposes' blocks, system counts around the 16-system groups and across tasks,
+// the right-hand sides rows inner and batch inner, each also sliced out of a wider tensor (lanes
+// off their alignment, rows a batch's width apart), float32 too.
+TEST(Tridiagonal, OneSharedMatrixMatchesLapackInEveryLayoutAndShape) {
+  for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 17, 100}) {
+    for (int64_t cols : {1, 2, 15, 16, 17, 33, 1001}) {
+      const Axes row{{"i", n}}, rows_inner{{"col", cols}, {"i", n}};
+      const auto seed = static_cast<uint64_t>(1000 * n + cols);
+      Tensor lower = uniform(row, seed, -1, 1), diag = uniform(row, seed + 1, 2.5, 3.5);
+      Tensor upper = uniform(row, seed + 2, -1, 1), rhs = uniform(rows_inner, seed + 3, -1, 1);
+      auto repeated = [&](const Tensor& t) {
+        std::vector<double> v = t.to_vector(), out;
+        for (int64_t c = 0; c < cols; ++c) out.insert(out.end(), v.begin(), v.end());
+        return out;
+      };
+      const Systems s{cols, n, repeated(lower), repeated(diag), repeated(upper), rhs.to_vector()};
+      const std::vector<double> want = lapack_solve(s);
+      const std::string where = "n " + std::to_string(n) + " cols " + std::to_string(cols);
+      auto check = [&](const Tensor& b, double tol, const std::string& what) {
+        const Tensor x = tridiagonal_solve(lower, diag, upper, b, "i");
+        const std::vector<double> got =
+            contiguous(transpose(astype(x, DType::f64), {"col", "i"})).to_vector();
+        EXPECT_LT(max_rel_diff(got, want), tol) << what << ", " << where;
+      };
+      const Tensor batch_inner = contiguous(transpose(rhs, {"i", "col"}));
+      check(rhs, 1e-13, "rows inner");
+      check(batch_inner, 1e-13, "batch inner");
+      // One element into rows of n + 1 / one system into a batch of cols + 1.
+      check(slice(concat({zeros(Axes{{"col", cols}, {"i", 1}}), rhs}, "i"), "i", 1, n + 1), 1e-13,
+            "rows inner, sliced");
+      check(slice(concat({zeros(Axes{{"i", n}, {"col", 1}}), batch_inner}, "col"), "col", 1, cols + 1), 1e-13,
+            "batch inner, sliced");
+      check(transpose(rhs, {"i", "col"}), 1e-13, "a transposed view");
+      auto f32 = [](const Tensor& t) { return astype(t, DType::f32); };
+      const Tensor x32 = tridiagonal_solve(f32(lower), f32(diag), f32(upper), f32(rhs), "i");
+      EXPECT_LT(max_rel_diff(astype(x32, DType::f64).to_vector(), want), 2e-5) << "f32 rows inner, " << where;
+      const Tensor x32b = tridiagonal_solve(f32(lower), f32(diag), f32(upper), f32(batch_inner), "i");
+      EXPECT_LT(max_rel_diff(contiguous(transpose(astype(x32b, DType::f64), {"col", "i"})).to_vector(), want),
+                2e-5)
+          << "f32 batch inner, " << where;
+    }
+  }
+}
+
+// The shared matrix's gradients (its adjoints summed over the systems; the transposed solve
+// factors A^T once) against the scan-written Thomas, both layouts; a zero pivot in the shared
+// matrix fails every system and names the first.
+TEST(Tridiagonal, OneSharedMatrixDifferentiatesAndItsFailureNamesTheFirstSystem) {
+  for (bool rows : {true, false})
+    for (int64_t n : {1, 2, 5, 37}) {
+      const int64_t m = 203;
+      const Axes row{{"i", n}}, ax = rows ? Axes{{"b", m}, {"i", n}} : Axes{{"i", n}, {"b", m}};
+      const std::vector<Tensor> args{uniform(row, 61, -1, 1), uniform(row, 62, 2.5, 3.5),
+                                     uniform(row, 63, -1, 1), uniform(ax, 64, -1, 1)};
+      Tensor w = uniform(ax, 65, -1, 1);
+      auto g_op = grad(
+          [&](const std::vector<Tensor>& a) {
+            return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+          },
+          args);
+      auto g_scan = grad(
+          [&](const std::vector<Tensor>& a) {
+            return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+          },
+          args);
+      SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n));
+      expect_same_gradients(g_op, g_scan);
+    }
+  Tensor diag =
+      tensor(std::vector<double>{2.0, 3.0, 0.0, 2.0}, Axes{{"i", 4}});  // lower and upper 0: pivot 2 is 0
+  for (const Axes& ax : {Axes{{"b", 19}, {"i", 4}}, Axes{{"i", 4}, {"b", 19}}})
+    EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                     (void)tridiagonal_solve(scalar(0.0), diag, scalar(0.0), uniform(ax, 66, -1, 1), "i");
+                   }),
+                   "[tridiagonal_solve] the system along 'i' (4 rows) at batch index {b=0} has a zero or "
+                   "non-finite pivot");
+}
+
 TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
   // Three systems; the second has a zero leading diagonal entry (non-singular: det = -1 * ...).
   Systems s = random_systems(3, 5, 11);

@@ -20,6 +20,10 @@ bool cpu_avx2();
 int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
 /// The same for float32, 8-wide.
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
+/// Systems [begin, end) of `a` that all share the matrix `factor` holds (tridiagonal_shared.h:
+/// 3n values from factor_shared), float64 and float32.
+void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end);
+void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end);
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).

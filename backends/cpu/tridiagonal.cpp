@@ -7,6 +7,8 @@
 //   registers, VS systems at a time, while the next panel's operands are prefetched in address
 //   order (solve_rows);
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
+// One matrix shared by every system (lower, diag and upper without a batch axis) is factored once
+// per call instead, each system then reading only its right-hand side (tridiagonal_shared.h).
 // Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
 // oneTBB. The Thomas panels live in tridiagonal_thomas.h (their loop over a range of systems in
 // tridiagonal_range.h), built for the baseline here and for
@@ -20,6 +22,7 @@
 #include <exception>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,7 @@
 #include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/register.h"
 #include "tenax/backends/cpu/tridiagonal_range.h"
+#include "tenax/backends/cpu/tridiagonal_shared.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -161,9 +165,44 @@ int64_t solve_in_blocks(const TridiagonalArgs& a, Range range) {
   return f == std::numeric_limits<int64_t>::max() ? -1 : f;
 }
 
+// Whether every system of `a` has the same matrix: lower, diag and upper without a batch axis.
+bool shared_matrix(const TridiagonalArgs& a) {
+  for (int o = Op::lower; o <= Op::upper; ++o)
+    if (a.off[o].table || a.off[o].stride != 0) return false;
+  return true;
+}
+
+// One matrix for all systems, the right-hand sides in a layout SharedSolve takes: the matrix
+// factored once, then the systems in parallel (tridiagonal_shared.h); -1, or 0 where a pivot
+// fails (every system does). nullopt: not such a solve.
+template <class T>
+std::optional<int64_t> solve_shared(const TridiagonalArgs& a) {
+  if (a.pivoting || a.vjp || !shared_matrix(a) ||
+      SharedSolve<T>::layout_of(a) == SharedSolve<T>::Layout::none)
+    return std::nullopt;
+  std::vector<T> factor(static_cast<size_t>(3 * a.n));
+  if (!factor_shared<T>(a, factor.data())) return 0;
+  const T* f = factor.data();
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if (cpu_avx2())
+    return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
+      if constexpr (std::is_same_v<T, double>)
+        shared_range_avx2(a, f, begin, end);
+      else
+        shared_range_avx2_f32(a, f, begin, end);
+      return int64_t{-1};
+    });
+#endif
+  return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
+    shared_range<T>(a, f, begin, end);
+    return int64_t{-1};
+  });
+}
+
 template <class T>
 int64_t tridiagonal(const TridiagonalArgs& a) {
   if (a.systems <= 0 || a.n <= 0) return -1;
+  if (const std::optional<int64_t> shared = solve_shared<T>(a)) return *shared;
 #if defined(TENAX_HAVE_AVX2_KERNELS)
   // Solves whose systems' rows are contiguous go to the AVX2 build (4 x 4 float64 or 8 x 8 float32
   // register transposes; measured in bench/RESULTS.md); the other layouts measured no faster

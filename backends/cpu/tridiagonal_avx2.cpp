@@ -5,6 +5,7 @@
 #include "tenax/backends/cpu/avx2.h"
 
 #include "tenax/backends/cpu/tridiagonal_range.h"
+#include "tenax/backends/cpu/tridiagonal_shared.h"
 
 #if !defined(__AVX2__) || !defined(__FMA__)
 #error "tridiagonal_avx2.cpp must be compiled with -mavx2 -mfma"
@@ -18,6 +19,15 @@ int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64
 
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   return thomas_range<float>(a, begin, end, fetch);
+}
+
+void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end) {
+  shared_range<double>(a, factor, begin, end);
+}
+
+void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin,
+                           int64_t end) {
+  shared_range<float>(a, factor, begin, end);
 }
 
 }  // namespace tenax::cpu
