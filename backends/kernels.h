@@ -212,7 +212,10 @@ struct TridiagonalArgs {
   /// The reverse rule fused into the transposed solve: with `vjp`, the solution λ of
   /// A^T λ = rhs is not written to `out` (null) but accumulated, with the forward solution x, into
   /// the adjoints: rhs̄ += λ, diaḡ_i -= λ_i x_i, lower̄_i -= λ_i x_{i-1}, upper̄_i -= λ_i x_{i+1}.
-  /// Every adjoint given has one element per system and row (no two systems share one).
+  /// Every adjoint given has one element per system and row (no two systems share one), with one
+  /// exception the CPU backend alone takes: where lower, diag and upper are shared by every
+  /// system (no batch axis: off stride 0, no table), their adjoints are one row each (stride 0)
+  /// and receive the sums over the systems.
   struct Adjoints {
     enum Slot { solution, adj_lower, adj_diag, adj_upper, adj_rhs, slots };
     const void* x = nullptr;  ///< the forward solution

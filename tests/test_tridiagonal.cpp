@@ -312,29 +312,40 @@ TEST(Tridiagonal, OneSharedMatrixMatchesLapackInEveryLayoutAndShape) {
   }
 }
 
-// The shared matrix's gradients (its adjoints summed over the systems; the transposed solve
-// factors A^T once) against the scan-written Thomas, both layouts; a zero pivot in the shared
-// matrix fails every system and names the first.
+// The shared matrix's gradients (the fused reverse rule factors A^T once and sums the matrix's
+// adjoints over the systems itself) against the scan-written Thomas: the cotangent rows inner,
+// batch inner, or across x's layout (a system at a time); enough systems for several chunks of
+// the sums; one off-diagonal given as lower and upper (its two adjoints one buffer: written, then
+// added to). A zero pivot in the shared matrix fails every system and names the first.
 TEST(Tridiagonal, OneSharedMatrixDifferentiatesAndItsFailureNamesTheFirstSystem) {
-  for (bool rows : {true, false})
+  for (int layout : {0, 1, 2})
     for (int64_t n : {1, 2, 5, 37}) {
-      const int64_t m = 203;
-      const Axes row{{"i", n}}, ax = rows ? Axes{{"b", m}, {"i", n}} : Axes{{"i", n}, {"b", m}};
+      const int64_t m = n == 37 ? 2003 : 203;
+      const Axes row{{"i", n}}, rows_inner{{"b", m}, {"i", n}}, batch_inner{{"i", n}, {"b", m}};
+      const Axes& ax = layout == 1 ? batch_inner : rows_inner;
       const std::vector<Tensor> args{uniform(row, 61, -1, 1), uniform(row, 62, 2.5, 3.5),
                                      uniform(row, 63, -1, 1), uniform(ax, 64, -1, 1)};
-      Tensor w = uniform(ax, 65, -1, 1);
-      auto g_op = grad(
-          [&](const std::vector<Tensor>& a) {
-            return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
-          },
-          args);
-      auto g_scan = grad(
-          [&](const std::vector<Tensor>& a) {
-            return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
-          },
-          args);
-      SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n));
-      expect_same_gradients(g_op, g_scan);
+      Tensor w =
+          layout == 2 ? contiguous(transpose(uniform(ax, 65, -1, 1), {"i", "b"})) : uniform(ax, 65, -1, 1);
+      auto by_op = [&](const std::vector<Tensor>& a) {
+        return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+      };
+      auto by_scan = [&](const std::vector<Tensor>& a) {
+        return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
+      };
+      SCOPED_TRACE("layout " + std::to_string(layout) + " n " + std::to_string(n));
+      expect_same_gradients(grad(by_op, args), grad(by_scan, args));
+      const std::vector<Tensor> sym{args[0], args[1], args[3]};
+      expect_same_gradients(grad(
+                                [&](const std::vector<Tensor>& a) {
+                                  return by_op({a[0], a[1], a[0], a[2]});
+                                },
+                                sym),
+                            grad(
+                                [&](const std::vector<Tensor>& a) {
+                                  return by_scan({a[0], a[1], a[0], a[2]});
+                                },
+                                sym));
     }
   Tensor diag =
       tensor(std::vector<double>{2.0, 3.0, 0.0, 2.0}, Axes{{"i", 4}});  // lower and upper 0: pivot 2 is 0

@@ -21,9 +21,12 @@ int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64
 /// The same for float32, 8-wide.
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
 /// Systems [begin, end) of `a` that all share the matrix `factor` holds (tridiagonal_shared.h:
-/// 3n values from factor_shared), float64 and float32.
-void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end);
-void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end);
+/// 3n values from factor_shared), float64 and float32; with the fused reverse rule, the range's
+/// sums of the matrix's adjoints added into `sums` (SharedSolve::run), else null.
+void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end,
+                       double* sums);
+void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end,
+                           float* sums);
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).

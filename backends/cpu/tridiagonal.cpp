@@ -172,29 +172,90 @@ bool shared_matrix(const TridiagonalArgs& a) {
   return true;
 }
 
-// One matrix for all systems, the right-hand sides in a layout SharedSolve takes: the matrix
-// factored once, then the systems in parallel (tridiagonal_shared.h); -1, or 0 where a pivot
-// fails (every system does). nullopt: not such a solve.
+// Systems [begin, end) of a shared-matrix solve (tridiagonal_shared.h), in the AVX2 build where
+// the CPU has it.
+template <class T>
+void shared_range_any(const TridiagonalArgs& a, const T* factor, int64_t begin, int64_t end, T* sums) {
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if (cpu_avx2()) {
+    if constexpr (std::is_same_v<T, double>)
+      shared_range_avx2(a, factor, begin, end, sums);
+    else
+      shared_range_avx2_f32(a, factor, begin, end, sums);
+    return;
+  }
+#endif
+  shared_range<T>(a, factor, begin, end, sums);
+}
+
+// The fused reverse rule of a shared matrix: λ system by system (rhs's adjoint), and the matrix's
+// adjoints summed over the systems. The sums go per fixed chunk of systems, added in chunk order,
+// so the result does not depend on how the threads split the work; then they are written (or
+// added) into the adjoints, negated: lower̄_i = -Σ λ_i x_{i-1}, diaḡ_i = -Σ λ_i x_i,
+// upper̄_i = -Σ λ_i x_{i+1} (lower̄_0 and upper̄_{n-1} zero when written, untouched when added).
+template <class T>
+void shared_vjp(const TridiagonalArgs& a, const T* f) {
+  using S = TridiagonalArgs::Adjoints;
+  const S& j = *a.vjp;
+  const int64_t n = a.n;
+  bool summed = false;
+  for (int k = S::adj_lower; k <= S::adj_upper; ++k) summed = summed || j.adj[k - 1];
+  const int64_t per = std::max<int64_t>(64, ((int64_t{1} << 15) / n + 63) / 64 * 64);
+  const int64_t chunks = (a.systems + per - 1) / per;
+  std::vector<T> partial(summed ? static_cast<size_t>(chunks * 3 * n) : 0, T(0));
+  auto chunk = [&](int64_t c) {
+    shared_range_any<T>(a, f, c * per, std::min(a.systems, (c + 1) * per),
+                        summed ? partial.data() + c * 3 * n : nullptr);
+  };
+  if (chunks == 1)
+    chunk(0);
+  else
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, chunks, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t c = r.begin(); c < r.end(); ++c) chunk(c);
+        },
+        tbb::simple_partitioner());
+  if (!summed) return;
+  for (int64_t c = 1; c < chunks; ++c)
+    for (int64_t q = 0; q < 3 * n; ++q)
+      partial[static_cast<size_t>(q)] += partial[static_cast<size_t>(c * 3 * n + q)];
+  for (int k = S::adj_lower; k <= S::adj_upper; ++k) {
+    T* dst = static_cast<T*>(j.adj[k - 1]);
+    if (!dst) continue;
+    dst += j.off[k][0];
+    const int64_t step = j.step[k];
+    const T* sum = partial.data() + (k - S::adj_lower) * n;
+    const bool assign = j.assign[k - 1];
+    for (int64_t i = 0; i < n; ++i) {
+      const bool outside = (k == S::adj_lower && i == 0) || (k == S::adj_upper && i + 1 == n);
+      if (outside && assign)
+        dst[i * step] = T(0);
+      else if (!outside)
+        dst[i * step] = assign ? -sum[i] : dst[i * step] - sum[i];
+    }
+  }
+}
+
+// One matrix for all systems (tridiagonal_shared.h): factored once, then the systems in
+// parallel: the solve where the right-hand sides lie in a layout SharedSolve takes, the fused
+// reverse rule in any layout (the op sends it here with the matrix's adjoints summed over the
+// systems: TridiagonalArgs::Adjoints). -1, or 0 where a pivot fails (every system does);
+// nullopt: not such a call.
 template <class T>
 std::optional<int64_t> solve_shared(const TridiagonalArgs& a) {
-  if (a.pivoting || a.vjp || !shared_matrix(a) ||
-      SharedSolve<T>::layout_of(a) == SharedSolve<T>::Layout::none)
+  if (a.pivoting || !shared_matrix(a) ||
+      (!a.vjp && SharedSolve<T>::layout_of(a) == SharedSolve<T>::Layout::none))
     return std::nullopt;
   std::vector<T> factor(static_cast<size_t>(3 * a.n));
   if (!factor_shared<T>(a, factor.data())) return 0;
   const T* f = factor.data();
-#if defined(TENAX_HAVE_AVX2_KERNELS)
-  if (cpu_avx2())
-    return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
-      if constexpr (std::is_same_v<T, double>)
-        shared_range_avx2(a, f, begin, end);
-      else
-        shared_range_avx2_f32(a, f, begin, end);
-      return int64_t{-1};
-    });
-#endif
+  if (a.vjp) {
+    shared_vjp<T>(a, f);
+    return -1;
+  }
   return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
-    shared_range<T>(a, f, begin, end);
+    shared_range_any<T>(a, f, begin, end, nullptr);
     return int64_t{-1};
   });
 }

@@ -21,13 +21,14 @@ int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, i
   return thomas_range<float>(a, begin, end, fetch);
 }
 
-void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end) {
-  shared_range<double>(a, factor, begin, end);
+void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end,
+                       double* sums) {
+  shared_range<double>(a, factor, begin, end, sums);
 }
 
-void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin,
-                           int64_t end) {
-  shared_range<float>(a, factor, begin, end);
+void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end,
+                           float* sums) {
+  shared_range<float>(a, factor, begin, end, sums);
 }
 
 }  // namespace tenax::cpu

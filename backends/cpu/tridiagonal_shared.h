@@ -67,35 +67,63 @@ class SharedSolve {
   static constexpr int64_t kAhead = 2;  // rows prefetched ahead (adjacent systems)
 
   enum class Layout { none, rows, adjacent };
-  // How the right-hand sides and x lie: adjacent (consecutive systems one element apart),
-  // rows (each system's rows contiguous), or neither (the general panels solve those).
+  // How the right-hand sides and x lie (with the fused reverse rule, TridiagonalArgs::vjp: the
+  // cotangents, the forward solution and rhs's adjoint): adjacent (consecutive systems one
+  // element apart), rows (each system's rows contiguous), or neither (the general panels solve
+  // those; the reverse rule takes them a system at a time, solve_one).
   static Layout layout_of(const TridiagonalArgs& a) {
-    const SystemOffsets &r = a.off[Op::rhs], &x = a.off[Op::x];
-    if (!r.table && !x.table && r.stride == 1 && x.stride == 1) return Layout::adjacent;
-    if (kRowBlocks && a.step[Op::rhs] == 1 && a.step[Op::x] == 1) return Layout::rows;
-    return Layout::none;
+    using S = TridiagonalArgs::Adjoints;
+    const SystemOffsets* where[3] = {&a.off[Op::rhs], &a.off[Op::x], nullptr};
+    const int64_t* steps[3] = {&a.step[Op::rhs], &a.step[Op::x], nullptr};
+    if (a.vjp) {
+      where[1] = &a.vjp->off[S::solution];
+      steps[1] = &a.vjp->step[S::solution];
+      if (a.vjp->adj[S::adj_rhs - 1]) {
+        where[2] = &a.vjp->off[S::adj_rhs];
+        steps[2] = &a.vjp->step[S::adj_rhs];
+      }
+    }
+    bool adjacent = true, rows = kRowBlocks;
+    for (int k = 0; k < 3; ++k) {
+      if (!where[k]) continue;
+      adjacent = adjacent && !where[k]->table && where[k]->stride == 1;
+      rows = rows && *steps[k] == 1;
+    }
+    return adjacent ? Layout::adjacent : rows ? Layout::rows : Layout::none;
   }
 
   SharedSolve(const TridiagonalArgs& a, const T* factor, Scratch<T>& scratch)
-      : a_(a), n_(a.n), lo_(factor), inv_(factor + a.n), cp_(factor + 2 * a.n) {
-    width_ = layout_of(a) == Layout::rows ? kLanes : adjacent_width();
-    const auto need = static_cast<size_t>(n_ * width_ + VS);
-    if (scratch.size() < need) scratch.resize(need);
+      : a_(a), n_(a.n), lo_(factor), inv_(factor + a.n), cp_(factor + 2 * a.n), layout_(layout_of(a)) {
+    width_ = layout_ == Layout::rows ? kLanes : layout_ == Layout::adjacent ? adjacent_width() : 1;
+    // t_: d', then x (or λ); with the reverse rule also the forward solution's rows (rows
+    // layout) and the sums' vectors, 3 per row.
+    const int64_t need = n_ * width_ * (a.vjp && layout_ == Layout::rows ? 2 : 1) + 3 * n_ * VS + 2 * VS;
+    if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(static_cast<size_t>(need));
     t_ = scratch.data();
     while (reinterpret_cast<uintptr_t>(t_) % alignof(V) != 0) ++t_;
+    tx_ = t_ + n_ * width_;
+    acc_ = t_ + n_ * width_ * (a.vjp && layout_ == Layout::rows ? 2 : 1);
   }
 
-  // Systems [begin, end).
-  void run(int64_t begin, int64_t end) {
-    const bool rows = layout_of(a_) == Layout::rows;
+  // Systems [begin, end). With the fused reverse rule (a.vjp), `sums` (3n values, zero on entry)
+  // receives, for this range, Σ λ_i x_{i-1}, Σ λ_i x_i and Σ λ_i x_{i+1} over the systems, row by
+  // row (the shared matrix's adjoints, negated, as tridiagonal.cpp writes them), and rhs's
+  // adjoint, if wanted, λ system by system.
+  void run(int64_t begin, int64_t end, T* sums = nullptr) {
+    sums_ = sums;
+    if (layout_ == Layout::rows) std::fill(acc_, acc_ + 3 * n_ * VS, T(0));
     for (int64_t s = begin; s < end; s += width_) {
       const int count = static_cast<int>(std::min<int64_t>(width_, end - s));
-      if (rows)
+      if (layout_ == Layout::rows)
         solve_rows(s, count);
-      else
+      else if (layout_ == Layout::adjacent)
         solve_adjacent(s, count);
+      else
+        solve_one(s);
     }
-    stream_fence();  // streamed x is visible before the task completes
+    if (layout_ == Layout::rows && sums_)
+      for (int64_t q = 0; q < 3 * n_; ++q) sums_[q] += xsimd::hadd(V::load_aligned(acc_ + q * VS));
+    stream_fence();  // streamed x / adjoints are visible before the task completes
   }
 
  private:
@@ -113,14 +141,8 @@ class SharedSolve {
   void solve_rows(int64_t s, int count) {
     const int64_t n = n_, whole = n / VS * VS;
     const T* r[kLanes];
-    T* x[kLanes];
-    bool streamed = kStreamableVector<V>;
-    for (int k = 0; k < kLanes; ++k) {
-      const int64_t w = s + std::min(k, count - 1);
-      r[k] = in_ptr<T>(a_, Op::rhs) + a_.off[Op::rhs][w];
-      x[k] = static_cast<T*>(a_.out) + a_.off[Op::x][w];
-      if (k < count) streamed = streamed && reinterpret_cast<uintptr_t>(x[k]) % sizeof(V) == 0;
-    }
+    for (int k = 0; k < kLanes; ++k)
+      r[k] = in_ptr<T>(a_, Op::rhs) + a_.off[Op::rhs][s + std::min(k, count - 1)];
     T* t = t_;
     V d[kGroups];
     for (V& v : d) v = V(T(0));
@@ -167,6 +189,24 @@ class SharedSolve {
         xn[g].store_aligned(p);
       }
     }
+    if (a_.vjp) {
+      accumulate_rows(s, count);
+      return;
+    }
+    T* x[kLanes];
+    for (int k = 0; k < count; ++k) x[k] = static_cast<T*>(a_.out) + a_.off[Op::x][s + k];
+    rows_out(count, x, false);
+  }
+
+  // Lanes k < count of t_ (row i, lane k at i * kLanes + k) to rows dst[k][0 .. n), group by
+  // group in row order (each lane's streamed stores then fill whole lines one after another);
+  // added to them where `add`.
+  void rows_out(int count, T* const (&dst)[kLanes], bool add) const {
+    const int64_t n = n_, whole = n / VS * VS;
+    const T* t = t_;
+    bool streamed = kStreamableVector<V> && !add;
+    for (int k = 0; k < count; ++k)
+      streamed = streamed && reinterpret_cast<uintptr_t>(dst[k]) % sizeof(V) == 0;
     for (int g = 0; g * VS < count; ++g) {
       const int lanes = std::min(VS, count - g * VS);
       for (int64_t i0 = 0; i0 < whole; i0 += VS) {
@@ -174,14 +214,66 @@ class SharedSolve {
         for (int j = 0; j < VS; ++j) m[j] = V::load_aligned(t + (i0 + j) * kLanes + g * VS);
         transpose_block<T>(m);
         for (int k = 0; k < lanes; ++k) {
+          T* p = dst[g * VS + k] + i0;
           if (streamed)
-            stream_aligned(x[g * VS + k] + i0, m[k]);
+            stream_aligned(p, m[k]);
+          else if (add)
+            (V::load_unaligned(p) + m[k]).store_unaligned(p);
           else
-            m[k].store_unaligned(x[g * VS + k] + i0);
+            m[k].store_unaligned(p);
         }
       }
       for (int64_t i = whole; i < n; ++i)
-        for (int k = 0; k < lanes; ++k) x[g * VS + k][i] = t[i * kLanes + g * VS + k];
+        for (int k = 0; k < lanes; ++k) {
+          T& e = dst[g * VS + k][i];
+          e = add ? e + t[i * kLanes + g * VS + k] : t[i * kLanes + g * VS + k];
+        }
+    }
+  }
+
+  // The fused reverse rule after solve_rows: λ in t_. The padding lanes' λ is zeroed (they
+  // repeat the last system), rhs's adjoint written or added, the forward solution's rows
+  // transposed into tx_ the same way, and the products summed into acc_ (vectors per row).
+  void accumulate_rows(int64_t s, int count) {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    const int64_t n = n_, whole = n / VS * VS;
+    T* t = t_;
+    for (int64_t i = 0; i < n; ++i)
+      for (int k = count; k < kLanes; ++k) t[i * kLanes + k] = T(0);
+    if (j.adj[S::adj_rhs - 1]) {
+      T* dst[kLanes];
+      for (int k = 0; k < count; ++k)
+        dst[k] = static_cast<T*>(j.adj[S::adj_rhs - 1]) + j.off[S::adj_rhs][s + k];
+      rows_out(count, dst, !j.assign[S::adj_rhs - 1]);
+    }
+    if (!sums_) return;
+    const T* x[kLanes];
+    for (int k = 0; k < kLanes; ++k)
+      x[k] = static_cast<const T*>(j.x) + j.off[S::solution][s + std::min(k, count - 1)];
+    T* tx = tx_;
+    for (int64_t i0 = 0; i0 < whole; i0 += VS)
+      for (int g = 0; g < kGroups; ++g) {
+        V m[VS];
+        for (int k = 0; k < VS; ++k) m[k] = V::load_unaligned(x[g * VS + k] + i0);
+        transpose_block<T>(m);
+        for (int q = 0; q < VS; ++q) m[q].store_aligned(tx + (i0 + q) * kLanes + g * VS);
+      }
+    for (int64_t i = whole; i < n; ++i)
+      for (int k = 0; k < kLanes; ++k) tx[i * kLanes + k] = x[k][i];
+    T *al = acc_, *ad = acc_ + n * VS, *au = acc_ + 2 * n * VS;
+    for (int64_t i = 0; i < n; ++i) {
+      V l(T(0)), d(T(0)), u(T(0));
+      for (int g = 0; g < kGroups; ++g) {
+        const int64_t at = i * kLanes + g * VS;
+        const V lam = V::load_aligned(t + at);
+        d = d + lam * V::load_aligned(tx + at);
+        if (i > 0) l = l + lam * V::load_aligned(tx + at - kLanes);
+        if (i + 1 < n) u = u + lam * V::load_aligned(tx + at + kLanes);
+      }
+      (V::load_aligned(al + i * VS) + l).store_aligned(al + i * VS);
+      (V::load_aligned(ad + i * VS) + d).store_aligned(ad + i * VS);
+      (V::load_aligned(au + i * VS) + u).store_aligned(au + i * VS);
     }
   }
 
@@ -194,9 +286,9 @@ class SharedSolve {
     const int64_t n = n_, W = width_;
     const int64_t rs = a_.step[Op::rhs], xs = a_.step[Op::x];
     const T* r = in_ptr<T>(a_, Op::rhs) + a_.off[Op::rhs][s];
-    T* x = static_cast<T*>(a_.out) + a_.off[Op::x][s];
+    T* x = a_.vjp ? nullptr : static_cast<T*>(a_.out) + a_.off[Op::x][s];  // λ stays in t_
     const int nv = count / VS, whole = nv * VS;
-    const bool streamed = kStreamableVector<V> && reinterpret_cast<uintptr_t>(x) % sizeof(V) == 0 &&
+    const bool streamed = x && kStreamableVector<V> && reinterpret_cast<uintptr_t>(x) % sizeof(V) == 0 &&
                           (xs * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(sizeof(V)) == 0;
     constexpr int kPerLine = std::max<int>(1, 64 / static_cast<int>(sizeof(T)));
     T* t = t_;
@@ -221,34 +313,107 @@ class SharedSolve {
       T* ti = t + i * W;
       const bool last = i + 1 == n;  // x_{n-1} = d'_{n-1}
       const T* next = last ? ti : ti + W;
-      T* xi = x + i * xs;
       const T cs = last ? T(0) : cp_[i];
       const V c(cs);
+      for (int v = 0; v < whole; v += VS)
+        (last ? V::load_aligned(ti + v) : V::load_aligned(ti + v) - c * V::load_aligned(next + v))
+            .store_aligned(ti + v);
+      for (int w = whole; w < count; ++w) ti[w] = last ? ti[w] : ti[w] - cs * next[w];
+      if (!x) continue;
+      T* xi = x + i * xs;
       for (int v = 0; v < whole; v += VS) {
-        const V xv = last ? V::load_aligned(ti + v) : V::load_aligned(ti + v) - c * V::load_aligned(next + v);
-        xv.store_aligned(ti + v);
         if (streamed)
-          stream_aligned(xi + v, xv);
+          stream_aligned(xi + v, V::load_aligned(ti + v));
         else
-          xv.store_unaligned(xi + v);
+          V::load_aligned(ti + v).store_unaligned(xi + v);
       }
-      for (int w = whole; w < count; ++w) xi[w] = ti[w] = last ? ti[w] : ti[w] - cs * next[w];
+      for (int w = whole; w < count; ++w) xi[w] = ti[w];
+    }
+    if (a_.vjp) accumulate_adjacent(s, count);
+  }
+
+  // The fused reverse rule after solve_adjacent: λ in t_ (row i at i * width_). Row by row,
+  // rhs's adjoint written or added and the products with the forward solution's rows (a batch
+  // row apart, prefetched kAhead on) summed into sums_.
+  void accumulate_adjacent(int64_t s, int count) {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    const int64_t n = n_, W = width_;
+    const int whole = count / VS * VS;
+    T* adj = static_cast<T*>(j.adj[S::adj_rhs - 1]);
+    if (adj) adj += j.off[S::adj_rhs][s];
+    const bool assign = j.assign[S::adj_rhs - 1];
+    const T* x = static_cast<const T*>(j.x) + j.off[S::solution][s];
+    const int64_t sx = j.step[S::solution];
+    constexpr int kPerLine = std::max<int>(1, 64 / static_cast<int>(sizeof(T)));
+    for (int64_t i = 0; i < n; ++i) {
+      const T* lam = t_ + i * W;
+      if (adj) write_or_add(adj + i * j.step[S::adj_rhs], count, assign, [lam](int64_t w) { return lam[w]; });
+      if (!sums_) continue;
+      const T* xi = x + i * sx;
+      if (i + kAhead < n)
+        for (int w = 0; w < count; w += kPerLine) __builtin_prefetch(xi + kAhead * sx + w, 0, 3);
+      const bool below = i > 0, above = i + 1 < n;
+      V l(T(0)), d(T(0)), u(T(0));
+      for (int v = 0; v < whole; v += VS) {
+        const V lv = V::load_aligned(lam + v);
+        d = d + lv * V::load_unaligned(xi + v);
+        if (below) l = l + lv * V::load_unaligned(xi - sx + v);
+        if (above) u = u + lv * V::load_unaligned(xi + sx + v);
+      }
+      T sl = xsimd::hadd(l), sd = xsimd::hadd(d), su = xsimd::hadd(u);
+      for (int w = whole; w < count; ++w) {
+        sd += lam[w] * xi[w];
+        if (below) sl += lam[w] * xi[w - sx];
+        if (above) su += lam[w] * xi[w + sx];
+      }
+      sums_[i] += sl;
+      sums_[n + i] += sd;
+      sums_[2 * n + i] += su;
+    }
+  }
+
+  // ---- any other layout, with the fused reverse rule: one system at a time ----
+  // System s's λ into t_ (n values), then its share of the sums and rhs's adjoint.
+  void solve_one(int64_t s) {
+    using S = TridiagonalArgs::Adjoints;
+    const S& j = *a_.vjp;
+    const int64_t n = n_;
+    const T* r = in_ptr<T>(a_, Op::rhs) + a_.off[Op::rhs][s];
+    const int64_t rs = a_.step[Op::rhs];
+    T* t = t_;
+    for (int64_t i = 0; i < n; ++i)
+      t[i] = i == 0 ? r[0] * inv_[0] : (r[i * rs] - lo_[i] * t[i - 1]) * inv_[i];
+    for (int64_t i = n - 2; i >= 0; --i) t[i] -= cp_[i] * t[i + 1];
+    if (T* adj = static_cast<T*>(j.adj[S::adj_rhs - 1]))
+      write_or_add(adj + j.off[S::adj_rhs][s], n, j.step[S::adj_rhs], j.assign[S::adj_rhs - 1],
+                   [t](int64_t i) { return t[i]; });
+    if (!sums_) return;
+    const T* x = static_cast<const T*>(j.x) + j.off[S::solution][s];
+    const int64_t sx = j.step[S::solution];
+    for (int64_t i = 0; i < n; ++i) {
+      if (i > 0) sums_[i] += t[i] * x[(i - 1) * sx];
+      sums_[n + i] += t[i] * x[i * sx];
+      if (i + 1 < n) sums_[2 * n + i] += t[i] * x[(i + 1) * sx];
     }
   }
 
   const TridiagonalArgs& a_;
   const int64_t n_;
   const T *lo_, *inv_, *cp_;
+  const Layout layout_;
   int width_ = 0;
-  T* t_ = nullptr;
+  T *t_ = nullptr, *tx_ = nullptr, *acc_ = nullptr;
+  T* sums_ = nullptr;
 };
 
-// Systems [begin, end) of `a`, whose matrix `factor` holds (factor_shared), in a layout
-// SharedSolve::layout_of accepts.
+// Systems [begin, end) of `a`, whose matrix `factor` holds (factor_shared): the solve, in a
+// layout SharedSolve::layout_of accepts, or the fused reverse rule (any layout; `sums` as
+// SharedSolve::run says).
 template <class T>
-void shared_range(const TridiagonalArgs& a, const T* factor, int64_t begin, int64_t end) {
+void shared_range(const TridiagonalArgs& a, const T* factor, int64_t begin, int64_t end, T* sums) {
   thread_local Scratch<T> scratch;
-  SharedSolve<T>(a, factor, scratch).run(begin, end);
+  SharedSolve<T>(a, factor, scratch).run(begin, end, sums);
 }
 
 }  // namespace

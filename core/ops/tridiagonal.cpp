@@ -119,19 +119,25 @@ Tensor shifted(const Tensor& x, Name over, int by) {
 
 // The reverse rule in one kernel call: the transposed solve accumulates every adjoint from λ
 // and x as it goes (no λ tensor, no shifted copies of x; on a CUDA device one kernel after the
-// cuSPARSE solve). Needs each wanted adjoint to have one element per system and row (nothing to
-// reduce) and the Thomas algorithm.
+// cuSPARSE solve). Needs the Thomas algorithm and each wanted adjoint to have one element per
+// system and row (nothing to reduce) — or, on the CPU, one matrix shared by every system (lower,
+// diag and upper without a batch axis), whose adjoints along `over` the kernel sums over the
+// systems itself (TridiagonalArgs::Adjoints).
 bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
   if (algorithm_of(c.attrs()) != Tridiagonal::thomas) return false;
+  auto along_rows_only = [&](int i) { return c.input_axes(i).rank() == 1 && c.input_axes(i).contains(over); };
+  bool shared = c.output().device() == Device::cpu();
+  for (int i = 0; i < 3; ++i) shared = shared && (c.input_axes(i).rank() == 0 || along_rows_only(i));
   for (int i = 0; i < 4; ++i)
-    if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes)) return false;
+    if (c.needs_grad(i) && !c.input_axes(i).same_set(lam_axes) && !(shared && i < 3 && along_rows_only(i)))
+      return false;
   const Tensor* in[4] = {&c.input(0), &c.input(1), &c.input(2), &c.cotangent()};
   KernelCall call(in, lam_axes, over, true);
   call.bind_adjoint(KernelCall::Adjoints::solution, c.output());
   for (int i = 0; i < 4; ++i)
     if (c.needs_grad(i)) {
-      // Each wanted adjoint has lam_axes: the kernel writes every element, so a fresh one is
-      // written rather than zero-filled and added to.
+      // Each wanted adjoint has lam_axes (or is a shared row): the kernel writes every element,
+      // so a fresh one is written rather than zero-filled and added to.
       bool fresh = false;
       call.bind_adjoint(KernelCall::Adjoints::adj_lower + i, c.adjoint_to_write(i, fresh));
       call.adj.assign[i] = fresh;
