@@ -357,6 +357,51 @@ TEST(Tridiagonal, OneSharedMatrixDifferentiatesAndItsFailureNamesTheFirstSystem)
                    "non-finite pivot");
 }
 
+// Pivoting with one matrix for every system (LAPACK gttrf once, gttrs on blocks of 64 right-hand
+// sides): a matrix Thomas cannot factor (a zero leading diagonal), against dgtsv per system, the
+// right-hand sides rows inner, batch inner and sliced; its gradient (the transposed solve the same
+// way) equals the per-system path's on the matrix materialised per system, summed over the
+// systems; a singular shared matrix names the first system.
+TEST(Tridiagonal, OneSharedMatrixWithPivotingMatchesPerSystemLapack) {
+  const int64_t n = 6, m = 70;
+  const Axes row{{"i", n}}, rows_inner{{"b", m}, {"i", n}};
+  Tensor lower = uniform(row, 71, -1, 1), upper = uniform(row, 72, 0.5, 1);
+  Tensor diag = concat({zeros(Axes{{"i", 1}}), uniform(Axes{{"i", n - 1}}, 73, -1, 1)}, "i");
+  Tensor rhs = uniform(rows_inner, 74, -1, 1);
+  auto repeated = [&](const Tensor& t) {
+    std::vector<double> v = t.to_vector(), out;
+    for (int64_t c = 0; c < m; ++c) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  const Systems s{m, n, repeated(lower), repeated(diag), repeated(upper), rhs.to_vector()};
+  const std::vector<double> want = lapack_solve(s);
+  const Tensor batch_inner = contiguous(transpose(rhs, {"i", "b"}));
+  for (const Tensor& b :
+       {rhs, batch_inner, slice(concat({zeros(Axes{{"b", m}, {"i", 1}}), rhs}, "i"), "i", 1, n + 1)}) {
+    const Tensor x = tridiagonal_solve(lower, diag, upper, b, "i", Tridiagonal::pivoting);
+    EXPECT_LT(max_rel_diff(contiguous(transpose(x, {"b", "i"})).to_vector(), want), 1e-12)
+        << b.axes().describe();
+  }
+  EXPECT_THROW((void)tridiagonal_solve(lower, diag, upper, rhs, "i"), NumericError);  // Thomas cannot
+  Tensor w = uniform(rows_inner, 75, -1, 1);
+  auto loss = [&](const std::vector<Tensor>& a) {
+    return sum(w * tridiagonal_solve(a[0], a[1], a[2], a[3], "i", Tridiagonal::pivoting));
+  };
+  const std::vector<Tensor> shared = grad(loss, {lower, diag, upper, rhs});
+  auto per_system = [&](const Tensor& t) {
+    return contiguous(transpose(broadcast(t, Axes{{"b", m}}), {"b", "i"}));
+  };
+  const std::vector<Tensor> full = grad(loss, {per_system(lower), per_system(diag), per_system(upper), rhs});
+  for (int k = 0; k < 3; ++k)
+    EXPECT_LT(max_rel_diff(shared[k].to_vector(), sum(full[k], {"b"}).to_vector()), 1e-12) << "input " << k;
+  EXPECT_LT(max_rel_diff(shared[3].to_vector(), full[3].to_vector()), 1e-12);
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                   (void)tridiagonal_solve(scalar(0.0), zeros(row), scalar(0.0), rhs, "i",
+                                           Tridiagonal::pivoting);
+                 }),
+                 "[tridiagonal_solve] the system along 'i' (6 rows) at batch index {b=0} is singular");
+}
+
 TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
   // Three systems; the second has a zero leading diagonal entry (non-singular: det = -1 * ...).
   Systems s = random_systems(3, 5, 11);

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -39,6 +40,14 @@ void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, do
             int* info);
 void sgtsv_(const int* n, const int* nrhs, float* dl, float* d, float* du, float* b, const int* ldb,
             int* info);
+void dgttrf_(const int* n, double* dl, double* d, double* du, double* du2, int* ipiv, int* info);
+void sgttrf_(const int* n, float* dl, float* d, float* du, float* du2, int* ipiv, int* info);
+void dgttrs_(const char* trans, const int* n, const int* nrhs, const double* dl, const double* d,
+             const double* du, const double* du2, const int* ipiv, double* b, const int* ldb, int* info,
+             std::size_t trans_len);
+void sgttrs_(const char* trans, const int* n, const int* nrhs, const float* dl, const float* d,
+             const float* du, const float* du2, const int* ipiv, float* b, const int* ldb, int* info,
+             std::size_t trans_len);
 }
 
 namespace tenax::cpu {
@@ -81,6 +90,71 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   }
   return -1;
 }
+
+// One matrix for every system (no batch axis on lower, diag, upper), pivoting: LAPACK gttrf once,
+// then gttrs on the right-hand sides of kColumns systems at a time, gathered as the columns of a
+// contiguous block and scattered back to x. The bands, A^T's where a.transpose.
+template <class T>
+struct PivotingShared {
+  static constexpr int kColumns = 64;
+  int n = 0;
+  std::vector<T> dl, d, du, du2;
+  std::vector<int> ipiv;
+
+  // False where LAPACK finds the matrix singular or U's diagonal is not finite.
+  bool factor(const TridiagonalArgs& a) {
+    n = static_cast<int>(a.n);
+    const auto un = static_cast<size_t>(n);
+    dl.assign(un, T(0));
+    d.assign(un, T(0));
+    du.assign(un, T(0));
+    du2.assign(un, T(0));
+    ipiv.assign(un, 0);
+    auto at = [&a](int o, int64_t i) { return in_ptr<T>(a, o)[a.off[o][0] + i * a.step[o]]; };
+    for (int64_t i = 0; i < n; ++i) {
+      d[size_t(i)] = at(Op::diag, i);
+      if (i + 1 < n) {  // gttrf's DL holds A(i+1, i), its DU holds A(i, i+1)
+        dl[size_t(i)] = a.transpose ? at(Op::upper, i) : at(Op::lower, i + 1);
+        du[size_t(i)] = a.transpose ? at(Op::lower, i + 1) : at(Op::upper, i);
+      }
+    }
+    int info = 0;
+    if constexpr (sizeof(T) == 8)
+      dgttrf_(&n, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), &info);
+    else
+      sgttrf_(&n, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), &info);
+    return info == 0 && std::all_of(d.begin(), d.end(), [](T v) { return std::isfinite(v); });
+  }
+
+  // Systems [begin, end).
+  void solve(const TridiagonalArgs& a, int64_t begin, int64_t end) const {
+    std::vector<T> b(static_cast<size_t>(n) * kColumns);
+    const T* rhs = in_ptr<T>(a, Op::rhs);
+    T* x = static_cast<T*>(a.out);
+    const int64_t rs = a.step[Op::rhs], xs = a.step[Op::x];
+    for (int64_t s = begin; s < end; s += kColumns) {
+      const int cols = static_cast<int>(std::min<int64_t>(kColumns, end - s));
+      for (int c = 0; c < cols; ++c) {
+        const T* r = rhs + a.off[Op::rhs][s + c];
+        T* col = b.data() + int64_t{c} * n;
+        for (int64_t i = 0; i < n; ++i) col[i] = r[i * rs];
+      }
+      const char trans = 'N';
+      int info = 0;
+      if constexpr (sizeof(T) == 8)
+        dgttrs_(&trans, &n, &cols, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), b.data(), &n,
+                &info, 1);
+      else
+        sgttrs_(&trans, &n, &cols, dl.data(), d.data(), du.data(), du2.data(), ipiv.data(), b.data(), &n,
+                &info, 1);
+      for (int c = 0; c < cols; ++c) {
+        T* out = x + a.off[Op::x][s + c];
+        const T* col = b.data() + int64_t{c} * n;
+        for (int64_t i = 0; i < n; ++i) out[i * xs] = col[i];
+      }
+    }
+  }
+};
 
 // ---- dispatch over blocks of systems ----
 
@@ -240,10 +314,18 @@ void shared_vjp(const TridiagonalArgs& a, const T* f) {
 // One matrix for all systems (tridiagonal_shared.h): factored once, then the systems in
 // parallel: the solve where the right-hand sides lie in a layout SharedSolve takes, the fused
 // reverse rule in any layout (the op sends it here with the matrix's adjoints summed over the
-// systems: TridiagonalArgs::Adjoints). -1, or 0 where a pivot fails (every system does);
-// nullopt: not such a call.
+// systems: TridiagonalArgs::Adjoints), the pivoting solve in any layout (PivotingShared). -1, or
+// 0 where a pivot fails (every system does); nullopt: not such a call.
 template <class T>
 std::optional<int64_t> solve_shared(const TridiagonalArgs& a) {
+  if (a.pivoting && !a.vjp && shared_matrix(a)) {
+    PivotingShared<T> p;
+    if (!p.factor(a)) return 0;
+    return solve_in_blocks<T>(a, [&a, &p](int64_t begin, int64_t end) {
+      p.solve(a, begin, end);
+      return int64_t{-1};
+    });
+  }
   if (a.pivoting || !shared_matrix(a) ||
       (!a.vjp && SharedSolve<T>::layout_of(a) == SharedSolve<T>::Layout::none))
     return std::nullopt;

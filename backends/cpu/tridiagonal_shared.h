@@ -7,7 +7,9 @@
 // reading only its right-hand side and writing x: 16 bytes per float64 unknown instead of the
 // general solve's 40 (shared_range). Two layouts: each system's rows contiguous (blocks of rows
 // transposed in registers, as the rows-inner panels do) and systems adjacent in memory (rows
-// loaded straight into vectors); tridiagonal.cpp sends other layouts to the general panels.
+// loaded straight into vectors); tridiagonal.cpp sends other layouts to the general panels. The
+// fused reverse rule (A^T factored once) writes rhs's adjoint and sums the matrix's adjoints
+// over the systems, in any layout (others a system at a time).
 // Like tridiagonal_thomas.h, in an anonymous namespace: tridiagonal.cpp and tridiagonal_avx2.cpp
 // each get their own copy, built with their own flags.
 #include <algorithm>
@@ -111,7 +113,7 @@ class SharedSolve {
   // adjoint, if wanted, λ system by system.
   void run(int64_t begin, int64_t end, T* sums = nullptr) {
     sums_ = sums;
-    if (layout_ == Layout::rows) std::fill(acc_, acc_ + 3 * n_ * VS, T(0));
+    if (layout_ == Layout::rows && sums_) std::fill(acc_, acc_ + 3 * n_ * VS, T(0));
     for (int64_t s = begin; s < end; s += width_) {
       const int count = static_cast<int>(std::min<int64_t>(width_, end - s));
       if (layout_ == Layout::rows)
