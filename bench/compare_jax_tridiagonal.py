@@ -6,7 +6,9 @@ diagonally dominant) with jax.lax.linalg.tridiagonal_solve, timed side by side w
 
 Two layouts: "rows inner" (each system contiguous: JAX's native layout) and "batch inner" (the
 system index contiguous: JAX needs a transpose in and out, counted, as a user would pay it). Per
-layout: the solve, and the value and gradient of sum(w * x) w.r.t. all four inputs. Milliseconds
+layout: the solve, and the value and gradient of sum(w * x) w.r.t. all four inputs; on the CPU also
+one matrix shared by every system (the first system's; JAX takes the right-hand sides as columns).
+Milliseconds
 (best of 5, jit-compiled, compile time excluded, all CPU threads for both), and JAX / Tenax
 (> 1: Tenax is faster). JAX is optional: without it the script says so and exits with status 2.
 With --gpu both run on the first CUDA device instead (JAX with CUDA; Tenax's BM_Cuda_Solve and
@@ -52,6 +54,17 @@ def solver(batch_inner):
     return solve
 
 
+def shared_solver(batch_inner):
+    """One matrix (dl, d, du along the rows only) for every right-hand side: JAX's tridiagonal_solve
+    takes them as the columns of b (rows, systems) — the batch-inner layout; rows inner transposes."""
+    def solve(dl, d, du, b):
+        dl = dl.at[0].set(0.0)
+        du = du.at[-1].set(0.0)
+        x = jax.lax.linalg.tridiagonal_solve(dl, d, du, b if batch_inner else b.T)
+        return x if batch_inner else x.T
+    return solve
+
+
 def best_ms(f, *args, reps=5):
     out = f(*args)
     jax.block_until_ready(out)
@@ -70,6 +83,29 @@ def time_jax(batch_inner):
     loss = lambda dl, d, du, b: jnp.sum(w * solve(dl, d, du, b))
     return (best_ms(jax.jit(solve), *ops),
             best_ms(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3))), *ops))
+
+
+def time_jax_shared(batch_inner):
+    full = problem(False)
+    ops = (full[0][0], full[1][0], full[2][0], problem(batch_inner)[3])
+    solve = shared_solver(batch_inner)
+    w = ops[3]
+    loss = lambda dl, d, du, b: jnp.sum(w * solve(dl, d, du, b))
+    return (best_ms(jax.jit(solve), *ops),
+            best_ms(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3))), *ops))
+
+
+def time_tenax_shared(bench, batch_inner, threads):
+    b = int(batch_inner)
+    want = {f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/real_time": "solve",
+            f"BM_Tenax_GradientShared/batch_inner:{b}/real_time": "gradient"}
+    filt = f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/|BM_Tenax_GradientShared/batch_inner:{b}/"
+    out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
+                         check=True, capture_output=True, text=True).stdout
+    got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}
+    if len(got) != 2:
+        raise SystemExit(f"compare_jax_tridiagonal.py: {bench} lacks {filt}")
+    return got["solve"], got["gradient"]
 
 
 def time_tenax(bench, batch_inner, threads, gpu):
@@ -115,6 +151,15 @@ def main():
     for batch_inner in (False, True):
         js, jg = time_jax(batch_inner)
         ts, tg = time_tenax(args.bench, batch_inner, threads, args.gpu)
+        name = "batch inner" if batch_inner else "rows inner"
+        print(f"{name:>12} {'solve':>16} {js:>9.2f} {ts:>9.2f} {js / ts:>10.2f}", flush=True)
+        print(f"{name:>12} {'value + gradient':>16} {jg:>9.2f} {tg:>9.2f} {jg / tg:>10.2f}", flush=True)
+    if args.gpu:
+        return
+    print("one matrix shared by every system (its gradient summed over the systems):")
+    for batch_inner in (False, True):
+        js, jg = time_jax_shared(batch_inner)
+        ts, tg = time_tenax_shared(args.bench, batch_inner, threads)
         name = "batch inner" if batch_inner else "rows inner"
         print(f"{name:>12} {'solve':>16} {js:>9.2f} {ts:>9.2f} {js / ts:>10.2f}", flush=True)
         print(f"{name:>12} {'value + gradient':>16} {jg:>9.2f} {tg:>9.2f} {jg / tg:>10.2f}", flush=True)
