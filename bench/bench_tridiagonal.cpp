@@ -152,10 +152,10 @@ BENCHMARK(BM_Tenax_SolveF32)
 
 // ---- one matrix shared by every system (lower, diag, upper along the rows only) ----
 // The right-hand sides of the same problem, with the first system's matrix for all: the solve
-// reads rhs and writes x, 16 bytes per unknown. Baseline: LAPACK's answer to one matrix and many
-// right-hand sides, dgttrf once and dgttrs on all 100 000 columns at once (rows inner only: its
-// right-hand sides are columns); dgttrs solves in place, so each iteration first copies rhs into
-// x (the op's out-of-place contract; the copy moves 16 more bytes per unknown).
+// reads rhs and writes x, 16 bytes per unknown; Thomas, or pivoting (the LU's row swaps shared). Baseline:
+// LAPACK's answer to one matrix and many right-hand sides, dgttrf once and dgttrs on all 100 000 columns at
+// once (rows inner only: its right-hand sides are columns); dgttrs solves in place, so each iteration first
+// copies rhs into x (the op's out-of-place contract; the copy moves 16 more bytes per unknown).
 struct SharedMatrix {
   Tensor lower, diag, upper;
 };
@@ -171,15 +171,16 @@ void BM_Tenax_SolveShared(benchmark::State& state) {
   tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
   const Problem& p = problem(state.range(0) != 0);
   const SharedMatrix& m = shared_matrix();
+  const Tridiagonal alg = state.range(2) != 0 ? Tridiagonal::pivoting : Tridiagonal::thomas;
   for (auto _ : state) {
-    Tensor x = tridiagonal_solve(m.lower, m.diag, m.upper, p.rhs, "i");
+    Tensor x = tridiagonal_solve(m.lower, m.diag, m.upper, p.rhs, "i", alg);
     benchmark::DoNotOptimize(x.data_ptr());
   }
   report(state, 16.0);
 }
 BENCHMARK(BM_Tenax_SolveShared)
-    ->ArgsProduct({{0, 1}, thread_counts()})
-    ->ArgNames({"batch_inner", "threads"})
+    ->ArgsProduct({{0, 1}, thread_counts(), {0, 1}})
+    ->ArgNames({"batch_inner", "threads", "pivoting"})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

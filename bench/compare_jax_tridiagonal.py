@@ -97,9 +97,9 @@ def time_jax_shared(batch_inner):
 
 def time_tenax_shared(bench, batch_inner, threads):
     b = int(batch_inner)
-    want = {f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/real_time": "solve",
+    want = {f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/pivoting:0/real_time": "solve",
             f"BM_Tenax_GradientShared/batch_inner:{b}/real_time": "gradient"}
-    filt = f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/|BM_Tenax_GradientShared/batch_inner:{b}/"
+    filt = f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/pivoting:0/|BM_Tenax_GradientShared/batch_inner:{b}/"
     out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
                          check=True, capture_output=True, text=True).stdout
     got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}

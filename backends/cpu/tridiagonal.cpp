@@ -91,9 +91,11 @@ int64_t pivoting_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   return -1;
 }
 
-// One matrix for every system (no batch axis on lower, diag, upper), pivoting: LAPACK gttrf once,
-// then gttrs on the right-hand sides of kColumns systems at a time, gathered as the columns of a
-// contiguous block and scattered back to x. The bands, A^T's where a.transpose.
+// One matrix for every system (no batch axis on lower, diag, upper), pivoting: LAPACK gttrf once.
+// Then, where the right-hand sides lie in a layout SharedSolve takes, its vectorised solve with
+// the LU's factors (packed: L's row swaps are the same for every system, so its lanes stay in
+// step); otherwise gttrs on the right-hand sides of kColumns systems at a time, gathered as the
+// columns of a contiguous block and scattered back to x. The bands, A^T's where a.transpose.
 template <class T>
 struct PivotingShared {
   static constexpr int kColumns = 64;
@@ -126,7 +128,24 @@ struct PivotingShared {
     return info == 0 && std::all_of(d.begin(), d.end(), [](T v) { return std::isfinite(v); });
   }
 
-  // Systems [begin, end).
+  // The factors as SharedSolve reads them (5n values: L's multipliers, the swaps, 1 / U_ii, U's
+  // two superdiagonals; zero past the matrix).
+  std::vector<T> packed() const {
+    const auto un = static_cast<size_t>(n);
+    std::vector<T> f(5 * un, T(0));
+    for (size_t i = 0; i < un; ++i) {
+      if (i + 1 < un) {
+        f[i] = dl[i];
+        f[un + i] = ipiv[i] == static_cast<int>(i) + 2 ? T(1) : T(0);  // LAPACK's 1-based row i + 2
+        f[3 * un + i] = du[i];
+      }
+      f[2 * un + i] = T(1) / d[i];
+      if (i + 2 < un) f[4 * un + i] = du2[i];
+    }
+    return f;
+  }
+
+  // Systems [begin, end) through gttrs.
   void solve(const TridiagonalArgs& a, int64_t begin, int64_t end) const {
     std::vector<T> b(static_cast<size_t>(n) * kColumns);
     const T* rhs = in_ptr<T>(a, Op::rhs);
@@ -321,6 +340,14 @@ std::optional<int64_t> solve_shared(const TridiagonalArgs& a) {
   if (a.pivoting && !a.vjp && shared_matrix(a)) {
     PivotingShared<T> p;
     if (!p.factor(a)) return 0;
+    if (SharedSolve<T>::layout_of(a) != SharedSolve<T>::Layout::none) {
+      const std::vector<T> lu = p.packed();
+      const T* f = lu.data();
+      return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
+        shared_range_any<T>(a, f, begin, end, nullptr);
+        return int64_t{-1};
+      });
+    }
     return solve_in_blocks<T>(a, [&a, &p](int64_t begin, int64_t end) {
       p.solve(a, begin, end);
       return int64_t{-1};

@@ -95,7 +95,17 @@ class SharedSolve {
   }
 
   SharedSolve(const TridiagonalArgs& a, const T* factor, Scratch<T>& scratch)
-      : a_(a), n_(a.n), lo_(factor), inv_(factor + a.n), cp_(factor + 2 * a.n), layout_(layout_of(a)) {
+      : a_(a),
+        n_(a.n),
+        lo_(factor),
+        inv_(factor + a.n),
+        cp_(factor + 2 * a.n),
+        ml_(factor),
+        sw_(factor + a.n),
+        invd_(factor + 2 * a.n),
+        du_(factor + 3 * a.n),
+        du2_(factor + 4 * a.n),
+        layout_(layout_of(a)) {
     width_ = layout_ == Layout::rows ? kLanes : layout_ == Layout::adjacent ? adjacent_width() : 1;
     // t_: d', then x (or λ); with the reverse rule also the forward solution's rows (rows
     // layout) and the sums' vectors, 3 per row.
@@ -117,9 +127,9 @@ class SharedSolve {
     for (int64_t s = begin; s < end; s += width_) {
       const int count = static_cast<int>(std::min<int64_t>(width_, end - s));
       if (layout_ == Layout::rows)
-        solve_rows(s, count);
+        a_.pivoting ? solve_rows<true>(s, count) : solve_rows<false>(s, count);
       else if (layout_ == Layout::adjacent)
-        solve_adjacent(s, count);
+        a_.pivoting ? solve_adjacent<true>(s, count) : solve_adjacent<false>(s, count);
       else
         solve_one(s);
     }
@@ -140,6 +150,7 @@ class SharedSolve {
   // row-interleaved in t_ (row i, lane k at i * kLanes + k), x written out group by group in row
   // order (each lane's streamed stores then fill whole lines one after another). Missing lanes
   // of a partial block read the last system's rows and write nothing.
+  template <bool kLU>
   void solve_rows(int64_t s, int count) {
     const int64_t n = n_, whole = n / VS * VS;
     const T* r[kLanes];
@@ -149,8 +160,24 @@ class SharedSolve {
     V d[kGroups];
     for (V& v : d) v = V(T(0));
     auto forward = [&](int64_t i, int g, const V& rhs) {
-      d[g] = (rhs - V(lo_[i]) * d[g]) * V(inv_[i]);
-      d[g].store_aligned(t + i * kLanes + g * VS);
+      if constexpr (kLU) {  // d: row i - 1 as eliminated so far; y_{i-1} is final after this step
+        if (i == 0) {
+          d[g] = rhs;
+          return;
+        }
+        const V m(ml_[i - 1]);
+        T* y = t + (i - 1) * kLanes + g * VS;
+        if (sw_[i - 1] != T(0)) {
+          rhs.store_aligned(y);
+          d[g] = d[g] - m * rhs;
+        } else {
+          d[g].store_aligned(y);
+          d[g] = rhs - m * d[g];
+        }
+      } else {
+        d[g] = (rhs - V(lo_[i]) * d[g]) * V(inv_[i]);
+        d[g].store_aligned(t + i * kLanes + g * VS);
+      }
     };
     // The next block's right-hand sides fetched in address order, a few lines per row block, where
     // its systems lie (nearly) back to back: no hardware prefetcher follows kLanes streams a
@@ -181,14 +208,29 @@ class SharedSolve {
         for (int k = 0; k < VS; ++k) v[k] = r[g * VS + k][i];
         forward(i, g, V::load_aligned(v));
       }
-    V xn[kGroups];
+    V xn[kGroups], xnn[kGroups];
     for (V& v : xn) v = V(T(0));
-    for (int64_t i = n - 1; i >= 0; --i) {
-      const V c(cp_[i]);
-      for (int g = 0; g < kGroups; ++g) {
-        T* p = t + i * kLanes + g * VS;
-        xn[g] = V::load_aligned(p) - c * xn[g];
-        xn[g].store_aligned(p);
+    for (V& v : xnn) v = V(T(0));
+    if constexpr (kLU) {  // x_i = (y_i - du_i x_{i+1} - du2_i x_{i+2}) / U_ii (du, du2 zero past the end)
+      for (int g = 0; g < kGroups; ++g) d[g].store_aligned(t + (n - 1) * kLanes + g * VS);
+      for (int64_t i = n - 1; i >= 0; --i) {
+        const V u1(du_[i]), u2(du2_[i]), iv(invd_[i]);
+        for (int g = 0; g < kGroups; ++g) {
+          T* p = t + i * kLanes + g * VS;
+          const V xv = (V::load_aligned(p) - u1 * xn[g] - u2 * xnn[g]) * iv;
+          xv.store_aligned(p);
+          xnn[g] = xn[g];
+          xn[g] = xv;
+        }
+      }
+    } else {
+      for (int64_t i = n - 1; i >= 0; --i) {
+        const V c(cp_[i]);
+        for (int g = 0; g < kGroups; ++g) {
+          T* p = t + i * kLanes + g * VS;
+          xn[g] = V::load_aligned(p) - c * xn[g];
+          xn[g].store_aligned(p);
+        }
       }
     }
     if (a_.vjp) {
@@ -284,6 +326,7 @@ class SharedSolve {
   // vectors (the rows kAhead on prefetched a line at a time: rows lie a whole batch apart, where
   // the hardware prefetchers restart), d' in t_ (row i at i * width_); then x from the last row
   // up, streamed where aligned. The lanes past the last whole vector one by one.
+  template <bool kLU>
   void solve_adjacent(int64_t s, int count) {
     const int64_t n = n_, W = width_;
     const int64_t rs = a_.step[Op::rhs], xs = a_.step[Op::x];
@@ -299,6 +342,32 @@ class SharedSolve {
       if (i + kAhead < n)
         for (int w = 0; w < count; w += kPerLine) __builtin_prefetch(ri + kAhead * rs + w, 0, 3);
       T* ti = t + i * W;
+      if constexpr (kLU) {  // row i - 1 final after this step (L's row swaps), row i eliminated so far
+        if (i == 0) {
+          std::copy(ri, ri + count, ti);
+          continue;
+        }
+        T* prev = ti - W;
+        const T mi = ml_[i - 1];
+        const V m(mi);
+        if (sw_[i - 1] != T(0)) {
+          for (int v = 0; v < whole; v += VS) {
+            const V cv = V::load_aligned(prev + v), rv = V::load_unaligned(ri + v);
+            rv.store_aligned(prev + v);
+            (cv - m * rv).store_aligned(ti + v);
+          }
+          for (int w = whole; w < count; ++w) {
+            const T cv = prev[w];
+            prev[w] = ri[w];
+            ti[w] = cv - mi * ri[w];
+          }
+        } else {
+          for (int v = 0; v < whole; v += VS)
+            (V::load_unaligned(ri + v) - m * V::load_aligned(prev + v)).store_aligned(ti + v);
+          for (int w = whole; w < count; ++w) ti[w] = ri[w] - mi * prev[w];
+        }
+        continue;
+      }
       const V iv(inv_[i]);
       if (i == 0) {
         for (int v = 0; v < whole; v += VS) (V::load_unaligned(ri + v) * iv).store_aligned(ti + v);
@@ -313,14 +382,29 @@ class SharedSolve {
     }
     for (int64_t i = n - 1; i >= 0; --i) {
       T* ti = t + i * W;
-      const bool last = i + 1 == n;  // x_{n-1} = d'_{n-1}
-      const T* next = last ? ti : ti + W;
-      const T cs = last ? T(0) : cp_[i];
-      const V c(cs);
-      for (int v = 0; v < whole; v += VS)
-        (last ? V::load_aligned(ti + v) : V::load_aligned(ti + v) - c * V::load_aligned(next + v))
-            .store_aligned(ti + v);
-      for (int w = whole; w < count; ++w) ti[w] = last ? ti[w] : ti[w] - cs * next[w];
+      if constexpr (kLU) {  // x_i = (y_i - du_i x_{i+1} - du2_i x_{i+2}) / U_ii
+        const T* x1 = i + 1 < n ? ti + W : nullptr;
+        const T* x2 = i + 2 < n ? ti + 2 * W : nullptr;
+        const T u1 = du_[i], u2 = du2_[i], id = invd_[i];
+        const V vu1(u1), vu2(u2), viv(id);
+        for (int v = 0; v < whole; v += VS) {
+          V y = V::load_aligned(ti + v);
+          if (x1) y = y - vu1 * V::load_aligned(x1 + v);
+          if (x2) y = y - vu2 * V::load_aligned(x2 + v);
+          (y * viv).store_aligned(ti + v);
+        }
+        for (int w = whole; w < count; ++w)
+          ti[w] = (ti[w] - (x1 ? u1 * x1[w] : T(0)) - (x2 ? u2 * x2[w] : T(0))) * id;
+      } else {
+        const bool last = i + 1 == n;  // x_{n-1} = d'_{n-1}
+        const T* next = last ? ti : ti + W;
+        const T cs = last ? T(0) : cp_[i];
+        const V c(cs);
+        for (int v = 0; v < whole; v += VS)
+          (last ? V::load_aligned(ti + v) : V::load_aligned(ti + v) - c * V::load_aligned(next + v))
+              .store_aligned(ti + v);
+        for (int w = whole; w < count; ++w) ti[w] = last ? ti[w] : ti[w] - cs * next[w];
+      }
       if (!x) continue;
       T* xi = x + i * xs;
       for (int v = 0; v < whole; v += VS) {
@@ -331,7 +415,7 @@ class SharedSolve {
       }
       for (int w = whole; w < count; ++w) xi[w] = ti[w];
     }
-    if (a_.vjp) accumulate_adjacent(s, count);
+    if (a_.vjp) accumulate_adjacent(s, count);  // Thomas only: the op fuses no pivoting rule
   }
 
   // The fused reverse rule after solve_adjacent: λ in t_ (row i at i * width_). Row by row,
@@ -402,7 +486,12 @@ class SharedSolve {
 
   const TridiagonalArgs& a_;
   const int64_t n_;
+  // The factor (factor_shared), Thomas: row i's lower entry, 1 / pivot, c'. With a.pivoting the
+  // LU's instead (tridiagonal.cpp packs LAPACK gttrf's): L's multiplier of step i, whether step
+  // i swaps rows i and i + 1 (1 or 0), 1 / U_ii, U's first and second superdiagonals (zero past
+  // the matrix).
   const T *lo_, *inv_, *cp_;
+  const T *ml_, *sw_, *invd_, *du_, *du2_;
   const Layout layout_;
   int width_ = 0;
   T *t_ = nullptr, *tx_ = nullptr, *acc_ = nullptr;
