@@ -95,17 +95,22 @@ def time_jax_shared(batch_inner):
             best_ms(jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3))), *ops))
 
 
+def bench_ms(bench, want, filt):
+    """The benchmarks of `bench` matching `filt`, real time in milliseconds by want[name]."""
+    out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
+                         check=True, capture_output=True, text=True).stdout
+    got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}
+    if len(got) != len(want):
+        raise SystemExit(f"compare_jax_tridiagonal.py: {bench} lacks {filt}")
+    return got["solve"], got["gradient"]  # milliseconds (the benchmarks' unit)
+
+
 def time_tenax_shared(bench, batch_inner, threads):
     b = int(batch_inner)
     want = {f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/pivoting:0/real_time": "solve",
             f"BM_Tenax_GradientShared/batch_inner:{b}/real_time": "gradient"}
-    filt = f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/pivoting:0/|BM_Tenax_GradientShared/batch_inner:{b}/"
-    out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
-                         check=True, capture_output=True, text=True).stdout
-    got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}
-    if len(got) != 2:
-        raise SystemExit(f"compare_jax_tridiagonal.py: {bench} lacks {filt}")
-    return got["solve"], got["gradient"]
+    return bench_ms(bench, want,
+                    f"BM_Tenax_SolveShared/batch_inner:{b}/threads:{threads}/pivoting:0/|BM_Tenax_GradientShared/batch_inner:{b}/")
 
 
 def time_tenax(bench, batch_inner, threads, gpu):
@@ -113,17 +118,10 @@ def time_tenax(bench, batch_inner, threads, gpu):
     if gpu:
         want = {f"BM_Cuda_Solve/batch_inner:{b}/real_time": "solve",
                 f"BM_Cuda_Gradient/batch_inner:{b}/real_time": "gradient"}
-        filt = f"BM_Cuda_(Solve|Gradient)/batch_inner:{b}/"
-    else:
-        want = {f"BM_Tenax_Solve/batch_inner:{b}/threads:{threads}/real_time": "solve",
-                f"BM_Tenax_Gradient/batch_inner:{b}/threads:{threads}/real_time": "gradient"}
-        filt = f"BM_Tenax_(Solve|Gradient)/batch_inner:{b}/threads:{threads}/"
-    out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json", "--benchmark_min_time=1"],
-                         check=True, capture_output=True, text=True).stdout
-    got = {want[r["name"]]: r["real_time"] for r in json.loads(out)["benchmarks"] if r["name"] in want}
-    if len(got) != 2:
-        raise SystemExit(f"compare_jax_tridiagonal.py: {bench} lacks {filt}")
-    return got["solve"], got["gradient"]  # milliseconds (the benchmarks' unit)
+        return bench_ms(bench, want, f"BM_Cuda_(Solve|Gradient)/batch_inner:{b}/")
+    want = {f"BM_Tenax_Solve/batch_inner:{b}/threads:{threads}/real_time": "solve",
+            f"BM_Tenax_Gradient/batch_inner:{b}/threads:{threads}/real_time": "gradient"}
+    return bench_ms(bench, want, f"BM_Tenax_(Solve|Gradient)/batch_inner:{b}/threads:{threads}/")
 
 
 def main():

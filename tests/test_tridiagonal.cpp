@@ -62,6 +62,18 @@ std::vector<double> lapack_solve(const Systems& s) {
   return x;
 }
 
+// `count` systems that all have the matrix (lower, diag, upper) along "i" only, and the
+// right-hand sides of rhs (systems-major).
+Systems one_matrix_systems(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
+                           int64_t count) {
+  auto repeated = [count](const Tensor& t) {
+    std::vector<double> v = t.to_vector(), out;
+    for (int64_t c = 0; c < count; ++c) out.insert(out.end(), v.begin(), v.end());
+    return out;
+  };
+  return Systems{count, lower.size("i"), repeated(lower), repeated(diag), repeated(upper), rhs.to_vector()};
+}
+
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double m = 0;
@@ -278,13 +290,7 @@ TEST(Tridiagonal, OneSharedMatrixMatchesLapackInEveryLayoutAndShape) {
       const auto seed = static_cast<uint64_t>(1000 * n + cols);
       Tensor lower = uniform(row, seed, -1, 1), diag = uniform(row, seed + 1, 2.5, 3.5);
       Tensor upper = uniform(row, seed + 2, -1, 1), rhs = uniform(rows_inner, seed + 3, -1, 1);
-      auto repeated = [&](const Tensor& t) {
-        std::vector<double> v = t.to_vector(), out;
-        for (int64_t c = 0; c < cols; ++c) out.insert(out.end(), v.begin(), v.end());
-        return out;
-      };
-      const Systems s{cols, n, repeated(lower), repeated(diag), repeated(upper), rhs.to_vector()};
-      const std::vector<double> want = lapack_solve(s);
+      const std::vector<double> want = lapack_solve(one_matrix_systems(lower, diag, upper, rhs, cols));
       const std::string where = "n " + std::to_string(n) + " cols " + std::to_string(cols);
       auto check = [&](const Tensor& b, double tol, const std::string& what) {
         const Tensor x = tridiagonal_solve(lower, diag, upper, b, "i");
@@ -373,13 +379,7 @@ TEST(Tridiagonal, OneSharedMatrixWithPivotingMatchesPerSystemLapack) {
     Tensor diag = n == 1 ? full(row, 0.5)
                          : concat({zeros(Axes{{"i", 1}}), uniform(Axes{{"i", n - 1}}, seed + 2, -1, 1)}, "i");
     Tensor rhs = uniform(rows_inner, seed + 3, -1, 1);
-    auto repeated = [&](const Tensor& t) {
-      std::vector<double> v = t.to_vector(), out;
-      for (int64_t c = 0; c < m; ++c) out.insert(out.end(), v.begin(), v.end());
-      return out;
-    };
-    const Systems s{m, n, repeated(lower), repeated(diag), repeated(upper), rhs.to_vector()};
-    const std::vector<double> want = lapack_solve(s);
+    const std::vector<double> want = lapack_solve(one_matrix_systems(lower, diag, upper, rhs, m));
     const Tensor batch_inner = contiguous(transpose(rhs, {"i", "b"}));
     const Tensor sliced = slice(concat({zeros(Axes{{"b", m}, {"i", 1}}), rhs}, "i"), "i", 1, n + 1);
     for (const Tensor& b : {rhs, batch_inner, sliced, transpose(rhs, {"i", "b"})}) {
