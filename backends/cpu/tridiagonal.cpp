@@ -9,7 +9,8 @@
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
 // One matrix shared by every system (lower, diag and upper without a batch axis) is factored once
 // per call instead, each system then reading only its right-hand side (tridiagonal_shared.h).
-// Pivoting: LAPACK gtsv per system on contiguous copies. Blocks of systems run in parallel on
+// Pivoting: LAPACK gtsv per system on contiguous copies; a shared matrix through LAPACK gttrf once
+// and its LU applied by the shared kernel (PivotingShared). Blocks of systems run in parallel on
 // oneTBB. The Thomas panels live in tridiagonal_thomas.h (their loop over a range of systems in
 // tridiagonal_range.h), built for the baseline here and for
 // AVX2 + FMA in tridiagonal_avx2.cpp (rows-inner solves go there where the CPU has it);

@@ -146,7 +146,8 @@ class SharedSolve {
 
   // ---- each system's rows contiguous ----
   // Systems [s, s + count), count <= kLanes: blocks of VS rows loaded one vector per system and
-  // transposed in registers, the groups' recurrences interleaved row by row; d' and then x kept
+  // transposed in registers, the groups' recurrences interleaved row by row (kLU: the pivoting
+  // LU's, L with its row swaps then U); d' (L's y) and then x kept
   // row-interleaved in t_ (row i, lane k at i * kLanes + k), x written out group by group in row
   // order (each lane's streamed stores then fill whole lines one after another). Missing lanes
   // of a partial block read the last system's rows and write nothing.
@@ -324,8 +325,9 @@ class SharedSolve {
   // ---- systems adjacent in memory ----
   // Systems [s, s + count), count <= width_: row by row, each row of rhs loaded straight into
   // vectors (the rows kAhead on prefetched a line at a time: rows lie a whole batch apart, where
-  // the hardware prefetchers restart), d' in t_ (row i at i * width_); then x from the last row
-  // up, streamed where aligned. The lanes past the last whole vector one by one.
+  // the hardware prefetchers restart), d' in t_ (row i at i * width_; kLU: L's y, a row swap
+  // exchanging the carried row with the next input row); then x from the last row up, streamed
+  // where aligned. The lanes past the last whole vector one by one.
   template <bool kLU>
   void solve_adjacent(int64_t s, int count) {
     const int64_t n = n_, W = width_;
