@@ -60,8 +60,9 @@ class SharedSolve {
   // many recurrence chains are in flight (each row's is a multiply-add then a multiply). 8 systems
   // (AVX2: 2 groups of 4 doubles) measured best on the Zen 3: at 100 000 x 100, 1.25-1.32 ns per
   // unknown against 1.37-1.41 for 4 systems, 1.34-1.38 for 16 and 1.6 for 32 (in cache, 4 096
-  // systems: 0.80 against 1.2, 0.86 and 1.0).
-  static constexpr int kGroups = std::max(1, 8 / VS);
+  // systems: 0.80 against 1.2, 0.86 and 1.0). At least 2 groups: AVX2 float32 with one group of 8
+  // measured 1.11-1.15 against 0.90-0.98 with two (in cache 0.79 against 0.52).
+  static constexpr int kGroups = std::max(2, 8 / VS);
   static constexpr int kLanes = kGroups * VS;
   // Adjacent systems go as many at a time as keep d' within kWideScratch bytes (in L2).
   static constexpr int64_t kWideScratch = 400 << 10;
