@@ -21,8 +21,9 @@ int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64
 /// The same for float32, 8-wide.
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
 /// Systems [begin, end) of `a` that all share the matrix `factor` holds (tridiagonal_shared.h:
-/// 3n values from factor_shared), float64 and float32; with the fused reverse rule, the range's
-/// sums of the matrix's adjoints added into `sums` (SharedSolve::run), else null.
+/// factor_shared's 3n values, or with a.pivoting the 5n of the LU that tridiagonal.cpp packs),
+/// float64 and float32; with the fused reverse rule, the range's sums of the matrix's adjoints
+/// added into `sums` (SharedSolve::run), else null.
 void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, int64_t begin, int64_t end,
                        double* sums);
 void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end,
