@@ -192,10 +192,24 @@ class SharedSolve {
     const int64_t blocks = std::max<int64_t>(1, whole / VS);
     const int64_t per_block = (next_bytes / 64 + blocks) / blocks * 64;
     int64_t fetched = 0;
+    // The reverse rule reads this block's forward solution after the sweep: fetched meanwhile.
+    const char* xs = nullptr;
+    int64_t xs_bytes = 0, xs_fetched = 0, xs_per_block = 0;
+    if (a_.vjp && sums_) {
+      const SystemOffsets& xo = a_.vjp->off[TridiagonalArgs::Adjoints::solution];
+      if (!xo.table && xo.stride >= n && xo.stride <= 2 * n) {
+        xs = reinterpret_cast<const char*>(static_cast<const T*>(a_.vjp->x) + xo[s]);
+        xs_bytes = ((count - 1) * xo.stride + n) * static_cast<int64_t>(sizeof(T));
+        xs_per_block = (xs_bytes / 64 + blocks) / blocks * 64;
+      }
+    }
     for (int64_t i0 = 0; i0 < whole; i0 += VS) {
       if (fetch)
         for (int64_t e = fetched + per_block; fetched < e && fetched < next_bytes; fetched += 64)
           __builtin_prefetch(next + fetched, 0, 3);
+      if (xs)
+        for (int64_t e = xs_fetched + xs_per_block; xs_fetched < e && xs_fetched < xs_bytes; xs_fetched += 64)
+          __builtin_prefetch(xs + xs_fetched, 0, 3);
       V m[kGroups][VS];
       for (int g = 0; g < kGroups; ++g) {
         for (int k = 0; k < VS; ++k) m[g][k] = V::load_unaligned(r[g * VS + k] + i0);
