@@ -340,7 +340,20 @@ TEST(Tridiagonal, OneSharedMatrixDifferentiatesAndItsFailureNamesTheFirstSystem)
         return sum(w * testing::thomas_by_scan(a[0], a[1], a[2], a[3], "i"));
       };
       SCOPED_TRACE("layout " + std::to_string(layout) + " n " + std::to_string(n));
-      expect_same_gradients(grad(by_op, args), grad(by_scan, args));
+      const std::vector<Tensor> g = grad(by_op, args);
+      expect_same_gradients(g, grad(by_scan, args));
+      // float32 (the kernel's 8-float lanes) against the float64 gradient
+      std::vector<Tensor> args32;
+      for (const Tensor& t : args) args32.push_back(astype(t, DType::f32));
+      const Tensor w32 = astype(w, DType::f32);
+      const std::vector<Tensor> g32 = grad(
+          [&](const std::vector<Tensor>& a) {
+            return sum(w32 * tridiagonal_solve(a[0], a[1], a[2], a[3], "i"));
+          },
+          args32);
+      for (int k = 0; k < 4; ++k)
+        EXPECT_LT(max_rel_diff(astype(g32[k], DType::f64).to_vector(), g[k].to_vector()), 1e-3)
+            << "f32, input " << k;
       const std::vector<Tensor> sym{args[0], args[1], args[3]};
       expect_same_gradients(grad(
                                 [&](const std::vector<Tensor>& a) {
@@ -386,6 +399,12 @@ TEST(Tridiagonal, OneSharedMatrixWithPivotingMatchesPerSystemLapack) {
       const Tensor x = tridiagonal_solve(lower, diag, upper, b, "i", Tridiagonal::pivoting);
       EXPECT_LT(max_rel_diff(contiguous(transpose(x, {"b", "i"})).to_vector(), want), 1e-11)
           << "n " << n << " " << b.axes().describe();
+      auto f32 = [](const Tensor& t) { return astype(t, DType::f32); };  // LAPACK sgttrf's LU
+      const Tensor x32 =
+          tridiagonal_solve(f32(lower), f32(diag), f32(upper), f32(b), "i", Tridiagonal::pivoting);
+      EXPECT_LT(max_rel_diff(contiguous(transpose(astype(x32, DType::f64), {"b", "i"})).to_vector(), want),
+                1e-3)
+          << "f32, n " << n << " " << b.axes().describe();
     }
     if (n > 1) {  // Thomas cannot
       EXPECT_THROW((void)tridiagonal_solve(lower, diag, upper, rhs, "i"), NumericError);
