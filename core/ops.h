@@ -104,7 +104,12 @@ enum class Tridiagonal : int { thomas = 0, pivoting = 1 };
 /// layout stored at full length, lower[0] and upper[n-1] lie outside the matrix and are ignored
 /// (their gradients are zero). x takes rhs's axis order. A zero or non-finite pivot raises
 /// NumericError naming the system's batch index. The gradient solves one system with A^T and
-/// stores nothing but x (implicit function theorem).
+/// stores nothing but x (implicit function theorem). Where lower, diag and upper have no batch
+/// axis (one matrix for every system), the CPU factors that matrix once per call — either
+/// algorithm — and each system reads only its right-hand side, several times faster than the
+/// same matrix repeated per system: keep a shared matrix shared (do not broadcast it into a
+/// per-system tensor first). A failed pivot of a shared matrix fails every system; the error
+/// names the first.
 Tensor tridiagonal_solve(const Tensor& lower, const Tensor& diag, const Tensor& upper, const Tensor& rhs,
                          Name over, Tridiagonal algorithm = Tridiagonal::thomas);
 
