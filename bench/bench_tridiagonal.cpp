@@ -10,8 +10,8 @@
 // (the same thread counts); and the rows-inner operands merely read, in the sweep's order and in
 // address order (what that layout costs the memory system). Every solve reports bytes_per_second
 // counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown
-// (20 in float32); the solve and the gradient also report the allocator's peak beyond the inputs
-// (peak_MiB).
+// (20 in float32, 16 with one shared matrix); the solve and the gradient also report the
+// allocator's peak beyond the inputs (peak_MiB).
 #include <benchmark/benchmark.h>
 
 #include <tbb/global_control.h>
