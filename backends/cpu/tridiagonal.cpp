@@ -113,7 +113,7 @@ struct PivotingShared {
     du.assign(un, T(0));
     du2.assign(un, T(0));
     ipiv.assign(un, 0);
-    auto at = [&a](int o, int64_t i) { return in_ptr<T>(a, o)[a.off[o][0] + i * a.step[o]]; };
+    auto at = [&a](int o, int64_t i) { return shared_at<T>(a, o, i); };
     for (int64_t i = 0; i < n; ++i) {
       d[size_t(i)] = at(Op::diag, i);
       if (i + 1 < n) {  // gttrf's DL holds A(i+1, i), its DU holds A(i, i+1)
@@ -321,13 +321,12 @@ void shared_vjp(const TridiagonalArgs& a, const T* f) {
     const int64_t step = j.step[k];
     const T* sum = partial.data() + (k - S::adj_lower) * n;
     const bool assign = j.assign[k - 1];
-    for (int64_t i = 0; i < n; ++i) {
-      const bool outside = (k == S::adj_lower && i == 0) || (k == S::adj_upper && i + 1 == n);
-      if (outside && assign)
-        dst[i * step] = T(0);
-      else if (!outside)
-        dst[i * step] = assign ? -sum[i] : dst[i * step] - sum[i];
-    }
+    // lower̄ from row 1, upper̄ up to row n - 2; the entry outside the matrix zero when written.
+    const int64_t lo = k == S::adj_lower ? 1 : 0, hi = k == S::adj_upper ? n - 1 : n;
+    if (assign && lo == 1) dst[0] = T(0);
+    if (assign && hi == n - 1) dst[(n - 1) * step] = T(0);
+    if (hi > lo)
+      write_or_add(dst + lo * step, hi - lo, step, assign, [&](int64_t i) { return -sum[lo + i]; });
   }
 }
 
@@ -338,32 +337,28 @@ void shared_vjp(const TridiagonalArgs& a, const T* f) {
 // 0 where a pivot fails (every system does); nullopt: not such a call.
 template <class T>
 std::optional<int64_t> solve_shared(const TridiagonalArgs& a) {
-  if (a.pivoting && !a.vjp && shared_matrix(a)) {
+  if (!shared_matrix(a)) return std::nullopt;
+  const bool layout = SharedSolve<T>::layout_of(a) != SharedSolve<T>::Layout::none;
+  std::vector<T> factor;
+  if (a.pivoting) {  // the op fuses no pivoting reverse rule: a.vjp is null
     PivotingShared<T> p;
     if (!p.factor(a)) return 0;
-    if (SharedSolve<T>::layout_of(a) != SharedSolve<T>::Layout::none) {
-      const std::vector<T> lu = p.packed();
-      const T* f = lu.data();
-      return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
-        shared_range_any<T>(a, f, begin, end, nullptr);
+    if (!layout)
+      return solve_in_blocks<T>(a, [&a, &p](int64_t begin, int64_t end) {
+        p.solve(a, begin, end);
         return int64_t{-1};
       });
+    factor = p.packed();
+  } else {
+    if (!a.vjp && !layout) return std::nullopt;
+    factor.resize(static_cast<size_t>(3 * a.n));
+    if (!factor_shared<T>(a, factor.data())) return 0;
+    if (a.vjp) {
+      shared_vjp<T>(a, factor.data());
+      return -1;
     }
-    return solve_in_blocks<T>(a, [&a, &p](int64_t begin, int64_t end) {
-      p.solve(a, begin, end);
-      return int64_t{-1};
-    });
   }
-  if (a.pivoting || !shared_matrix(a) ||
-      (!a.vjp && SharedSolve<T>::layout_of(a) == SharedSolve<T>::Layout::none))
-    return std::nullopt;
-  std::vector<T> factor(static_cast<size_t>(3 * a.n));
-  if (!factor_shared<T>(a, factor.data())) return 0;
   const T* f = factor.data();
-  if (a.vjp) {
-    shared_vjp<T>(a, f);
-    return -1;
-  }
   return solve_in_blocks<T>(a, [&a, f](int64_t begin, int64_t end) {
     shared_range_any<T>(a, f, begin, end, nullptr);
     return int64_t{-1};

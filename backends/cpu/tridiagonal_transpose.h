@@ -69,9 +69,10 @@ inline void transpose_block(V (&m)[VS]) {
 // One group of a row-interleaved panel (row i, lane k at src[i * P + k]) out to one contiguous
 // row per lane: row i of lane k (< real) to row(k)[i]. With kBlocks, blocks of VS rows go through
 // transpose_block, each lane's vector stored by put(address, vector); the rows past the last whole
-// block (all of them without kBlocks) one by one.
-template <class T, class V, bool kBlocks, class Row, class Put>
-inline void interleaved_to_rows(const T* src, int64_t P, int64_t n, int real, Row row, Put put) {
+// block (all of them without kBlocks) one by one, by put_one(element, value).
+template <class T, class V, bool kBlocks, class Row, class Put, class PutOne>
+inline void interleaved_to_rows(const T* src, int64_t P, int64_t n, int real, Row row, Put put,
+                                PutOne put_one) {
   constexpr int VS = static_cast<int>(V::size);
   int64_t i0 = 0;
   if constexpr (kBlocks) {
@@ -83,7 +84,12 @@ inline void interleaved_to_rows(const T* src, int64_t P, int64_t n, int real, Ro
     }
   }
   for (; i0 < n; ++i0)
-    for (int k = 0; k < real; ++k) row(k)[i0] = src[i0 * P + k];
+    for (int k = 0; k < real; ++k) put_one(row(k)[i0], src[i0 * P + k]);
+}
+// The same, the rows past the last whole block assigned.
+template <class T, class V, bool kBlocks, class Row, class Put>
+inline void interleaved_to_rows(const T* src, int64_t P, int64_t n, int real, Row row, Put put) {
+  interleaved_to_rows<T, V, kBlocks>(src, P, n, real, row, put, [](T& e, T v) { e = v; });
 }
 
 }  // namespace
