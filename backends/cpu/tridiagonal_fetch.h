@@ -8,7 +8,11 @@
 // reading the operands in that order took ~50 ms against ~26-30 ms for the same bytes in address
 // order. So while a panel is eliminated, the next panel's operands are prefetched in address
 // order, system after system, a few lines per step (spread so the last comes by the end of the
-// forward sweep); the lanes' prefetches then find them in the caches.
+// forward sweep); the lanes' prefetches then find them in the caches. Where every operand's next
+// systems are one run of the same length (back to back, the usual (sys, i) tensors), one offset
+// walks all runs (step_runs): the general cursors' bookkeeping took as many instructions per step
+// as the prefetches themselves, and the solve measured 13% faster without it (bench/RESULTS.md,
+// session 38).
 #include <algorithm>
 #include <cstdint>
 
@@ -46,12 +50,29 @@ class NextPanelFetch {
     }
     // Spread evenly (fetched faster, measured no better).
     lines_ = static_cast<int>((lines + steps - 1) / steps);
+    // Every fetched operand one run of the same number of lines (systems back to back, the same
+    // alignment): one offset walks them all (step_runs).
+    runs_ = 0;
+    bool same = true;
+    for (int o = 0; o < kOperands && same; ++o) {
+      const Cursor& c = cursor_[o];
+      if (!rows[o]) continue;
+      same = c.at && c.w + 1 >= count_ && (runs_ == 0 || c.last - c.at == span_);
+      span_ = c.last - c.at;
+      run_[runs_++] = c.at;
+    }
+    if (!same) runs_ = 0;
+    done_ = 0;
   }
 
   [[nodiscard]] bool active() const { return active_; }
 
   // The next few lines of every operand planned.
   void step() {
+    if (runs_ > 0) {
+      step_runs();
+      return;
+    }
     for (int o = 0; o < kOperands; ++o) {
       Cursor& c = cursor_[o];
       for (int64_t t = lines_; t > 0 && c.at;) {
@@ -91,12 +112,25 @@ class NextPanelFetch {
     c.w = w + static_cast<int>(rows) - 1;
   }
 
+  // step() where every operand is one run of span_ bytes (plus a line): lines [done_, done_ +
+  // lines_) of each, then none once past the span.
+  void step_runs() {
+    const uintptr_t end = std::min<uintptr_t>(done_ + lines_ * kLine, span_ + kLine);
+    for (int r = 0; r < runs_; ++r)
+      for (uintptr_t at = done_; at < end; at += kLine)
+        __builtin_prefetch(reinterpret_cast<const T*>(run_[r] + at), 0, 3);
+    done_ = end;
+  }
+
   const Args* a_ = nullptr;
   int64_t first_ = 0;
   int count_ = 0;
   Cursor cursor_[kOperands];
   int lines_ = 0;  // per operand and step
   bool active_ = false;
+  int runs_ = 0;                   // step_runs: the operands' runs (0: not that case)
+  uintptr_t run_[kOperands] = {};  // each run's first line
+  uintptr_t span_ = 0, done_ = 0;  // bytes from a run's first line to its last; fetched so far
 };
 
 }  // namespace

@@ -43,7 +43,11 @@ int64_t thomas_range(const TridiagonalArgs& a, int64_t begin, int64_t end, bool 
   ThomasPanel<T> panel(a, width, scratch);
   for (int64_t s = begin; s < end; s += width) {
     int count = static_cast<int>(std::min<int64_t>(width, end - s));
-    if (fetch) panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(end - s - width, 0, width)));
+    // The next panel even past this range's end: with one thread the next range is this
+    // thread's next (one panel in ~30 started cold before); with more, at worst
+    // one panel per range is fetched for another thread.
+    if (fetch)
+      panel.expect_next(s + width, static_cast<int>(std::clamp<int64_t>(a.systems - s - width, 0, width)));
     // A wide panel's ragged tail (not whole vectors) goes through a narrow, tiled panel of its
     // own: tiles as wide as the wide panel would not fit any cache.
     if (count % VS != 0 && width > ThomasPanel<T>::kNarrow) {
