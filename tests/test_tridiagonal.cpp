@@ -278,6 +278,31 @@ TEST(Tridiagonal, OneMatrixManyRightHandSidesAndConstantRowsBroadcastByName) {
             tridiagonal_solve(lower, diag, upper, rhs_rows, "i").to_vector());
 }
 
+// A matrix shared in part: the lower diagonal along the rows only (one row for every system), the
+// others per system. The panels read that operand as one broadcast row and the others as runs of
+// adjacent systems (batch inner) or lanes of contiguous rows (rows inner): full panels, a ragged
+// one, a single system; against LAPACK on the explicit systems.
+TEST(Tridiagonal, PartlySharedMatrixReadsTheSharedRowForEverySystem) {
+  for (int64_t count : {int64_t{1}, int64_t{33}, int64_t{70}}) {
+    const int64_t n = 13;
+    Systems s = random_systems(count, n, 41);
+    const Tensor lower = uniform(Axes{{"i", n}}, 42, -1, 1);
+    const std::vector<double> lv = lower.to_vector();
+    for (int64_t b = 0; b < count; ++b) std::copy(lv.begin(), lv.end(), s.lower.begin() + b * n);
+    const std::vector<double> want = lapack_solve(s);
+    const Axes rows_inner{{"sys", count}, {"i", n}};
+    for (bool batch_inner : {false, true}) {
+      auto t = [&](const std::vector<double>& v) {
+        Tensor r = tensor(v, rows_inner);
+        return batch_inner ? contiguous(transpose(r, {"i", "sys"})) : r;
+      };
+      const Tensor x = tridiagonal_solve(lower, t(s.diag), t(s.upper), t(s.rhs), "i");
+      const std::vector<double> got = contiguous(transpose(x, {"sys", "i"})).to_vector();
+      EXPECT_LT(max_rel_diff(got, want), 1e-13) << "systems " << count << " batch_inner " << batch_inner;
+    }
+  }
+}
+
 // One matrix shared by every system (lower, diag and upper along the rows only) is factored once
 // (backends/cpu/tridiagonal_shared.h). Against LAPACK on the explicit systems: row counts around
 // the register transposes' blocks, system counts around the 16-system groups and across tasks,

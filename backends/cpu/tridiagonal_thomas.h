@@ -347,6 +347,7 @@ class ThomasPanel {
   // systems back to back, n apart (lane w at lane 0 + w n).
   [[nodiscard]] bool back_to_back(int o, int count) const {
     if (count != kRows || P_ != kRows || mode_[o] != Mode::rows) return false;
+    if (!a_.off[o].table) return a_.off[o].stride == n_;
     for (int w = 1; w < count; ++w)
       if (lane_[o][w] != lane_[o][0] + w * n_) return false;
     return true;
@@ -687,9 +688,14 @@ class ThomasPanel {
       const SystemOffsets off = a_.off[o] + first;
       base_[o] = (o == Op::x ? static_cast<const T*>(a_.out) : in_ptr<T>(a_, o)) + off[0];
       bool unit = count % VS == 0, same = true;
-      for (int w = 1; w < count; ++w) {
-        unit = unit && off[w] == off[0] + w;
-        same = same && off[w] == off[0];
+      if (!off.table) {  // located by a stride: no need to look at each system
+        unit = unit && (count < 2 || off.stride == 1);
+        same = count < 2 || off.stride == 0;
+      } else {
+        for (int w = 1; w < count; ++w) {
+          unit = unit && off[w] == off[0] + w;
+          same = same && off[w] == off[0];
+        }
       }
       mode_[o] = unit ? Mode::unit : (same && o != Op::x) ? Mode::broadcast : Mode::tile;
       tiles = tiles || mode_[o] == Mode::tile;
