@@ -11,8 +11,8 @@
 // forward sweep); the lanes' prefetches then find them in the caches. Where every operand's next
 // systems are one run of the same length (back to back, the usual (sys, i) tensors), one offset
 // walks all runs (step_runs): the general cursors' bookkeeping took as many instructions per step
-// as the prefetches themselves, and the solve measured 13% faster without it (bench/RESULTS.md,
-// session 38).
+// as the prefetches themselves (without it the library came 6-13% closer to a replica of the
+// panel loop in the same process; bench/RESULTS.md, session 38).
 #include <algorithm>
 #include <cstdint>
 
