@@ -65,6 +65,9 @@ struct ScanRun final : detail::CustomNode {
   int64_t steps = 0;
   ScanOptions opt;
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
+  // Per carry: its checkpoints are a view of an output's stacked buffer (see shared_checkpoints),
+  // which the forward pass fills through that output, so they are not copied again.
+  std::vector<char> ck_in_ys;
   bool bisection = false;           // memory_budget below all carries: recursive bisection
   // A call through a ScanCache: the entry its program goes back into when this run is done (once
   // its forward pass completed), and the cache.
@@ -103,10 +106,13 @@ struct ScanRun final : detail::CustomNode {
   struct CarrySlots {
     std::vector<detail::SliceCopy> load, store;
     CarrySlots() = default;
-    CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry) {
+    // `no_store` (per carry, optional): carries whose slots are written elsewhere (no store copy).
+    CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
+               const std::vector<char>* no_store = nullptr) {
       for (size_t k = 0; k < carry.size(); ++k) {
         load.emplace_back(carry[k], slots[k], kCheckpointAxis, true, false);
-        store.emplace_back(carry[k], slots[k], kCheckpointAxis, false, false);
+        if (!no_store || !(*no_store)[k])
+          store.emplace_back(carry[k], slots[k], kCheckpointAxis, false, false);
       }
     }
     void to_carry(int64_t i) {
@@ -503,6 +509,37 @@ std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const st
   return e;
 }
 
+// Where a carry's new value is also an output (the same variable of the plan: a simulation that
+// returns its state every step), its checkpoint at step s > 0 is output s - 1: one buffer of
+// steps + 1 slots holds the initial carry then the outputs; the output is a view of slots 1..steps,
+// the checkpoints (every k-th carry) a view of slots 0, k, 2k, ... So the forward pass stores
+// each such carry once, not twice, and the tape keeps no second copy. Forward scans on the host
+// only (a reverse scan stores its outputs from the end). Fills ys_pre[j] for the outputs that
+// back a carry and returns per carry its checkpoint tensor (undefined: a buffer of its own).
+std::vector<Tensor> shared_checkpoints(const ScanPlan& plan, const std::vector<Tensor>& init, Name over,
+                                       int64_t steps, int64_t k, bool reverse, std::vector<Tensor>& ys_pre) {
+  std::vector<Tensor> ck(init.size());
+  ys_pre.assign(plan.y_out().size(), Tensor());
+  if (reverse) return ck;
+  detail::PauseRecording pause;
+  const int64_t n_ck = (steps + k - 1) / k;
+  for (size_t c = 0; c < init.size(); ++c) {
+    const int32_t v = plan.carry_out()[c].var;
+    if (v < 0 || init[c].device().kind != Device::Kind::cpu) continue;
+    for (size_t j = 0; j < plan.y_out().size(); ++j) {
+      if (plan.y_out()[j].var != v || ys_pre[j].defined()) continue;
+      const detail::PlanVar& var = plan.var(v);
+      Axes ax{{over, steps + 1}};
+      for (int i = 0; i < var.axes.rank(); ++i) ax.push_back(var.axes[i]);
+      const Tensor buf = empty(ax, var.dtype, init[c].device());
+      ys_pre[j] = slice(buf, over, 1, steps + 1);
+      ck[c] = rename(slice(buf, over, 0, (n_ck - 1) * k + 1, k), over, kCheckpointAxis);
+      break;
+    }
+  }
+  return ck;
+}
+
 ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
                      Name over, const ScanOptions& options, const std::vector<Tensor>* captures,
                      const std::shared_ptr<detail::ScanCache>* cache) {
@@ -540,7 +577,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
   const bool replay_all = run->program != nullptr;
 
   std::vector<Tensor> carry = init, next, y;
-  std::vector<Tensor> ys;
+  std::vector<Tensor> ys, ys_pre;  // ys_pre: outputs whose buffer holds a carry's checkpoints too
   auto x_at = [&](int64_t s) {
     std::vector<Tensor> x;
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
@@ -549,6 +586,10 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
   auto store_y = [&](const std::vector<Tensor>& yt, int64_t s) {
     if (s == 0)
       for (const Tensor& t : yt) {
+        if (ys.size() < ys_pre.size() && ys_pre[ys.size()].defined()) {
+          ys.push_back(ys_pre[ys.size()]);
+          continue;
+        }
         Axes ax{{over, steps}};
         for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
         ys.push_back(empty(ax, t.dtype(), t.device()));
@@ -603,10 +644,15 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
     } else {
       if (options.memory_budget > 0) run->opt.checkpoint_every = 1;
       const int64_t n_ck = (steps + run->opt.checkpoint_every - 1) / run->opt.checkpoint_every;
-      for (const Tensor& t : init_w) {
+      run->checkpoints = shared_checkpoints(*run->plan, init_w, over, steps, run->opt.checkpoint_every,
+                                            options.reverse, ys_pre);
+      for (size_t c = 0; c < init_w.size(); ++c) {
+        run->ck_in_ys.push_back(run->checkpoints[c].defined() ? 1 : 0);
+        if (run->checkpoints[c].defined()) continue;
+        const Tensor& t = init_w[c];
         Axes ax{{kCheckpointAxis, n_ck}};
         for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
-        run->checkpoints.push_back(empty(ax, t.dtype(), t.device()));
+        run->checkpoints[c] = empty(ax, t.dtype(), t.device());
       }
     }
   }
@@ -651,23 +697,30 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
       p.set_carry(carry);
       const bool store_ck = record && !run->bisection;
       const int64_t k = run->opt.checkpoint_every;
-      ScanRun::CarrySlots ck;
-      if (store_ck) ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
+      // ck stores every carry (step 0); ck_new not those an output's store fills (steps > 0).
+      ScanRun::CarrySlots ck, ck_new;
+      if (store_ck) {
+        ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
+        ck_new = ScanRun::CarrySlots(run->checkpoints, p.carry(), &run->ck_in_ys);
+      }
       std::vector<detail::SliceCopy> y_store;
       bool keep = false;
       for (int64_t s = first; s < steps; ++s) {
         if (s == first + 1) {
-          if (run->fused_forward(ck, store_ck, y_store, s)) break;
+          if (run->fused_forward(ck_new, store_ck, y_store, s)) break;
           // Steps that do not fuse (more than single elements): with every carry stored, the
           // reverse pass reads each step's intermediates instead of recomputing the step, where
           // they fit the budget (ScanOptions::residual_budget).
           keep = store_ck && k == 1 && p.keep_residuals(residual_budget);
         }
-        if (store_ck && s % k == 0 && !keep) ck.from_carry(s / k);  // a kept step keeps its carry
+        if (store_ck && s % k == 0 && !keep)
+          (s == 0 ? ck : ck_new).from_carry(s / k);  // a kept step keeps its carry
         p.forward(s);
         if (s == first) {
           for (size_t j = 0; j < run->plan->y_out().size(); ++j) {
-            if (replay_all) {
+            if (replay_all && j < ys_pre.size() && ys_pre[j].defined()) {
+              ys.push_back(ys_pre[j]);
+            } else if (replay_all) {
               const Tensor& t = p.y(j);
               Axes ax{{over, steps}};
               for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);

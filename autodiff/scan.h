@@ -39,7 +39,10 @@ struct ScanOptions {
 
 struct ScanResult {
   std::vector<Tensor> carry;  ///< the final carry
-  std::vector<Tensor> ys;     ///< the per-step outputs stacked along `over` (outermost axis)
+  /// The per-step outputs stacked along `over` (outermost axis). An output that is also the new
+  /// carry (a state returned every step) is a view into a buffer the reverse pass reads its
+  /// checkpoints from (forward scans on the host): do not write into it before the gradient.
+  std::vector<Tensor> ys;
 };
 
 /// Runs body over the axis `over` of every tensor of `xs` (through strided views: any axis,

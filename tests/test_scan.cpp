@@ -220,6 +220,58 @@ TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries)
     }
 }
 
+TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
+  // A simulation that returns its new state each step (y_t = carry_{t+1}, as examples/diffusion
+  // does): the stacked output and the carry's checkpoints share one buffer (autodiff/scan.cpp,
+  // shared_checkpoints). Gradients against the unrolled loop under schedules whose checkpoints
+  // do and do not divide the steps, forwards and in reverse (a buffer of its own there), with a
+  // second carry that is not an output and a second output that is not a carry; vector carries
+  // (compiled steps) and scalar ones (fused loops).
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = tanh(c[0] * 0.8 + c[1] * x[0]);
+    Tensor other = c[1] * 0.9 + sum(next) * 0.1;
+    return std::make_pair(std::vector<Tensor>{next, other}, std::vector<Tensor>{sum(next * next), next});
+  };
+  for (int64_t width : {int64_t{5}, int64_t{0}}) {
+    const Axes j = width ? Axes{{"j", width}} : Axes{};
+    const Axes tj = width ? Axes{{"t", 10}, {"j", width}} : Axes{{"t", 10}};
+    std::vector<Tensor> init{randn(j, 21) * 0.5, randn(j, 22) * 0.5};
+    Tensor xs = randn(tj, 23) * 0.5;
+    for (int64_t k : {1, 3, 7})
+      for (bool rev : {false, true}) {
+        ScanOptions o;
+        o.checkpoint_every = k;
+        o.reverse = rev;
+        SCOPED_TRACE("width=" + std::to_string(width));
+        expect_scan_matches_unrolled(body, init, xs, o);
+      }
+  }
+  // The forward pass on a tape allocates the stacked state and its checkpoints once: 200 steps of
+  // a 128 KB state take 26 MB for both, and the other carry's checkpoints 26 MB: 52 MB and the
+  // step's own buffers, not 79 MB (no intermediates kept: residual_budget 0; blocks this large
+  // are rounded to 2 MiB, not to a power of two).
+  const int64_t steps = 200, n = 16384;
+  std::vector<Tensor> init{randn(Axes{{"j", n}}, 24) * 0.5, randn(Axes{{"j", n}}, 25) * 0.5};
+  Tensor xs = randn(Axes{{"t", steps}, {"j", n}}, 26) * 0.5;
+  Tape tape;
+  std::vector<Tensor> a{tape.watch(init[0]), tape.watch(init[1]), tape.watch(xs)};
+  const int64_t before = allocator_stats().bytes_in_use;
+  ScanOptions none_kept;
+  none_kept.residual_budget = 0;
+  ScanResult r = scan(body, {a[0], a[1]}, {a[2]}, "t", none_kept);
+  const int64_t state_bytes = n * 8 * steps;
+  EXPECT_LT(allocator_stats().bytes_in_use - before, state_bytes * 5 / 2);
+  EXPECT_EQ(r.ys[1].axes().describe(), "(t=200, j=16384)");
+  // The output holds the states after each step (the checkpoint buffer's slot 0, init, is not in it).
+  Tensor c0 = init[0], c1 = init[1];
+  for (int64_t s = 0; s < 3; ++s) {
+    auto [next, y] = body({c0, c1}, {select(xs, "t", s)});
+    EXPECT_EQ(select(r.ys[1], "t", s).to_vector(), next[0].to_vector()) << "step " << s;
+    c0 = next[0];
+    c1 = next[1];
+  }
+}
+
 TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {
   // The adjoint of an intermediate handed on as a carry is that carry's cotangent buffer itself
   // (StepProgram::backward): one intermediate handed on twice and also an output, used again in
