@@ -7,7 +7,8 @@
 // cuSPARSE path; the loss sum(w * x) and its value and gradient w.r.t. all four inputs (fresh
 // adjoint buffers every iteration, as a user's loop gets them); the reverse pass alone (the
 // pullback for a given cotangent) and with the solve; and the roofline: a STREAM triad's bandwidth
-// (the same thread counts); and the rows-inner operands merely read, in the sweep's order and in
+// (the same thread counts), and the solve's fraction of it measured in pairs (triad, then solve,
+// per iteration); and the rows-inner operands merely read, in the sweep's order and in
 // address order (what that layout costs the memory system). Every solve reports bytes_per_second
 // counting the bytes the algorithm must move: 4 inputs read + x written = 40 bytes per unknown
 // (20 in float32, 16 with one shared matrix); the solve and the gradient also report the
@@ -20,7 +21,9 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <numeric>
 #include <vector>
 
 #include <xsimd/xsimd.hpp>
@@ -90,18 +93,25 @@ std::vector<int64_t> thread_counts() {
 }
 
 // ---- the roofline: STREAM triad a = b + s c over 3 x 80 MB, 24 bytes per element ----
-void BM_Triad(benchmark::State& state) {
-  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
-  const int64_t n = kUnknowns;
-  std::vector<double> a(size_t(n), 0.0), b(size_t(n), 1.0), c(size_t(n), 2.0);
-  for (auto _ : state) {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1 << 16), [&](const tbb::blocked_range<int64_t>& r) {
-      for (int64_t k = r.begin(); k < r.end(); ++k) a[size_t(k)] = b[size_t(k)] + 3.0 * c[size_t(k)];
-    });
+struct Triad {
+  std::vector<double> a, b, c;
+  Triad() : a(size_t(kUnknowns), 0.0), b(size_t(kUnknowns), 1.0), c(size_t(kUnknowns), 2.0) {}
+  void run() {
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, kUnknowns, 1 << 16),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        for (int64_t k = r.begin(); k < r.end(); ++k)
+                          a[size_t(k)] = b[size_t(k)] + 3.0 * c[size_t(k)];
+                      });
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * n * 24);
+};
+
+void BM_Triad(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  Triad t;
+  for (auto _ : state) t.run();
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kUnknowns * 24);
 }
 BENCHMARK(BM_Triad)->ArgsProduct({{0}, thread_counts()})->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -119,6 +129,43 @@ void BM_Tenax_Solve(benchmark::State& state) {
   report_peak(state, base);
 }
 BENCHMARK(BM_Tenax_Solve)
+    ->ArgsProduct({{0, 1}, thread_counts()})
+    ->ArgNames({"batch_inner", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The solve's fraction of the roofline measured in pairs: each iteration runs the triad, then the
+// solve, so both see the same machine (a shared VM's neighbours slow both alike, where separate
+// benchmarks may catch different stretches). Counters: the median and the quartiles over the
+// iterations of (the solve's 40 bytes per unknown at the triad's bandwidth) / (the solve's time),
+// in %. Between the two (untimed), 64 MB are read, so the triad's dirty lines are written back
+// before the solve starts, not during it.
+void BM_Tenax_SolveRoofline(benchmark::State& state) {
+  tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads_of(state));
+  const Problem& p = problem(state.range(0) != 0);
+  Triad t;
+  std::vector<double> pct, clean(size_t{8} << 20, 1.0);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    t.run();
+    const auto t1 = std::chrono::steady_clock::now();
+    state.PauseTiming();
+    benchmark::DoNotOptimize(std::accumulate(clean.begin(), clean.end(), 0.0));
+    state.ResumeTiming();
+    const auto t2 = std::chrono::steady_clock::now();
+    Tensor x = tridiagonal_solve(p.lower, p.diag, p.upper, p.rhs, "i");
+    benchmark::DoNotOptimize(x.data_ptr());
+    const auto t3 = std::chrono::steady_clock::now();
+    const double triad = std::chrono::duration<double>(t1 - t0).count();
+    const double solve = std::chrono::duration<double>(t3 - t2).count();
+    pct.push_back(100.0 * triad * (kBytesPerUnknown / 24.0) / solve);
+  }
+  std::sort(pct.begin(), pct.end());
+  state.counters["roofline_pct_q1"] = pct[pct.size() / 4];
+  state.counters["roofline_pct_median"] = pct[pct.size() / 2];
+  state.counters["roofline_pct_q3"] = pct[pct.size() * 3 / 4];
+}
+BENCHMARK(BM_Tenax_SolveRoofline)
     ->ArgsProduct({{0, 1}, thread_counts()})
     ->ArgNames({"batch_inner", "threads"})
     ->Unit(benchmark::kMillisecond)
