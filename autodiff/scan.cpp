@@ -65,9 +65,6 @@ struct ScanRun final : detail::CustomNode {
   int64_t steps = 0;
   ScanOptions opt;
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
-  // Per carry: its checkpoints are a view of an output's stacked buffer (see shared_checkpoints),
-  // which the forward pass fills through that output, so they are not copied again.
-  std::vector<char> ck_in_ys;
   bool bisection = false;           // memory_budget below all carries: recursive bisection
   // A call through a ScanCache: the entry its program goes back into when this run is done (once
   // its forward pass completed), and the cache.
@@ -578,22 +575,25 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
 
   std::vector<Tensor> carry = init, next, y;
   std::vector<Tensor> ys, ys_pre;  // ys_pre: outputs whose buffer holds a carry's checkpoints too
+  // Per carry: its checkpoints are a view of an output's stacked buffer (shared_checkpoints),
+  // which the forward pass fills through that output, so they are not copied again.
+  std::vector<char> ck_in_ys;
   auto x_at = [&](int64_t s) {
     std::vector<Tensor> x;
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
     return x;
   };
+  // Output j's stacked tensor, for a step's output t: the one made with a carry's checkpoints,
+  // or a buffer of its own.
+  auto stacked = [&](size_t j, const Tensor& t) {
+    if (j < ys_pre.size() && ys_pre[j].defined()) return ys_pre[j];
+    Axes ax{{over, steps}};
+    for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
+    return empty(ax, t.dtype(), t.device());
+  };
   auto store_y = [&](const std::vector<Tensor>& yt, int64_t s) {
     if (s == 0)
-      for (const Tensor& t : yt) {
-        if (ys.size() < ys_pre.size() && ys_pre[ys.size()].defined()) {
-          ys.push_back(ys_pre[ys.size()]);
-          continue;
-        }
-        Axes ax{{over, steps}};
-        for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
-        ys.push_back(empty(ax, t.dtype(), t.device()));
-      }
+      for (const Tensor& t : yt) ys.push_back(stacked(ys.size(), t));
     if (yt.size() != ys.size())
       throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " + std::to_string(s) +
                        " but " + std::to_string(ys.size()) + " at step 0");
@@ -647,7 +647,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
       run->checkpoints = shared_checkpoints(*run->plan, init_w, over, steps, run->opt.checkpoint_every,
                                             options.reverse, ys_pre);
       for (size_t c = 0; c < init_w.size(); ++c) {
-        run->ck_in_ys.push_back(run->checkpoints[c].defined() ? 1 : 0);
+        ck_in_ys.push_back(run->checkpoints[c].defined() ? 1 : 0);
         if (run->checkpoints[c].defined()) continue;
         const Tensor& t = init_w[c];
         Axes ax{{kCheckpointAxis, n_ck}};
@@ -701,7 +701,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
       ScanRun::CarrySlots ck, ck_new;
       if (store_ck) {
         ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
-        ck_new = ScanRun::CarrySlots(run->checkpoints, p.carry(), &run->ck_in_ys);
+        ck_new = ScanRun::CarrySlots(run->checkpoints, p.carry(), &ck_in_ys);
       }
       std::vector<detail::SliceCopy> y_store;
       bool keep = false;
@@ -718,14 +718,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
         p.forward(s);
         if (s == first) {
           for (size_t j = 0; j < run->plan->y_out().size(); ++j) {
-            if (replay_all && j < ys_pre.size() && ys_pre[j].defined()) {
-              ys.push_back(ys_pre[j]);
-            } else if (replay_all) {
-              const Tensor& t = p.y(j);
-              Axes ax{{over, steps}};
-              for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
-              ys.push_back(empty(ax, t.dtype(), t.device()));
-            }
+            if (replay_all) ys.push_back(stacked(j, p.y(j)));
             y_store.emplace_back(p.y(j), ys[j], over, false, false);
           }
         }

@@ -14,6 +14,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include "tenax/backends/cpu/tridiagonal_adjoints.h"
 #include "tenax/backends/cpu/tridiagonal_fetch.h"
 #include "tenax/backends/cpu/tridiagonal_memory.h"
 #include "tenax/backends/cpu/tridiagonal_transpose.h"
@@ -107,7 +108,7 @@ class ThomasPanel {
     }
     back_substitute(nv);
     if (a_.vjp)
-      accumulate_adjoints(first, count);
+      accumulate_adjoints(a_, first, count, dp_, P_);
     else if (mode_[Op::x] == Mode::tile)
       scatter_x(first, count);
     stream_fence();  // streamed x / adjoints are visible before the panel's task completes
@@ -406,10 +407,10 @@ class ThomasPanel {
     }
     if (mode_[Op::x] == Mode::rows) write_rows(count);
     if (a_.vjp) {
-      if (adjoint_rows_contiguous())
-        accumulate_rows(first, count);
+      if (adjoint_rows_contiguous(a_))
+        accumulate_rows<T, V, kRowBlocks>(a_, first, count, dp_, P_, cp_, row_);
       else
-        accumulate_adjoints(first, count);
+        accumulate_adjoints(a_, first, count, dp_, P_);
     }
     stream_fence();
     return -1;
@@ -497,144 +498,6 @@ class ThomasPanel {
             V::load_aligned(r + v * VS) - V::load_aligned(c + v * VS) * V::load_aligned(xnext + v * VS);
         x.store_aligned(r + v * VS);
         store(i, v, x);
-      }
-    }
-  }
-
-  // Whether x and every wanted adjoint have contiguous rows (the fused reverse rule).
-  [[nodiscard]] bool adjoint_rows_contiguous() const {
-    using S = TridiagonalArgs::Adjoints;
-    const S& j = *a_.vjp;
-    if (n_ == 1) return true;
-    if (j.step[S::solution] != 1) return false;
-    for (int k = S::adj_lower; k < S::slots; ++k)
-      if (j.adj[k - 1] && j.step[k] != 1) return false;
-    return true;
-  }
-
-  // The fused reverse rule after solve_rows, where x and the adjoints have contiguous rows too
-  // (the row axis innermost). λ (row i, lane w at dp_[i * P_ + w]) is transposed back into one
-  // contiguous row per system, in c' (spent by now); then each adjoint is written one array at a
-  // time, system after system, each row computed into a row buffer and streamed out. The
-  // panel's systems are usually adjacent, so each array is one sequential stream. (The generic
-  // loop, accumulate_adjoints, wrote all four arrays a system at a time from λ's strided column:
-  // 30% of the rows-inner gradient at 100 000 x 100 — see bench/RESULTS.md.)
-  void accumulate_rows(int64_t first, int count) {
-    using S = TridiagonalArgs::Adjoints;
-    const S& j = *a_.vjp;
-    const int64_t n = n_;
-    T* const lt = cp_;  // lt[w * n + i] = λ_i of system w
-    const int groups = (count + VS - 1) / VS;
-    for (int g = 0; g < groups; ++g)
-      rows_out(
-          g, count, [&](int k) { return lt + (int64_t{g} * VS + k) * n; },
-          [](T* p, const V& v) { v.store_unaligned(p); });
-    const T* const x0 = static_cast<const T*>(j.x);
-    T* const tmp = row_;
-    // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1} (lower̄_0 and
-    // upper̄_{n-1} are outside the matrix: zero when written, untouched when accumulated).
-    for (int k = S::adj_lower; k < S::slots; ++k) {
-      T* const base = static_cast<T*>(j.adj[k - 1]);
-      if (!base) continue;
-      const bool assign = j.assign[k - 1];
-      for (int w = 0; w < count; ++w) {
-        const T* lam = lt + int64_t{w} * n;
-        const T* x = x0 + j.off[S::solution][first + w];
-        const T* src = tmp;
-        int64_t lo = 0, hi = n;
-        if (k == S::adj_rhs) {
-          src = lam;
-        } else if (k == S::adj_diag) {
-          for (int64_t i = 0; i < n; ++i) tmp[i] = -lam[i] * x[i];
-        } else if (k == S::adj_lower) {
-          tmp[0] = T(0);
-          for (int64_t i = 1; i < n; ++i) tmp[i] = -lam[i] * x[i - 1];
-          lo = assign ? 0 : 1;
-        } else {
-          for (int64_t i = 0; i + 1 < n; ++i) tmp[i] = -lam[i] * x[i + 1];
-          tmp[n - 1] = T(0);
-          hi = assign ? n : n - 1;
-        }
-        T* dst = base + j.off[k][first + w];
-        if (assign)
-          stream_copy<V>(dst, src, n);
-        else
-          for (int64_t i = lo; i < hi; ++i) dst[i] += src[i];
-      }
-    }
-  }
-
-  // The fused reverse rule (TridiagonalArgs::vjp): λ of the panel is in the d' rows. An adjoint
-  // flagged `assign` is written (its lower[0] / upper[n-1] entries set to zero), not accumulated.
-  void accumulate_adjoints(int64_t first, int count) {
-    using S = TridiagonalArgs::Adjoints;
-    const S& j = *a_.vjp;
-    const int64_t n = n_;
-    T* base[S::slots] = {};
-    bool unit = true;
-    for (int k = 0; k < S::slots; ++k) {
-      const void* p = k == S::solution ? j.x : j.adj[k - 1];
-      if (!p) continue;
-      const SystemOffsets off = j.off[k] + first;
-      base[k] = const_cast<T*>(static_cast<const T*>(p)) + off[0];
-      for (int w = 1; w < count && unit; ++w) unit = off[w] == off[0] + w;
-    }
-    const T* x = base[S::solution];
-    const int64_t sx = j.step[S::solution];
-    const bool set_r = j.assign[S::adj_rhs - 1], set_d = j.assign[S::adj_diag - 1];
-    const bool set_l = j.assign[S::adj_lower - 1], set_u = j.assign[S::adj_upper - 1];
-    auto zero = [](int64_t) { return T(0); };
-    // rhs̄ += λ; diaḡ -= λ x; lower̄_i -= λ_i x_{i-1}; upper̄_i -= λ_i x_{i+1}
-    if (unit) {  // adjacent systems: rows outer, the panel's systems inner (vectorised loops)
-      for (int64_t i = 0; i < n; ++i) {
-        const T* lam = dp_ + i * P_;
-        const T* xi = x + i * sx;
-        if (i + kAhead < n)  // x's rows lie a batch row apart, like the operands' (see sweep)
-          for (int w = 0; w < count; w += kLineRows) prefetch(xi + kAhead * sx + w);
-        if (T* r = base[S::adj_rhs])
-          write_or_add(r + i * j.step[S::adj_rhs], count, set_r, [&](int64_t w) { return lam[w]; });
-        if (T* d = base[S::adj_diag])
-          write_or_add(d + i * j.step[S::adj_diag], count, set_d, [&](int64_t w) { return -lam[w] * xi[w]; });
-        if (T* l = base[S::adj_lower]) {
-          l += i * j.step[S::adj_lower];
-          if (i > 0)
-            write_or_add(l, count, set_l, [&](int64_t w) { return -lam[w] * xi[w - sx]; });
-          else if (set_l)
-            write_or_add(l, count, true, zero);
-        }
-        if (T* u = base[S::adj_upper]) {
-          u += i * j.step[S::adj_upper];
-          if (i + 1 < n)
-            write_or_add(u, count, set_u, [&](int64_t w) { return -lam[w] * xi[w + sx]; });
-          else if (set_u)
-            write_or_add(u, count, true, zero);
-        }
-      }
-      return;
-    }
-    for (int w = 0; w < count; ++w) {  // systems apart: one system at a time, rows inner
-      auto at = [&](int k) {
-        return static_cast<T*>(k == S::solution ? const_cast<void*>(j.x) : j.adj[k - 1]) +
-               j.off[k][first + w];
-      };
-      const T* xw = at(S::solution);
-      const T* lam = dp_ + w;
-      if (j.adj[S::adj_rhs - 1])
-        write_or_add(at(S::adj_rhs), n, j.step[S::adj_rhs], set_r, [&](int64_t i) { return lam[i * P_]; });
-      if (j.adj[S::adj_diag - 1])
-        write_or_add(at(S::adj_diag), n, j.step[S::adj_diag], set_d,
-                     [&](int64_t i) { return -lam[i * P_] * xw[i * sx]; });
-      if (j.adj[S::adj_lower - 1]) {
-        T* l = at(S::adj_lower);
-        const int64_t st = j.step[S::adj_lower];
-        if (set_l) l[0] = T(0);
-        write_or_add(l + st, n - 1, st, set_l, [&](int64_t i) { return -lam[(i + 1) * P_] * xw[i * sx]; });
-      }
-      if (j.adj[S::adj_upper - 1]) {
-        T* u = at(S::adj_upper);
-        const int64_t st = j.step[S::adj_upper];
-        if (set_u) u[(n - 1) * st] = T(0);
-        write_or_add(u, n - 1, st, set_u, [&](int64_t i) { return -lam[i * P_] * xw[(i + 1) * sx]; });
       }
     }
   }
