@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "tenax/core/env.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
 
@@ -54,6 +55,11 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
   args_[1 - moving_] = loop_arg(fixed, ax);
   base_ = static_cast<char*>(slice.data_ptr());
   stride_bytes_ = whole.stride(over) * static_cast<int64_t>(itemsize(whole.dtype()));
+  same_layout_ = slice.dtype() == fixed.dtype() && slice.rank() == fixed.rank();
+  for (int i = 0; i < fixed.rank() && same_layout_; ++i) {
+    const Name a = ax.name(i);
+    same_layout_ = slice.has_axis(a) && (ax.size(i) == 1 || slice.stride(a) == fixed.stride(a));
+  }
   FlatLoop loop;
   if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit &&
       collapse_loop(dims_, args_, 2, loop)) {
@@ -87,6 +93,13 @@ void SliceCopy::run(int64_t i) {
   }
   args_[moving_].data = base_ + i * stride_bytes_;
   fn_(dims_, args_);
+}
+
+bool SliceCopy::moving_base(int64_t origin, int64_t dir, KernelProgram::MovingBase& b) const {
+  if (!same_layout_) return false;
+  b.at = base_ + origin * stride_bytes_;
+  b.stride = dir * stride_bytes_;
+  return true;
 }
 
 void SliceCopy::run_or_record(int64_t s, int64_t origin, int64_t dir) {
@@ -165,13 +178,26 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
     Tensor buf = empty(v.axes, v.dtype, xs[static_cast<size_t>(k)].device());
     x_load_.emplace_back(buf, xs[static_cast<size_t>(k)], over, true, false);
     values_[static_cast<size_t>(p.n_carry() + k)] = buf;
+    x_base_.push_back(std::make_unique<KernelProgram::MovingBase>());
   }
+  x_in_place_.assign(x_load_.size(), 0);
+  x_unkept_.assign(x_load_.size(), 0);
+  x_load_back_.assign(x_load_.size(), 0);
 }
 
 void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor>& params) {
   if (!reusable_) throw Error("[scan] internal: rebind() on a program that is not reusable");
-  for (size_t k = 0; k < x_load_.size(); ++k)
-    x_load_[k] = SliceCopy(values_[static_cast<size_t>(plan_->n_carry()) + k], xs[k], over_, true, false);
+  for (size_t k = 0; k < x_load_.size(); ++k) {
+    const Tensor& buf = values_[static_cast<size_t>(plan_->n_carry()) + k];
+    x_load_[k] = SliceCopy(buf, xs[k], over_, true, false);
+    // An input read in place whose new tensor is laid out otherwise: its calls read the buffer
+    // again (base: the buffer, not moving), loaded before every step, forward and reverse.
+    if (x_in_place_[k] && !x_load_[k].moving_base(origin(), dir(), *x_base_[k])) {
+      *x_base_[k] = {static_cast<const char*>(buf.data_ptr()), 0};
+      x_in_place_[k] = 0;
+      x_load_back_[k] = 1;
+    }
+  }
   for (size_t k = 0; k < params.size(); ++k)
     copy_into(values_[static_cast<size_t>(plan_->param_var(k))], params[k]);
 }
@@ -191,7 +217,8 @@ void StepProgram::set_carry(const std::vector<Tensor>& carry) {
 void StepProgram::forward(int64_t s) {
   const bool host = on_host();
   if (host)
-    for (SliceCopy& c : x_load_) c.run(index(s));
+    for (size_t k = 0; k < x_load_.size(); ++k)
+      if (!x_in_place_[k]) x_load_[k].run(index(s));
   if (forward_built_) {
     forward_.run("scan step", s, s);
     return;
@@ -216,8 +243,56 @@ void StepProgram::build_forward(int64_t s) {
   if (host) {
     BufferSplit b = split_buffers(values_, plan_->read_after_step());
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
+    read_x_in_place();
   }
   forward_built_ = true;
+}
+
+namespace {
+bool holds(const Tensor& buffer, const void* p) {
+  const auto* lo = static_cast<const char*>(buffer.data_ptr());
+  const auto* c = static_cast<const char*>(p);
+  return c >= lo && c < lo + buffer.numel() * static_cast<int64_t>(itemsize(buffer.dtype()));
+}
+}  // namespace
+
+// Copying x_t into its buffer before each step (and again before each recomputed step of the
+// reverse pass) moved a whole slice per step where the step may read it once: the diffusion
+// example's observations, 1 MB a step. Where the forward program's loop calls are all that read
+// the buffer, they read the scanned tensor's slice instead (KernelProgram::read_in_place, the
+// slice's address per step from x_base_): not where a slice is laid out otherwise, nor where a
+// carry handed on or an output is (a view of) x_t, which copies outside the program read.
+// TENAX_SCAN_IN_PLACE=0 keeps the copies (for comparison and debugging).
+void StepProgram::read_x_in_place() {
+  static const bool on = env_switch("TENAX_SCAN_IN_PLACE");
+  if (!on) return;
+  const ScanPlan& p = *plan_;
+  for (size_t k = 0; k < x_load_.size(); ++k) {
+    const Tensor& buf = values_[static_cast<size_t>(p.n_carry()) + k];
+    if (!buf.defined() || buf.numel() == 0 || !x_load_[k].moving_base(origin(), dir(), *x_base_[k])) continue;
+    bool read_outside = false;
+    for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
+      for (const PlanRef& r : *refs)
+        if (r.var >= 0 && holds(buf, p.value(values_, r).data_ptr())) read_outside = true;
+    if (read_outside) continue;
+    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
+    x_in_place_[k] = x_unkept_[k] = forward_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) > 0;
+  }
+}
+
+void StepProgram::read_x_in_place_back() {
+  const ScanPlan& p = *plan_;
+  for (size_t k = 0; k < x_load_.size(); ++k) {
+    // An input once read in place is not among the bytes keep_residuals keeps (restore() does
+    // not put it back): unless read in place, it is loaded.
+    x_load_back_[k] = x_unkept_[k];
+    if (!x_in_place_[k]) continue;
+    const Tensor& buf = values_[static_cast<size_t>(p.n_carry()) + k];
+    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
+    const bool seed = seed_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
+    const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
+    x_load_back_[k] = !seed || !vjp;
+  }
 }
 
 // What the reverse step reads of the forward step's arena: the buffers of the values read after
@@ -231,7 +306,14 @@ void StepProgram::keep_read_buffers() {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (size_t v = 0; v < values_.size(); ++v) {
     if (!read[v] || !values_[v].defined() || !values_[v].storage()) continue;
+    // x_t read in place: its buffer's bytes are not x_t (a reverse step reads x_t in place too,
+    // or loads it first: x_load_back_).
     const auto* at = static_cast<const char*>(values_[v].storage()->data());
+    bool in_place = false;
+    for (size_t k = 0; k < x_load_.size(); ++k)
+      in_place = in_place ||
+                 (x_unkept_[k] && at == values_[static_cast<size_t>(plan_->n_carry()) + k].storage()->data());
+    if (in_place) continue;
     const std::size_t bytes = values_[v].storage()->bytes();
     if (at >= lo && at + bytes <= hi) ranges.emplace_back(static_cast<std::size_t>(at - lo), bytes);
   }
@@ -272,7 +354,8 @@ bool StepProgram::restore(int64_t s) {
 }
 
 bool StepProgram::append_forward(ScalarLoop& loop) const {
-  if (!forward_built_) return false;
+  // (x_t read in place means loop calls, which no ScalarLoop takes.)
+  if (!forward_built_ || std::count(x_in_place_.begin(), x_in_place_.end(), 1) > 0) return false;
   for (const SliceCopy& c : x_load_)
     if (!c.append_to(loop, origin(), dir())) return false;
   return forward_.append_to(loop);
@@ -289,7 +372,9 @@ bool StepProgram::append_backward(ScalarLoop& loop) const {
     const Tensor& adj = adjoints_[static_cast<size_t>(plan_->param_var(k))];
     if (adj.defined()) loop.live_out(adj.data_ptr());
   }
-  if (!backward_built_ || !seed_.append_to(loop)) return false;
+  if (!backward_built_ || std::count(x_load_back_.begin(), x_load_back_.end(), 1) > 0 ||
+      !seed_.append_to(loop))
+    return false;
   for (const SliceCopy& c : y_seed_)
     if (!c.append_to(loop, origin(), dir())) return false;
   if (!vjp_.append_to(loop)) return false;
@@ -416,12 +501,20 @@ void StepProgram::backward(int64_t s) {
   LoopPositionScope where("scan step", s);
   const bool host = on_host();
   if (backward_built_) {
-    seed_.run("scan step", s);
+    if (host)
+      for (size_t k = 0; k < x_load_.size(); ++k)
+        if (x_load_back_[k]) x_load_[k].run(index(s));
+    seed_.run("scan step", s, s);
     if (host)
       for (SliceCopy& c : y_seed_) c.run(index(s));
     vjp_.run("scan step", s, s);
   } else {
     const ScanPlan& p = *plan_;
+    // The reverse programs are captured from x_t in its buffer (read_x_in_place_back then
+    // decides how their replays read it).
+    if (host)
+      for (size_t k = 0; k < x_load_.size(); ++k)
+        if (x_in_place_[k]) x_load_[k].run(index(s));
     // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
     // zeroed: each stays flagged fresh until its first writer, and is zero-filled only where
     // something accumulates into it first (most adjoints are written whole by one rule). Then
@@ -516,6 +609,7 @@ void StepProgram::backward(int64_t s) {
       BufferSplit b = split_buffers(adjoints_, shared);
       for (const Tensor& t : carry_bar_) b.shared.push_back(t.storage());
       vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
+      read_x_in_place_back();
     }
     backward_built_ = true;
   }

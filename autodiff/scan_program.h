@@ -31,6 +31,9 @@ class SliceCopy {
   /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
   /// the run's offset, ScalarLoop::run); false when the slice is not one element.
   bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;
+  /// Where slice origin + dir * step lies, as a KernelProgram::MovingBase; false (b unchanged)
+  /// when the slices are not laid out as the fixed tensor (then only copies can move them).
+  bool moving_base(int64_t origin, int64_t dir, KernelProgram::MovingBase& b) const;
 
  private:
   Tensor fixed_, whole_;
@@ -45,6 +48,7 @@ class SliceCopy {
   InlineCall inline_;
   int moving_ = 0;
   bool accumulate_ = false;
+  bool same_layout_ = false;  ///< each slice has the fixed tensor's strides
   char* base_ = nullptr;
   int64_t stride_bytes_ = 0;
 };
@@ -139,6 +143,12 @@ class StepProgram {
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
   /// forward(s) the first time: runs step s capturing the forward program.
   void build_forward(int64_t s);
+  /// Host, once the forward program is captured: the inputs x_t that only its loop calls read
+  /// are read in place, from the scanned tensor (x_in_place_).
+  void read_x_in_place();
+  /// Host, once the reverse programs are captured: they read the inputs x_t read in place in the
+  /// forward program in place too, or x_t is loaded before them (x_load_back_).
+  void read_x_in_place_back();
   /// Tells the arena which of its buffers save and restore copy (keep_residuals, once).
   void keep_read_buffers();
 
@@ -154,6 +164,12 @@ class StepProgram {
   int64_t steps_;
   std::vector<Tensor> values_, carry_;
   std::vector<SliceCopy> x_load_;
+  // Host: per input, where its calls read x_t when it is read in place (read_x_in_place); whether
+  // it is (then no step loads it into its buffer before the forward program); whether it was
+  // when keep_residuals chose what to keep (then its buffer is not kept); and whether the
+  // reverse step loads it (a reverse program that reads the buffer, or one not kept).
+  std::vector<std::unique_ptr<KernelProgram::MovingBase>> x_base_;
+  std::vector<char> x_in_place_, x_unkept_, x_load_back_;
   KernelProgram forward_, next_;
   bool forward_built_ = false, next_built_ = false;
 

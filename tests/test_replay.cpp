@@ -142,6 +142,60 @@ TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits)
   }
 }
 
+// KernelProgram::read_in_place (what a scan does with x_t, autodiff/scan_program.cpp): the loop
+// calls that read a buffer read the same bytes of a moving slice instead, at the replay's index;
+// where a call touching the buffer cannot move (it writes it, reads it twice, is flat or opaque),
+// nothing changes. Large enough (> kFlatLimit elements) that elementwise calls run on loops.
+TEST(ReadInPlace, LoopCallsReadTheSliceOfTheReplaysIndex) {
+  const int64_t n = 5000, steps = 4;
+  const Tensor xs = randn(Axes{{"t", steps}, {"i", n}}, 41), w = randn(Axes{{"i", n}}, 42);
+  const Tensor buf = detail::copy_of(select(xs, "t", 0)), out = zeros(Axes{{"i", n}});
+  detail::KernelProgram program;
+  detail::capture_into(program, [&] { detail::copy_into(out, tanh(buf) * w + buf * 0.5); });
+  const int64_t bytes = n * 8, row = xs.stride("t") * 8;
+  detail::KernelProgram::MovingBase at{static_cast<const char*>(xs.data_ptr()), row};
+  ASSERT_EQ(program.read_in_place(buf.data_ptr(), bytes, &at), 2);  // tanh(buf), buf * 0.5
+  detail::fill_zero(buf);                                           // no longer read
+  for (int64_t s : {2, 0, 3}) {
+    program.run("test", 0, s);
+    const Tensor x = select(xs, "t", s);
+    EXPECT_EQ(out.to_vector(), (tanh(x) * w + x * 0.5).to_vector()) << "step " << s;
+  }
+  // The base moves between replays (another scanned tensor, or the slices counted from the end).
+  const Tensor other = randn(Axes{{"t", steps}, {"i", n}}, 43);
+  at = {static_cast<const char*>(other.data_ptr()) + 3 * row, -row};
+  program.run("test", 0, 1);
+  const Tensor x = select(other, "t", 2);
+  EXPECT_EQ(out.to_vector(), (tanh(x) * w + x * 0.5).to_vector());
+
+  // Calls that cannot move, or may touch it unseen: nothing redirected, the program as captured.
+  auto refused = [&](const std::string& what, auto&& body) {
+    detail::KernelProgram p;
+    detail::capture_into(p, body);
+    detail::KernelProgram::MovingBase b{static_cast<const char*>(xs.data_ptr()), row};
+    EXPECT_EQ(p.read_in_place(buf.data_ptr(), bytes, &b), -1) << what;
+  };
+  refused("writes it", [&] { detail::copy_into(buf, w * 2.0); });
+  refused("reads it twice", [&] { detail::copy_into(out, buf * buf); });
+  refused("a flat call", [&] { detail::copy_into(out, w + sum(slice(buf, "i", 0, 8))); });
+  const Tensor lower = full(Axes{{"i", n}}, 0.1), diag = full(Axes{{"i", n}}, 3.0),
+               upper = full(Axes{{"i", n}}, 0.2);
+  refused("a solve reading it",
+          [&] { detail::copy_into(out, tridiagonal_solve(lower, diag, upper, buf, "i")); });
+  refused("a call that does not name its tensors", [&] {
+    detail::copy_into(out, buf + linear_recurrence(full(Axes{{"i", n}}, 0.5), w, "i"));
+  });
+  // A call that names its tensors, none of them the buffer, does not stop the others.
+  detail::KernelProgram mixed;
+  detail::capture_into(mixed,
+                       [&] { detail::copy_into(out, buf + tridiagonal_solve(lower, diag, upper, w, "i")); });
+  detail::KernelProgram::MovingBase b{static_cast<const char*>(xs.data_ptr()), row};
+  EXPECT_EQ(mixed.read_in_place(buf.data_ptr(), bytes, &b), 1);
+  mixed.run("test", 0, 3);
+  EXPECT_EQ(out.to_vector(),
+            (select(xs, "t", 3) + tridiagonal_solve(lower, diag, upper, w, "i")).to_vector());
+}
+
 TEST(InlineCall, EveryKindShapeAndLayoutGivesTheKernelsBits) {
   // The loop planning picks per call (one row: fixed lengths 1, 2, 4, 8, 16 with b contiguous or
   // broadcast, the general loop otherwise; several rows: 2 x 2, 4 x 4 or the general loop) against

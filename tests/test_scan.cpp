@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "op_check.h"
@@ -270,6 +272,50 @@ TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
     c0 = next[0];
     c1 = next[1];
   }
+}
+
+TEST(Scan, LargeInputsAreReadInPlaceUnderEverySchedule) {
+  // A step whose loop calls read x_t (more than kFlatLimit elements, so no fused scalar loop)
+  // reads it from the scanned tensor instead of a copy per step (StepProgram::read_x_in_place),
+  // its reverse step too (here the product's rule reads x_t). Gradients against the unrolled
+  // loop under every schedule, both directions: every carry and intermediate kept (restored, not
+  // recomputed: the kept bytes leave x_t out), none kept, every 3rd carry, bisection. The same
+  // with x_t laid out otherwise (time innermost: copied as before), and with x_t also an output
+  // (read outside the step's programs: copied as before).
+  const int64_t n = 5000, steps = 9;
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = tanh(c[0] * x[0] + c[1] * 0.3);
+    Tensor other = c[1] * 0.9 + x[0] * 0.2;
+    return std::make_pair(std::vector<Tensor>{next, other}, std::vector<Tensor>{sum(next * x[0])});
+  };
+  ScanBody returns_x = [&body](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    auto [next, y] = body(c, x);
+    y.push_back(x[0] * 1.0);
+    y.push_back(x[0]);
+    return std::make_pair(next, y);
+  };
+  const std::vector<Tensor> init{randn(Axes{{"j", n}}, 31) * 0.5, randn(Axes{{"j", n}}, 32) * 0.5};
+  const Tensor outer = randn(Axes{{"t", steps}, {"j", n}}, 33) * 0.5;
+  const Tensor inner = transpose(randn(Axes{{"j", n}, {"t", steps}}, 34) * 0.5, {"t", "j"});
+  std::vector<std::pair<std::string, ScanOptions>> schedules;
+  for (bool rev : {false, true}) {
+    ScanOptions kept, none, every3, bisect;
+    none.residual_budget = 0;
+    every3.checkpoint_every = 3;
+    bisect.memory_budget = 5 * 2 * n * 8;  // 5 pairs of carries for 9 steps: bisection
+    for (auto [name, o] :
+         {std::pair{"kept", kept}, {"none kept", none}, {"every 3", every3}, {"bisection", bisect}}) {
+      o.reverse = rev;
+      schedules.emplace_back(std::string(name) + (rev ? " reverse" : ""), o);
+    }
+  }
+  for (const auto& [name, o] : schedules)
+    for (const auto& [what, b, xs] : {std::tuple{"in place", &body, outer},
+                                      {"time innermost", &body, inner},
+                                      {"an output", &returns_x, outer}}) {
+      SCOPED_TRACE(name + ", " + what);
+      expect_scan_matches_unrolled(*b, init, xs, o);
+    }
 }
 
 TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {

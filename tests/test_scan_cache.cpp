@@ -137,6 +137,41 @@ TEST(ScanCache, ReusedScalarStepsRunAsFusedLoops) {
   }
 }
 
+TEST(ScanCache, AReusedStepReadsItsInputsInPlaceOrCopiesThemAsTheirLayoutAllows) {
+  // A step whose loop calls read x_t (5000 elements: no fused loop) reads it in place from the
+  // scanned tensor (StepProgram::read_x_in_place). Reused with inputs laid out otherwise (time
+  // innermost, the same axes), it copies x_t into its buffer again, forwards and in reverse,
+  // also where the kept bytes of the first pass left x_t out; then contiguous inputs once more,
+  // and once with only the parameter's gradient (reverse programs built anew, still copying).
+  // Every schedule, against a plain scan.
+  const int64_t n = 5000;
+  for (const auto& [name, o] : schedules()) {
+    ScanOptions opt = o;
+    if (opt.memory_budget > 0) opt.memory_budget = 5 * n * 8;
+    auto cache = std::make_shared<ScanCache>();
+    for (uint64_t seed : {10, 20, 30, 40}) {
+      const Tensor lam = randn(Axes{{"j", n}}, seed) * 0.5, x0 = randn(Axes{{"j", n}}, seed + 1);
+      const Tensor u = seed == 20 ? transpose(randn(Axes{{"j", n}, {"t", 12}}, seed + 2), {"t", "j"})
+                                  : randn(Axes{{"t", 12}, {"j", n}}, seed + 2);
+      auto go = [&](const std::shared_ptr<ScanCache>& c) {
+        Tape tape;
+        const bool all = seed != 40;
+        std::vector<Tensor> v{tape.watch(lam), all ? tape.watch(x0) : x0, all ? tape.watch(u) : u};
+        const ScanBody body = [&v](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
+          Tensor next = tanh(v[0] * carry[0] + x[0] * carry[0] * 0.5);
+          return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{sum(next * x[0])});
+        };
+        ScanResult r = c ? detail::scan_cached(body, {v[1]}, {v[2]}, "t", opt, {v[0]}, c)
+                         : scan(body, {v[1]}, {v[2]}, "t", opt);
+        Tensor loss = sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]);
+        return Out{loss.item(), tape.gradient(loss, all ? v : std::vector<Tensor>{v[0]})};
+      };
+      expect_same(go(cache), go(nullptr), name + ", seed " + std::to_string(seed));
+    }
+    EXPECT_EQ(cache->hits(), 3) << name;
+  }
+}
+
 TEST(ScanCache, ReusedStepsMatchTheUnrolledLoop) {
   // Independent of scan itself: the third call (a reused step) against the loop on the tape.
   auto cache = std::make_shared<ScanCache>();

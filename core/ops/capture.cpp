@@ -337,7 +337,7 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
         vjp_off[k].assign(vjp->off[k].table, vjp->off[k].table + a.systems);
         vjp->off[k].table = vjp_off[k].data();
       }
-  return g_capture->other(
+  const int64_t bad = g_capture->other(
       [fn, a, lc, vjp, vjp_off] {
         TridiagonalArgs c = a;
         for (int o = 0; o < TridiagonalArgs::count; ++o)
@@ -346,6 +346,13 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
         return fn(c);
       },
       "tridiagonal_solve");
+  if constexpr (Dev == 0) {  // its tensors, for the host passes and read_in_place (null ones skipped)
+    const S* v = a.vjp;
+    g_capture->touches({a.in[0], a.in[1], a.in[2], a.in[3], a.out, v ? v->x : nullptr,
+                        v ? v->adj[0] : nullptr, v ? v->adj[1] : nullptr, v ? v->adj[2] : nullptr,
+                        v ? v->adj[3] : nullptr});
+  }
+  return bad;
 }
 
 // The inline float64 form of host kernel f of table t, or Kind::call (core/ops/scalar_loop.h).
@@ -491,6 +498,7 @@ void KernelCapture::elementwise(int device_kind, int slot, const LoopDims& dims,
   call.dims = dims;
   call.graph_safe = device_kind == 1;
   call.near = args[0].data;
+  call.arity = static_cast<int8_t>(info.arity);
   call.first_arg = static_cast<int32_t>(program_.args_.size());
   for (int i = 0; i < info.arity; ++i) {
     program_.args_.push_back(args[i]);

@@ -72,6 +72,20 @@ class KernelProgram {
   /// Appends a moving call (see KernelCapture::moving) without running it.
   void append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride);
 
+  /// Where a buffer that read_in_place() redirected lies at replay index i: `at` + i * `stride`
+  /// bytes. Its owner may change it between replays (never during one).
+  struct MovingBase {
+    const char* at = nullptr;
+    int64_t stride = 0;
+  };
+  /// Host programs, once captured: every call that reads the `bytes` bytes at `lo` (a buffer a
+  /// scan fills with x_t before each replay) reads the same bytes at `base` instead, which must
+  /// outlive the program (its layout the buffer's). Returns how many calls it redirected; -1, and
+  /// nothing changed, where some call touches those bytes and cannot be redirected: it writes
+  /// them, reads them through more than one operand, or is not an elementwise call on a loop (a
+  /// flat, planned, matrix or `other` call), or an `other` call does not name what it touches.
+  int read_in_place(const void* lo, int64_t bytes, const MovingBase* base);
+
  private:
   friend class KernelCapture;
   friend void keep_for_capture(Storage* s);
@@ -89,7 +103,7 @@ class KernelProgram {
     /// names its tensors (touch).
     int32_t mat = -1;
     /// A flat call: its kernel's inline form (ScalarLoop; Kind::call when none); on one element
-    /// also its scalar twin; and its number of operands.
+    /// also its scalar twin. An elementwise call: its number of operands.
     ScalarFn one = nullptr;
     ScalarLoop::Form form;
     int8_t arity = 0;
@@ -98,7 +112,7 @@ class KernelProgram {
     const char* kernel = "";  ///< for errors
     /// For `other` host calls that say so: the base pointers of the tensors they read or write
     /// (each taken as touching its whole buffer); -1: not known.
-    const void* touch[5] = {};
+    const void* touch[10] = {};
     int8_t touches = -1;
     /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
     std::function<std::string(int64_t)> describe;
@@ -110,9 +124,12 @@ class KernelProgram {
     int32_t device_dot = -1;
     int8_t dtype = 0;
     /// A moving elementwise call: operand `moving` is `stride` bytes further per unit of the
-    /// replay's index (its argument holds the address at index 0); -1: none.
+    /// replay's index (its argument holds the address at index 0); -1: none. With `base` (host,
+    /// read_in_place): operand `moving` is at base->at + offset + index * base->stride instead.
     int8_t moving = -1;
     int64_t stride = 0;
+    const MovingBase* base = nullptr;
+    int64_t offset = 0;
   };
   /// A run of calls replayed by one graph launch (graph set), or one by one.
   struct Segment {

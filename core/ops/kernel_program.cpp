@@ -80,8 +80,16 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
     }
     const Call& c = calls_[h.call];
     if (c.fn && c.moving >= 0) {
-      LoopArg now[2] = {args_[static_cast<size_t>(c.first_arg)], args_[static_cast<size_t>(c.first_arg) + 1]};
-      now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
+      LoopArg now[8];
+      const LoopArg* const a = &args_[static_cast<size_t>(c.first_arg)];
+      if (c.base) {  // read_in_place
+        std::copy(a, a + c.arity, now);
+        now[c.moving].data = const_cast<char*>(c.base->at) + c.offset + index * c.base->stride;
+      } else {  // a slice copy (device)
+        now[0] = a[0];
+        now[1] = a[1];
+        now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
+      }
       c.fn(c.dims, now);
       continue;
     }
@@ -302,6 +310,55 @@ void KernelProgram::finish(const char* what) const {
           std::to_string(w) + " " + failure_reason(d.kernel) +
           " (the GPU checks when the sweep ends, so the step is not named; run on the host for it)");
   }
+}
+
+int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase* base) {
+  const auto* first = static_cast<const char*>(lo);
+  auto inside = [&](const void* p) {
+    const auto* c = static_cast<const char*>(p);
+    return c >= first && c < first + bytes;
+  };
+  // First every call's verdict (the operand to redirect, -1: none), then the changes.
+  std::vector<int8_t> operand(calls_.size(), -1);
+  int redirected = 0;
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    const Call& c = calls_[k];
+    int hits = 0, at = -1;
+    auto note = [&](const void* p, int i) {
+      if (p && inside(p)) {
+        ++hits;
+        at = i;
+      }
+    };
+    const bool loop_call = c.fn && !c.flat && c.moving < 0 && c.arity > 0;
+    if (c.fn || c.flat) {
+      const size_t n = static_cast<size_t>(c.arity);
+      for (size_t i = 0; i < n; ++i)
+        note(c.flat ? flat_args_[static_cast<size_t>(c.first_arg) + i].data
+                    : args_[static_cast<size_t>(c.first_arg) + i].data,
+             static_cast<int>(i));
+    } else if (c.plan >= 0) {
+      const ContractPlan& pl = plans_[static_cast<size_t>(c.plan)];
+      for (const void* p : {pl.x, pl.y, pl.base, static_cast<const void*>(pl.z)}) note(p, 0);
+    } else if (c.touches >= 0 && !c.describe) {  // a matrix or `other` call that names its tensors
+      for (int t = 0; t < c.touches; ++t) note(c.touch[t], 0);
+    } else {
+      return -1;  // an `other` call whose tensors are not known (or a finite check)
+    }
+    if (hits == 0) continue;
+    if (!loop_call || hits > 1 || at == 0) return -1;
+    operand[k] = static_cast<int8_t>(at);
+    ++redirected;
+  }
+  for (size_t k = 0; k < calls_.size(); ++k) {
+    if (operand[k] < 0) continue;
+    Call& c = calls_[k];
+    c.moving = operand[k];
+    c.base = base;
+    c.offset = static_cast<const char*>(args_[static_cast<size_t>(c.first_arg + c.moving)].data) - first;
+  }
+  if (redirected > 0) planned_ = false;
+  return redirected;
 }
 
 void KernelProgram::append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving,

@@ -73,10 +73,10 @@ struct OperandUse {
   int buffer = kNoBuffer;
   bool written = false, redirectable = false;
 };
-/// A record's operands (KernelProgram::each_operand: at most 5 today — a flat kernel's arity, an
-/// `other` call's touches — so kMax leaves one spare).
+/// A record's operands (KernelProgram::each_operand: at most 10 — a flat kernel's arity, an
+/// `other` call's touches (a fused tridiagonal reverse rule names 9) — so kMax leaves one spare).
 struct RecordUses {
-  static constexpr int kMax = 6;
+  static constexpr int kMax = 11;
   int n = 0;
   OperandUse use[kMax];
 };
