@@ -254,7 +254,7 @@ class KernelCapture {
   /// Registers a failure word of a deferred device call (read by KernelProgram::finish).
   void defer(const unsigned long long* word, const char* kernel);
   /// Names the base pointers of the tensors the `other` call just recorded reads or writes (at
-  /// most 5: more is an internal Error), for copy forwarding.
+  /// most 10: more is an internal Error), for copy forwarding and read_in_place.
   void touches(std::initializer_list<const void*> pointers);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
   void check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe);
