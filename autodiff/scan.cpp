@@ -103,11 +103,12 @@ struct ScanRun final : detail::CustomNode {
   struct CarrySlots {
     std::vector<detail::SliceCopy> load, store;
     CarrySlots() = default;
-    // `no_store` (per carry, optional): carries whose slots are written elsewhere (no store copy).
+    // `no_store` / `no_load` (per carry, optional): carries whose slots are written elsewhere (no
+    // store copy), or that the step reads from their slots in place (no load copy).
     CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
-               const std::vector<char>* no_store = nullptr) {
+               const std::vector<char>* no_store = nullptr, const std::vector<char>* no_load = nullptr) {
       for (size_t k = 0; k < carry.size(); ++k) {
-        load.emplace_back(carry[k], slots[k], kCheckpointAxis, true, false);
+        if (!no_load || !(*no_load)[k]) load.emplace_back(carry[k], slots[k], kCheckpointAxis, true, false);
         if (!no_store || !(*no_store)[k])
           store.emplace_back(carry[k], slots[k], kCheckpointAxis, false, false);
       }
@@ -345,7 +346,9 @@ struct ScanRun final : detail::CustomNode {
       reverse_range(snap, 0, steps, 0);
       leaf_loop.reset();
     } else {
-      CarrySlots ck(checkpoints, p.carry());
+      std::vector<char> in_place(nc);
+      for (size_t k = 0; k < nc; ++k) in_place[k] = p.carry_in_place(k) ? 1 : 0;
+      CarrySlots ck(checkpoints, p.carry(), nullptr, &in_place);
       reverse_chunks(ck, opt.checkpoint_every);
     }
     p.finish();
@@ -514,9 +517,11 @@ std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const st
 // only (a reverse scan stores its outputs from the end). Fills ys_pre[j] for the outputs that
 // back a carry and returns per carry its checkpoint tensor (undefined: a buffer of its own).
 std::vector<Tensor> shared_checkpoints(const ScanPlan& plan, const std::vector<Tensor>& init, Name over,
-                                       int64_t steps, int64_t k, bool reverse, std::vector<Tensor>& ys_pre) {
+                                       int64_t steps, int64_t k, bool reverse, std::vector<Tensor>& ys_pre,
+                                       std::vector<Tensor>& slots) {
   std::vector<Tensor> ck(init.size());
   ys_pre.assign(plan.y_out().size(), Tensor());
+  slots.assign(init.size(), Tensor());
   if (reverse) return ck;
   detail::PauseRecording pause;
   const int64_t n_ck = (steps + k - 1) / k;
@@ -530,6 +535,7 @@ std::vector<Tensor> shared_checkpoints(const ScanPlan& plan, const std::vector<T
       for (int i = 0; i < var.axes.rank(); ++i) ax.push_back(var.axes[i]);
       const Tensor buf = empty(ax, var.dtype, init[c].device());
       ys_pre[j] = slice(buf, over, 1, steps + 1);
+      slots[c] = buf;
       ck[c] = rename(slice(buf, over, 0, (n_ck - 1) * k + 1, k), over, kCheckpointAxis);
       break;
     }
@@ -578,6 +584,9 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
   // Per carry: its checkpoints are a view of an output's stacked buffer (shared_checkpoints),
   // which the forward pass fills through that output, so they are not copied again.
   std::vector<char> ck_in_ys;
+  // Per carry with shared checkpoints: the whole buffer, carry s in slot s (the program may read
+  // the carry from it in place: StepProgram::read_carries_from).
+  std::vector<Tensor> carry_slots;
   auto x_at = [&](int64_t s) {
     std::vector<Tensor> x;
     for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
@@ -645,7 +654,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
       if (options.memory_budget > 0) run->opt.checkpoint_every = 1;
       const int64_t n_ck = (steps + run->opt.checkpoint_every - 1) / run->opt.checkpoint_every;
       run->checkpoints = shared_checkpoints(*run->plan, init_w, over, steps, run->opt.checkpoint_every,
-                                            options.reverse, ys_pre);
+                                            options.reverse, ys_pre, carry_slots);
       for (size_t c = 0; c < init_w.size(); ++c) {
         ck_in_ys.push_back(run->checkpoints[c].defined() ? 1 : 0);
         if (run->checkpoints[c].defined()) continue;
@@ -695,6 +704,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
       // on fixed buffers.
       detail::StepProgram& p = run->compiled();
       p.set_carry(carry);
+      p.read_carries_from(carry_slots, over);
       const bool store_ck = record && !run->bisection;
       const int64_t k = run->opt.checkpoint_every;
       // ck stores every carry (step 0); ck_new not those an output's store fills (steps > 0).
@@ -727,6 +737,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
         p.next_carry();
       }
       p.finish();
+      p.load_carries(steps);
       for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);
     }
   }

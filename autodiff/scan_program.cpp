@@ -183,6 +183,28 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
   x_in_place_.assign(x_load_.size(), 0);
   x_unkept_.assign(x_load_.size(), 0);
   x_load_back_.assign(x_load_.size(), 0);
+  for (size_t k = 0; k < carry_.size(); ++k)
+    carry_base_.push_back(std::make_unique<KernelProgram::MovingBase>());
+  carry_slots_.assign(carry_.size(), Tensor());
+  carry_load_.assign(carry_.size(), SliceCopy());
+  carry_moved_.assign(carry_.size(), 0);
+  carry_in_place_.assign(carry_.size(), 0);
+  carry_load_back_.assign(carry_.size(), 0);
+}
+
+void StepProgram::read_carries_from(const std::vector<Tensor>& slots, Name axis) {
+  carry_axis_ = axis;
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    carry_slots_[k] = k < slots.size() && on_host() && !reverse_ ? slots[k] : Tensor();
+    carry_load_[k] =
+        carry_slots_[k].defined() ? SliceCopy(carry_[k], carry_slots_[k], axis, true, false) : SliceCopy();
+  }
+  if (forward_built_) read_carries_in_place();
+}
+
+void StepProgram::load_carries(int64_t s) {
+  for (size_t k = 0; k < carry_.size(); ++k)
+    if (carry_in_place_[k]) carry_load_[k].run(s);
 }
 
 void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor>& params) {
@@ -244,6 +266,7 @@ void StepProgram::build_forward(int64_t s) {
     BufferSplit b = split_buffers(values_, plan_->read_after_step());
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
     read_x_in_place();
+    read_carries_in_place();
   }
   forward_built_ = true;
 }
@@ -280,6 +303,40 @@ void StepProgram::read_x_in_place() {
   }
 }
 
+// Carry s is in slot s of a buffer the scan keeps anyway (an output's, which holds the initial
+// carry and each new carry): where the forward program's calls that read the carry buffer can
+// read the slot (loop calls, and the operands a tridiagonal solve only reads), they do, so that
+// the next carry is no longer copied into the buffer after each step, nor a checkpoint into it
+// before each recomputed step. Decided once per program; a later call repoints the base at its
+// slots or, with none (no tape, so no such buffer), at the carry buffer, which next_carry() then
+// loads again.
+void StepProgram::read_carries_in_place() {
+  static const bool on = env_switch("TENAX_SCAN_IN_PLACE");
+  const ScanPlan& p = *plan_;
+  bool changed = false;
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    const Tensor& buf = carry_[k];
+    KernelProgram::MovingBase& b = *carry_base_[k];
+    const bool slots = carry_slots_[k].defined() && carry_load_[k].moving_base(0, 1, b);
+    if (!carry_moved_[k] && on && slots && buf.numel() > 0) {
+      bool read_outside = false;
+      for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
+        for (const PlanRef& r : *refs)
+          if (r.var >= 0 && holds(buf, p.value(values_, r).data_ptr())) read_outside = true;
+      const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
+      carry_moved_[k] = !read_outside && forward_.read_in_place(buf.data_ptr(), bytes, &b) > 0;
+    }
+    const char now = carry_moved_[k] && slots ? 1 : 0;
+    if (carry_moved_[k] && !slots) b = {static_cast<const char*>(buf.data_ptr()), 0};
+    changed = changed || now != carry_in_place_[k];
+    carry_in_place_[k] = now;
+  }
+  if (changed && next_built_) {  // the next carry's copies as this call needs them
+    next_ = KernelProgram();
+    next_built_ = false;
+  }
+}
+
 void StepProgram::read_x_in_place_back() {
   const ScanPlan& p = *plan_;
   for (size_t k = 0; k < x_load_.size(); ++k) {
@@ -292,6 +349,16 @@ void StepProgram::read_x_in_place_back() {
     const bool seed = seed_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
     const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
     x_load_back_[k] = !seed || !vjp;
+  }
+  // Likewise the carries read in place (their buffers are not kept either; loaded from the slot).
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    carry_load_back_[k] = carry_moved_[k];
+    if (!carry_in_place_[k]) continue;
+    const Tensor& buf = carry_[k];
+    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
+    const bool seed = seed_.read_in_place(buf.data_ptr(), bytes, carry_base_[k].get()) >= 0;
+    const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes, carry_base_[k].get()) >= 0;
+    carry_load_back_[k] = !seed || !vjp;
   }
 }
 
@@ -313,6 +380,8 @@ void StepProgram::keep_read_buffers() {
     for (size_t k = 0; k < x_load_.size(); ++k)
       in_place = in_place ||
                  (x_unkept_[k] && at == values_[static_cast<size_t>(plan_->n_carry()) + k].storage()->data());
+    for (size_t k = 0; k < carry_.size(); ++k)
+      in_place = in_place || (carry_moved_[k] && at == carry_[k].storage()->data());
     if (in_place) continue;
     const std::size_t bytes = values_[v].storage()->bytes();
     if (at >= lo && at + bytes <= hi) ranges.emplace_back(static_cast<std::size_t>(at - lo), bytes);
@@ -354,14 +423,17 @@ bool StepProgram::restore(int64_t s) {
 }
 
 bool StepProgram::append_forward(ScalarLoop& loop) const {
-  // (x_t read in place means loop calls, which no ScalarLoop takes.)
-  if (!forward_built_ || std::count(x_in_place_.begin(), x_in_place_.end(), 1) > 0) return false;
+  // (x_t or a carry read in place means loop calls or a solve, which no ScalarLoop takes.)
+  if (!forward_built_ || std::count(x_in_place_.begin(), x_in_place_.end(), 1) > 0 ||
+      std::count(carry_moved_.begin(), carry_moved_.end(), 1) > 0)
+    return false;
   for (const SliceCopy& c : x_load_)
     if (!c.append_to(loop, origin(), dir())) return false;
   return forward_.append_to(loop);
 }
 
 bool StepProgram::append_next(ScalarLoop& loop) const {
+  if (std::count(carry_moved_.begin(), carry_moved_.end(), 1) > 0) return false;
   for (const Tensor& c : carry_) loop.live_out(c.data_ptr());
   return next_built_ && next_.append_to(loop);
 }
@@ -373,7 +445,7 @@ bool StepProgram::append_backward(ScalarLoop& loop) const {
     if (adj.defined()) loop.live_out(adj.data_ptr());
   }
   if (!backward_built_ || std::count(x_load_back_.begin(), x_load_back_.end(), 1) > 0 ||
-      !seed_.append_to(loop))
+      std::count(carry_load_back_.begin(), carry_load_back_.end(), 1) > 0 || !seed_.append_to(loop))
     return false;
   for (const SliceCopy& c : y_seed_)
     if (!c.append_to(loop, origin(), dir())) return false;
@@ -413,7 +485,7 @@ void StepProgram::next_carry() {
     std::vector<std::pair<size_t, Tensor>> staged;
     for (size_t k = 0; k < carry_.size(); ++k) {
       const PlanRef r = plan_->carry_out()[k];
-      if (r.var == static_cast<int32_t>(k)) continue;
+      if (r.var == static_cast<int32_t>(k) || carry_in_place_[k]) continue;  // (in place: read from its slot)
       const Tensor& src = plan_->value(values_, r);
       if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
       else copy_into(carry_[k], src);
@@ -501,20 +573,26 @@ void StepProgram::backward(int64_t s) {
   LoopPositionScope where("scan step", s);
   const bool host = on_host();
   if (backward_built_) {
-    if (host)
+    if (host) {
       for (size_t k = 0; k < x_load_.size(); ++k)
         if (x_load_back_[k]) x_load_[k].run(index(s));
+      for (size_t k = 0; k < carry_.size(); ++k)
+        if (carry_load_back_[k] && carry_slots_[k].defined()) carry_load_[k].run(s);
+    }
     seed_.run("scan step", s, s);
     if (host)
       for (SliceCopy& c : y_seed_) c.run(index(s));
     vjp_.run("scan step", s, s);
   } else {
     const ScanPlan& p = *plan_;
-    // The reverse programs are captured from x_t in its buffer (read_x_in_place_back then
-    // decides how their replays read it).
-    if (host)
+    // The reverse programs are captured from x_t and the carries in their buffers
+    // (read_x_in_place_back then decides how their replays read them).
+    if (host) {
       for (size_t k = 0; k < x_load_.size(); ++k)
         if (x_in_place_[k]) x_load_[k].run(index(s));
+      for (size_t k = 0; k < carry_.size(); ++k)
+        if (carry_in_place_[k]) carry_load_[k].run(s);
+    }
     // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
     // zeroed: each stays flagged fresh until its first writer, and is zero-filled only where
     // something accumulates into it first (most adjoints are written whole by one rule). Then

@@ -74,8 +74,20 @@ class StepProgram {
   /// (undefined entries: not wanted).
   void add_param_adjoints(const std::vector<Tensor>& param_adj) const;
 
-  /// The carry buffers: the carry into the step run next. Write into them, never rebind them.
+  /// The carry buffers: the carry into the step run next (except those read in place:
+  /// read_carries_from, load_carries). Write into them, never rebind them.
   [[nodiscard]] const std::vector<Tensor>& carry() const { return carry_; }
+  /// Host, forward scans; before the first forward() of a call: `slots[k]`, when defined, holds
+  /// carry k before every step along `axis` (steps + 1 slots: the initial carry and each step's
+  /// new carry, which the caller stores there — an output's buffer, autodiff/scan.cpp
+  /// shared_checkpoints). Where the forward program's calls that read carry k can read slot s
+  /// instead of the carry buffer (KernelProgram::read_in_place), they do, and next_carry() no
+  /// longer copies carry k into its buffer. Undefined: the carry buffer, as before.
+  void read_carries_from(const std::vector<Tensor>& slots, Name axis);
+  /// Whether carry k is read in place (read_carries_from) in this call.
+  [[nodiscard]] bool carry_in_place(size_t k) const { return carry_in_place_[k] != 0; }
+  /// Loads the buffers of the carries read in place from slot s.
+  void load_carries(int64_t s);
   /// Loads the carry buffers from tensors with the carries' axes.
   void set_carry(const std::vector<Tensor>& carry);
 
@@ -149,6 +161,9 @@ class StepProgram {
   /// Host, once the reverse programs are captured: they read the inputs x_t read in place in the
   /// forward program in place too, or x_t is loaded before them (x_load_back_).
   void read_x_in_place_back();
+  /// Host, once the forward program is captured (or read_carries_from on a built one): redirects
+  /// or repoints the forward program's reads of the carries given slots.
+  void read_carries_in_place();
   /// Tells the arena which of its buffers save and restore copy (keep_residuals, once).
   void keep_read_buffers();
 
@@ -170,6 +185,15 @@ class StepProgram {
   // reverse step loads it (a reverse program that reads the buffer, or one not kept).
   std::vector<std::unique_ptr<KernelProgram::MovingBase>> x_base_;
   std::vector<char> x_in_place_, x_unkept_, x_load_back_;
+  // The same for carries read from slots (read_carries_from): the slots, their copies into the
+  // carry buffers, where the calls read them, whether the forward program's reads were redirected
+  // (once, for good: then the base points at the slots or, where a call gives none, at the buffer),
+  // whether they read slots in this call, and as for x_t.
+  std::vector<Tensor> carry_slots_;
+  Name carry_axis_;
+  std::vector<SliceCopy> carry_load_;
+  std::vector<std::unique_ptr<KernelProgram::MovingBase>> carry_base_;
+  std::vector<char> carry_moved_, carry_in_place_, carry_load_back_;
   KernelProgram forward_, next_;
   bool forward_built_ = false, next_built_ = false;
 

@@ -142,10 +142,12 @@ TEST(ContractionFusion, TakesInTheNeighbouringCallOnlyWhereThatGivesTheSameBits)
   }
 }
 
-// KernelProgram::read_in_place (what a scan does with x_t, autodiff/scan_program.cpp): the loop
-// calls that read a buffer read the same bytes of a moving slice instead, at the replay's index;
-// where a call touching the buffer cannot move (it writes it, reads it twice, is flat or opaque),
-// nothing changes. Large enough (> kFlatLimit elements) that elementwise calls run on loops.
+// KernelProgram::read_in_place (what a scan does with x_t and carries, autodiff/scan_program.cpp):
+// the loop calls that read a buffer, and the operands a tridiagonal solve only reads, read the same
+// bytes of a moving slice instead, at the replay's index; where a call touching the buffer cannot
+// move (it writes it, reads it twice, is flat, or does not say what it reads or where it keeps
+// its pointers), nothing changes. Large enough (> kFlatLimit elements) that elementwise calls run
+// on loops.
 TEST(ReadInPlace, LoopCallsReadTheSliceOfTheReplaysIndex) {
   const int64_t n = 5000, steps = 4;
   const Tensor xs = randn(Axes{{"t", steps}, {"i", n}}, 41), w = randn(Axes{{"i", n}}, 42);
@@ -180,8 +182,6 @@ TEST(ReadInPlace, LoopCallsReadTheSliceOfTheReplaysIndex) {
   refused("a flat call", [&] { detail::copy_into(out, w + sum(slice(buf, "i", 0, 8))); });
   const Tensor lower = full(Axes{{"i", n}}, 0.1), diag = full(Axes{{"i", n}}, 3.0),
                upper = full(Axes{{"i", n}}, 0.2);
-  refused("a solve reading it",
-          [&] { detail::copy_into(out, tridiagonal_solve(lower, diag, upper, buf, "i")); });
   refused("a call that does not name its tensors", [&] {
     detail::copy_into(out, buf + linear_recurrence(full(Axes{{"i", n}}, 0.5), w, "i"));
   });
@@ -194,6 +194,32 @@ TEST(ReadInPlace, LoopCallsReadTheSliceOfTheReplaysIndex) {
   mixed.run("test", 0, 3);
   EXPECT_EQ(out.to_vector(),
             (select(xs, "t", 3) + tridiagonal_solve(lower, diag, upper, w, "i")).to_vector());
+
+  // A solve reading it as right-hand side, and one reading it twice (as both off-diagonals):
+  // every operand a solve only reads moves (each its own field).
+  const Tensor ten = full(Axes{{"i", n}}, 10.0);
+  detail::KernelProgram solves;
+  detail::capture_into(solves, [&] {
+    detail::copy_into(
+        out, tridiagonal_solve(lower, diag, upper, buf, "i") + tridiagonal_solve(buf, ten, buf, w, "i"));
+  });
+  EXPECT_EQ(solves.read_in_place(buf.data_ptr(), bytes, &b), 2);
+  for (int64_t s : {1, 3}) {
+    solves.run("test", 0, s);
+    const Tensor xt = select(xs, "t", s);
+    EXPECT_EQ(
+        out.to_vector(),
+        (tridiagonal_solve(lower, diag, upper, xt, "i") + tridiagonal_solve(xt, ten, xt, w, "i")).to_vector())
+        << "step " << s;
+  }
+
+  // A batched matrix call that reads it names it, but not where it keeps the pointer: refused.
+  const Tensor spd = tensor(std::vector<double>{4.0, 1.0, 0.0, 1.0, 3.0, 0.5, 0.0, 0.5, 2.0, 2.0, 0.1, 0.0,
+                                                0.1, 2.0, 0.0, 0.0, 0.0, 2.0},
+                            Axes{{"b", 2}, {"r", 3}, {"c", 3}});
+  detail::KernelProgram chol;
+  detail::capture_into(chol, [&] { detail::copy_into(out, w + sum(cholesky(spd, "r", "c")) * 0.0); });
+  EXPECT_EQ(chol.read_in_place(spd.data_ptr(), spd.numel() * 8, &b), -1);
 }
 
 TEST(InlineCall, EveryKindShapeAndLayoutGivesTheKernelsBits) {

@@ -318,6 +318,55 @@ TEST(Scan, LargeInputsAreReadInPlaceUnderEverySchedule) {
     }
 }
 
+TEST(Scan, ACarryReturnedEveryStepIsReadInPlaceFromItsOutput) {
+  // A carry whose new value is also an output (shared checkpoints) is read from the output's
+  // buffer, slot s at step s (StepProgram::read_carries_from): no next-carry copy, no checkpoint
+  // load. Read by loop calls (5000 elements) or by a tridiagonal solve only (also at 12 elements,
+  // the rest flat calls), with a second carry read from its own buffer. Gradients and the final
+  // carries against the unrolled loop under every schedule: kept (restored), none kept, every
+  // 3rd, bisection (no shared buffer: the carry buffer as before), and in reverse (likewise).
+  for (const int64_t n : {int64_t{5000}, int64_t{12}}) {
+    const Tensor lower = full(Axes{{"i", n}}, -0.3), diag = full(Axes{{"i", n}}, 1.7),
+                 upper = full(Axes{{"i", n}}, -0.4);
+    ScanBody loops = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor next =
+          tanh(c[0] * 0.7 + x[0] * 0.3) + c[1] * 0.1 + square(c[0]) * 0.05;  // square's rule reads c[0]
+      Tensor other = c[1] * 0.9 + next * 0.05;
+      return std::make_pair(std::vector<Tensor>{next, other}, std::vector<Tensor>{sum(next * next), next});
+    };
+    ScanBody returns_carry = [&loops](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      auto [next, y] = loops(c, x);
+      y.push_back(c[0]);  // read by the output's store: the carry buffer, as before
+      return std::make_pair(next, y);
+    };
+    ScanBody solve = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor next = tridiagonal_solve(lower, diag, upper, c[0], "i");
+      Tensor other = c[1] * 0.9 + x[0] * 0.1;
+      return std::make_pair(std::vector<Tensor>{next, other},
+                            std::vector<Tensor>{next, sum(square(next - x[0])) + sum(other * next)});
+    };
+    const Axes i{{"i", n}};
+    const std::vector<Tensor> init{randn(i, 51), randn(i, 52) * 0.5};
+    const Tensor xs = randn(Axes{{"t", 9}, {"i", n}}, 53) * 0.5;
+    for (bool rev : {false, true}) {
+      ScanOptions kept, none, every3, bisect;
+      none.residual_budget = 0;
+      every3.checkpoint_every = 3;
+      bisect.memory_budget = 5 * 2 * n * 8;  // 5 pairs of carries for 9 steps: bisection
+      for (auto [name, o] :
+           {std::pair{"kept", kept}, {"none kept", none}, {"every 3", every3}, {"bisection", bisect}}) {
+        o.reverse = rev;
+        for (const auto& [what, body] : {std::pair{"loop calls", &loops},
+                                         {"a solve", &solve},
+                                         {"also returning the carry", &returns_carry}}) {
+          SCOPED_TRACE(std::string(name) + (rev ? " reverse, " : ", ") + what + ", n = " + std::to_string(n));
+          expect_scan_matches_unrolled(*body, init, xs, o);
+        }
+      }
+    }
+  }
+}
+
 TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {
   // The adjoint of an intermediate handed on as a carry is that carry's cotangent buffer itself
   // (StepProgram::backward): one intermediate handed on twice and also an output, used again in

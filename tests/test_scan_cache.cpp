@@ -172,6 +172,39 @@ TEST(ScanCache, AReusedStepReadsItsInputsInPlaceOrCopiesThemAsTheirLayoutAllows)
   }
 }
 
+TEST(ScanCache, AReusedStepReadsItsCarryFromTheOutputOnlyWhenThereIsOne) {
+  // A step returning its new state, solved by a tridiagonal solve: on a tape the carry is read in
+  // place from the output's buffer (StepProgram::read_carries_from); a call with no tape has no
+  // such buffer, and the reused program reads its carry buffer again (copied after each step);
+  // then a tape again. Every schedule, against a plain scan: values, final carries, gradients.
+  const int64_t n = 12;
+  const Tensor lower = full(Axes{{"i", n}}, -0.3), upper = full(Axes{{"i", n}}, -0.4);
+  const Tensor d = full(Axes{{"i", n}}, 1.5) + uniform(Axes{{"i", n}}, 9);
+  const ScanBody body = [&](const std::vector<Tensor>& carry, const std::vector<Tensor>& x) {
+    Tensor next = tridiagonal_solve(lower, d, upper, carry[0], "i");
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next, sum(square(next - x[0]))});
+  };
+  for (const auto& [name, o] : schedules()) {
+    ScanOptions opt = o;
+    if (opt.memory_budget > 0) opt.memory_budget = 5 * n * 8;
+    auto cache = std::make_shared<ScanCache>();
+    for (uint64_t seed : {10, 20, 30, 40}) {
+      const bool taped = seed != 20 && seed != 30;
+      const Tensor x0 = randn(Axes{{"i", n}}, seed + 1), u = randn(Axes{{"t", 12}, {"i", n}}, seed + 2);
+      auto go = [&](const std::shared_ptr<ScanCache>& c) {
+        Tape tape;
+        std::vector<Tensor> v{taped ? tape.watch(x0) : x0, taped ? tape.watch(u) : u};
+        ScanResult r = c ? detail::scan_cached(body, {v[0]}, {v[1]}, "t", opt, {lower, d, upper}, c)
+                         : scan(body, {v[0]}, {v[1]}, "t", opt);
+        Tensor loss = sum(r.ys[1]) + sum(r.carry[0] * r.carry[0]) + sum(r.ys[0]) * 0.1;
+        return Out{loss.item(), taped ? tape.gradient(loss, v) : std::vector<Tensor>{r.carry[0], r.ys[0]}};
+      };
+      expect_same(go(cache), go(nullptr), name + ", seed " + std::to_string(seed));
+    }
+    EXPECT_EQ(cache->hits(), 3) << name;
+  }
+}
+
 TEST(ScanCache, ReusedStepsMatchTheUnrolledLoop) {
   // Independent of scan itself: the third call (a reused step) against the loop on the tape.
   auto cache = std::make_shared<ScanCache>();

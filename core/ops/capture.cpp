@@ -337,20 +337,24 @@ int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
         vjp_off[k].assign(vjp->off[k].table, vjp->off[k].table + a.systems);
         vjp->off[k].table = vjp_off[k].data();
       }
+  // The arguments in a block of their own that the replay reads, so that read_in_place can point
+  // the operands it only reads elsewhere per step (movable_reads).
+  auto args = std::make_shared<TridiagonalArgs>(a);
   const int64_t bad = g_capture->other(
-      [fn, a, lc, vjp, vjp_off] {
-        TridiagonalArgs c = a;
+      [fn, args, lc, vjp, vjp_off] {
+        TridiagonalArgs c = *args;
         for (int o = 0; o < TridiagonalArgs::count; ++o)
-          if (a.off[o].table) c.off[o].table = lc.at(o);
+          if (c.off[o].table) c.off[o].table = lc.at(o);
         c.vjp = vjp.get();
         return fn(c);
       },
       "tridiagonal_solve");
   if constexpr (Dev == 0) {  // its tensors, for the host passes and read_in_place (null ones skipped)
-    const S* v = a.vjp;
-    g_capture->touches({a.in[0], a.in[1], a.in[2], a.in[3], a.out, v ? v->x : nullptr,
-                        v ? v->adj[0] : nullptr, v ? v->adj[1] : nullptr, v ? v->adj[2] : nullptr,
-                        v ? v->adj[3] : nullptr});
+    g_capture->touches({a.in[0], a.in[1], a.in[2], a.in[3], a.out, vjp ? vjp->x : nullptr,
+                        vjp ? vjp->adj[0] : nullptr, vjp ? vjp->adj[1] : nullptr, vjp ? vjp->adj[2] : nullptr,
+                        vjp ? vjp->adj[3] : nullptr});
+    g_capture->movable_reads(
+        {&args->in[0], &args->in[1], &args->in[2], &args->in[3], vjp ? &vjp->x : nullptr});
   }
   return bad;
 }
@@ -612,6 +616,16 @@ void KernelCapture::touches(std::initializer_list<const void*> pointers) {
   c.touches = 0;
   for (const void* p : pointers)
     if (p) c.touch[c.touches++] = p;
+}
+
+void KernelCapture::movable_reads(std::initializer_list<const void**> fields) {
+  KernelProgram::Call& c = program_.calls_.back();
+  for (const void** f : fields)
+    for (int t = 0; t < c.touches; ++t)
+      if (f && *f && c.touch[t] == *f && !c.field[t]) {  // one field per touch (operands may repeat)
+        c.field[t] = f;
+        break;
+      }
 }
 
 void KernelCapture::check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe) {

@@ -82,8 +82,9 @@ class KernelProgram {
   /// scan fills with x_t before each replay) reads the same bytes at `base` instead, which must
   /// outlive the program (its layout the buffer's). Returns how many calls it redirected; -1, and
   /// nothing changed, where some call touches those bytes and cannot be redirected: it writes
-  /// them, reads them through more than one operand, or is not an elementwise call on a loop (a
-  /// flat, planned, matrix or `other` call), or an `other` call does not name what it touches.
+  /// them, reads them through more than one operand, or is neither an elementwise call on a loop
+  /// nor an `other` call that reads them through a movable operand (KernelCapture::movable_reads;
+  /// a flat, planned or matrix call), or an `other` call does not name what it touches.
   int read_in_place(const void* lo, int64_t bytes, const MovingBase* base);
 
  private:
@@ -114,6 +115,12 @@ class KernelProgram {
     /// (each taken as touching its whole buffer); -1: not known.
     const void* touch[10] = {};
     int8_t touches = -1;
+    /// Per touch, where an `other` call that only reads it keeps its pointer (movable_reads; null:
+    /// not movable), and once read_in_place moved it: where it lies per replay index (base, offset).
+    const void** field[10] = {};
+    const MovingBase* field_base[10] = {};
+    int64_t field_offset[10] = {};
+    bool moved = false;  ///< some field_base set
     /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
     std::function<std::string(int64_t)> describe;
     /// A CUDA call that records into a graph (no host work between launches, no waiting), and
@@ -256,6 +263,10 @@ class KernelCapture {
   /// Names the base pointers of the tensors the `other` call just recorded reads or writes (at
   /// most 10: more is an internal Error), for copy forwarding and read_in_place.
   void touches(std::initializer_list<const void*> pointers);
+  /// After touches(): the fields in which the `other` call just recorded keeps pointers it only
+  /// reads (each holding one of the named pointers, the call reading them when it runs), so
+  /// that KernelProgram::read_in_place may point them elsewhere per replay.
+  void movable_reads(std::initializer_list<const void**> fields);
   /// Appends a finite check: `find` returns the first bad element or -1; `describe` words it.
   void check(std::function<int64_t()> find, std::function<std::string(int64_t)> describe);
 

@@ -97,6 +97,10 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
       continue;
     }
+    if (c.moved)  // read_in_place: the fields it reads its moved operands from, at this index
+      for (int t = 0; t < c.touches; ++t)
+        if (c.field_base[t])
+          *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
     const int64_t bad = c.other();
     if (bad >= 0 && c.describe)
       throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
@@ -318,8 +322,10 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
     const auto* c = static_cast<const char*>(p);
     return c >= first && c < first + bytes;
   };
-  // First every call's verdict (the operand to redirect, -1: none), then the changes.
+  // First every call's verdict (the operand to redirect, -1: none; an `other` call's fields to
+  // move), then the changes.
   std::vector<int8_t> operand(calls_.size(), -1);
+  std::vector<std::vector<int>> fields(calls_.size());
   int redirected = 0;
   for (size_t k = 0; k < calls_.size(); ++k) {
     const Call& c = calls_[k];
@@ -330,6 +336,15 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
         at = i;
       }
     };
+    if (c.other && c.touches >= 0 && !c.describe) {  // an `other` call naming its tensors
+      for (int t = 0; t < c.touches; ++t) {
+        if (!inside(c.touch[t])) continue;
+        if (!c.field[t] || c.field_base[t]) return -1;  // written, or not movable, or moved already
+        fields[k].push_back(t);
+      }
+      if (!fields[k].empty()) ++redirected;
+      continue;
+    }
     const bool loop_call = c.fn && !c.flat && c.moving < 0 && c.arity > 0;
     if (c.fn || c.flat) {
       const size_t n = static_cast<size_t>(c.arity);
@@ -340,7 +355,7 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
     } else if (c.plan >= 0) {
       const ContractPlan& pl = plans_[static_cast<size_t>(c.plan)];
       for (const void* p : {pl.x, pl.y, pl.base, static_cast<const void*>(pl.z)}) note(p, 0);
-    } else if (c.touches >= 0 && !c.describe) {  // a matrix or `other` call that names its tensors
+    } else if (c.touches >= 0 && !c.describe) {  // a matrix call (it names its tensors)
       for (int t = 0; t < c.touches; ++t) note(c.touch[t], 0);
     } else {
       return -1;  // an `other` call whose tensors are not known (or a finite check)
@@ -351,8 +366,13 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
     ++redirected;
   }
   for (size_t k = 0; k < calls_.size(); ++k) {
-    if (operand[k] < 0) continue;
     Call& c = calls_[k];
+    for (int t : fields[k]) {
+      c.field_base[t] = base;
+      c.field_offset[t] = static_cast<const char*>(c.touch[t]) - first;
+      c.moved = true;
+    }
+    if (operand[k] < 0) continue;
     c.moving = operand[k];
     c.base = base;
     c.offset = static_cast<const char*>(args_[static_cast<size_t>(c.first_arg + c.moving)].data) - first;
