@@ -202,6 +202,13 @@ void StepProgram::read_carries_from(const std::vector<Tensor>& slots, Name axis)
   if (forward_built_) read_carries_in_place();
 }
 
+void StepProgram::release_carry_slots() {
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    carry_slots_[k] = Tensor();
+    carry_load_[k] = SliceCopy();
+  }
+}
+
 void StepProgram::load_carries(int64_t s) {
   for (size_t k = 0; k < carry_.size(); ++k)
     if (carry_in_place_[k]) carry_load_[k].run(s);

@@ -84,6 +84,9 @@ class StepProgram {
   /// instead of the carry buffer (KernelProgram::read_in_place), they do, and next_carry() no
   /// longer copies carry k into its buffer. Undefined: the carry buffer, as before.
   void read_carries_from(const std::vector<Tensor>& slots, Name axis);
+  /// Lets go of this call's slots (a program kept for later calls must not keep one call's
+  /// output alive); the next call's read_carries_from() gives new ones.
+  void release_carry_slots();
   /// Whether carry k is read in place (read_carries_from) in this call.
   [[nodiscard]] bool carry_in_place(size_t k) const { return carry_in_place_[k] != 0; }
   /// Loads the buffers of the carries read in place from slot s.

@@ -1,6 +1,7 @@
 // scan_cached (autodiff/scan_cache.h): a call reuses the plan and compiled step of an earlier one
 // only where it may, and then gives what a fresh scan gives — values and gradients — under every
 // reverse schedule, in both directions.
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -203,6 +204,32 @@ TEST(ScanCache, AReusedStepReadsItsCarryFromTheOutputOnlyWhenThereIsOne) {
     }
     EXPECT_EQ(cache->hits(), 3) << name;
   }
+}
+
+TEST(ScanCache, AKeptStepDoesNotKeepACallsOutputAlive) {
+  // The program read its carry from the output's buffer (read_carries_from); once the call is
+  // done and the caller has dropped the output, the cache keeps the program, not that buffer.
+  const int64_t n = 5000, steps = 200;
+  const ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor next = tanh(c[0] * 0.9 + x[0] * 0.1);
+    return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
+  };
+  ScanOptions o;
+  o.residual_budget = 0;  // nothing of the steps kept with the program
+  auto cache = std::make_shared<ScanCache>();
+  const Tensor xs = randn(Axes{{"t", steps}, {"i", n}}, 3);
+  auto call = [&] {
+    Tape tape;
+    const Tensor x0 = tape.watch(randn(Axes{{"i", n}}, 4));
+    ScanResult r = detail::scan_cached(body, {x0}, {xs}, "t", o, {}, cache);
+    return sum(tape.gradient(sum(r.ys[0]), {x0})[0]).item();
+  };
+  const int64_t before = allocator_stats().bytes_in_use;
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(std::isfinite(call()));
+  EXPECT_EQ(cache->hits(), 1);
+  // What the cache keeps: the program and its buffers (under 1 MB here), not the last call's
+  // output, (steps + 1) · n · 8 = 8 MB.
+  EXPECT_LT(allocator_stats().bytes_in_use - before, (steps + 1) * n * 8 / 4);
 }
 
 TEST(ScanCache, ReusedStepsMatchTheUnrolledLoop) {
