@@ -274,6 +274,24 @@ TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
   }
 }
 
+// Every reverse schedule, both directions: every carry and intermediate kept (restored, not
+// recomputed), none kept, every 3rd carry, bisection (room for 5 carries of `carry_bytes` in all).
+std::vector<std::pair<std::string, ScanOptions>> every_schedule(int64_t carry_bytes) {
+  std::vector<std::pair<std::string, ScanOptions>> out;
+  for (bool rev : {false, true}) {
+    ScanOptions kept, none, every3, bisect;
+    none.residual_budget = 0;
+    every3.checkpoint_every = 3;
+    bisect.memory_budget = 5 * carry_bytes;
+    for (auto [name, o] :
+         {std::pair{"kept", kept}, {"none kept", none}, {"every 3", every3}, {"bisection", bisect}}) {
+      o.reverse = rev;
+      out.emplace_back(std::string(name) + (rev ? " reverse" : ""), o);
+    }
+  }
+  return out;
+}
+
 TEST(Scan, LargeInputsAreReadInPlaceUnderEverySchedule) {
   // A step whose loop calls read x_t (more than kFlatLimit elements, so no fused scalar loop)
   // reads it from the scanned tensor instead of a copy per step (StepProgram::read_x_in_place),
@@ -297,19 +315,7 @@ TEST(Scan, LargeInputsAreReadInPlaceUnderEverySchedule) {
   const std::vector<Tensor> init{randn(Axes{{"j", n}}, 31) * 0.5, randn(Axes{{"j", n}}, 32) * 0.5};
   const Tensor outer = randn(Axes{{"t", steps}, {"j", n}}, 33) * 0.5;
   const Tensor inner = transpose(randn(Axes{{"j", n}, {"t", steps}}, 34) * 0.5, {"t", "j"});
-  std::vector<std::pair<std::string, ScanOptions>> schedules;
-  for (bool rev : {false, true}) {
-    ScanOptions kept, none, every3, bisect;
-    none.residual_budget = 0;
-    every3.checkpoint_every = 3;
-    bisect.memory_budget = 5 * 2 * n * 8;  // 5 pairs of carries for 9 steps: bisection
-    for (auto [name, o] :
-         {std::pair{"kept", kept}, {"none kept", none}, {"every 3", every3}, {"bisection", bisect}}) {
-      o.reverse = rev;
-      schedules.emplace_back(std::string(name) + (rev ? " reverse" : ""), o);
-    }
-  }
-  for (const auto& [name, o] : schedules)
+  for (const auto& [name, o] : every_schedule(2 * n * 8))  // two carries of n float64
     for (const auto& [what, b, xs] : {std::tuple{"in place", &body, outer},
                                       {"time innermost", &body, inner},
                                       {"an output", &returns_x, outer}}) {
@@ -348,22 +354,13 @@ TEST(Scan, ACarryReturnedEveryStepIsReadInPlaceFromItsOutput) {
     const Axes i{{"i", n}};
     const std::vector<Tensor> init{randn(i, 51), randn(i, 52) * 0.5};
     const Tensor xs = randn(Axes{{"t", 9}, {"i", n}}, 53) * 0.5;
-    for (bool rev : {false, true}) {
-      ScanOptions kept, none, every3, bisect;
-      none.residual_budget = 0;
-      every3.checkpoint_every = 3;
-      bisect.memory_budget = 5 * 2 * n * 8;  // 5 pairs of carries for 9 steps: bisection
-      for (auto [name, o] :
-           {std::pair{"kept", kept}, {"none kept", none}, {"every 3", every3}, {"bisection", bisect}}) {
-        o.reverse = rev;
-        for (const auto& [what, body] : {std::pair{"loop calls", &loops},
-                                         {"a solve", &solve},
-                                         {"also returning the carry", &returns_carry}}) {
-          SCOPED_TRACE(std::string(name) + (rev ? " reverse, " : ", ") + what + ", n = " + std::to_string(n));
-          expect_scan_matches_unrolled(*body, init, xs, o);
-        }
+    for (const auto& [name, o] : every_schedule(2 * n * 8))  // two carries of n float64
+      for (const auto& [what, body] : {std::pair{"loop calls", &loops},
+                                       {"a solve", &solve},
+                                       {"also returning the carry", &returns_carry}}) {
+        SCOPED_TRACE(name + ", " + what + ", n = " + std::to_string(n));
+        expect_scan_matches_unrolled(*body, init, xs, o);
       }
-    }
   }
 }
 
