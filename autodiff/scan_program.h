@@ -3,7 +3,10 @@
 // through a StepProgram captures the kernel calls the plan's ops make (core/ops/capture.h); later
 // steps replay them with no dispatch. Carries, per-step inputs and their adjoints live in fixed
 // buffers; slice copies move x_t, y_t and their adjoints between those buffers and the stacked
-// tensors, so no captured call ever points at memory that moves from step to step.
+// tensors, so no captured call points at memory that moves from step to step — except, on the
+// host, the calls that read a large x_t, or a carry that is also an output, in place: their
+// operand is recomputed per step from a base the program owns (read_x_in_place,
+// read_carries_from; KernelProgram::read_in_place).
 #include <memory>
 #include <vector>
 

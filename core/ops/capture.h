@@ -79,7 +79,7 @@ class KernelProgram {
     int64_t stride = 0;
   };
   /// Host programs, once captured: every call that reads the `bytes` bytes at `lo` (a buffer a
-  /// scan fills with x_t before each replay) reads the same bytes at `base` instead, which must
+  /// scan fills before each replay: x_t, a carry) reads the same bytes at `base` instead, which must
   /// outlive the program (its layout the buffer's). Returns how many calls it redirected; -1, and
   /// nothing changed, where some call touches those bytes and cannot be redirected: it writes
   /// them, reads them through more than one operand, or is neither an elementwise call on a loop
