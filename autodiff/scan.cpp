@@ -78,7 +78,7 @@ struct ScanRun final : detail::CustomNode {
   ~ScanRun() override {
     if (!entry || !complete || !program || !program->built(false)) return;
     if (auto c = cache.lock()) {
-      program->release_carry_slots();
+      program->release_call();
       entry->program = std::move(program);
       c->give(std::move(entry));
     }

@@ -202,11 +202,16 @@ void StepProgram::read_carries_from(const std::vector<Tensor>& slots, Name axis)
   if (forward_built_) read_carries_in_place();
 }
 
-void StepProgram::release_carry_slots() {
+void StepProgram::release_call() {
   for (size_t k = 0; k < carry_.size(); ++k) {
     carry_slots_[k] = Tensor();
     carry_load_[k] = SliceCopy();
   }
+  for (SliceCopy& c : x_load_) c = SliceCopy();
+  for (std::vector<Tensor>* t : {&ys_bar_, &xs_adj_})
+    for (Tensor& v : *t) v = Tensor();
+  y_seed_.clear();
+  x_adj_store_.clear();
 }
 
 void StepProgram::load_carries(int64_t s) {

@@ -87,9 +87,11 @@ class StepProgram {
   /// instead of the carry buffer (KernelProgram::read_in_place), they do, and next_carry() no
   /// longer copies carry k into its buffer. Undefined: the carry buffer, as before.
   void read_carries_from(const std::vector<Tensor>& slots, Name axis);
-  /// Lets go of this call's slots (a program kept for later calls must not keep one call's
-  /// output alive); the next call's read_carries_from() gives new ones.
-  void release_carry_slots();
+  /// A reusable program between calls: lets go of what it holds of the call that ends — its
+  /// scanned inputs, output slots, cotangents and adjoints (a program kept for later calls must
+  /// not keep one call's tensors alive); the next call's rebind(), read_carries_from() and
+  /// prepare_backward() give new ones.
+  void release_call();
   /// Whether carry k is read in place (read_carries_from) in this call.
   [[nodiscard]] bool carry_in_place(size_t k) const { return carry_in_place_[k] != 0; }
   /// Loads the buffers of the carries read in place from slot s.

@@ -206,9 +206,10 @@ TEST(ScanCache, AReusedStepReadsItsCarryFromTheOutputOnlyWhenThereIsOne) {
   }
 }
 
-TEST(ScanCache, AKeptStepDoesNotKeepACallsOutputAlive) {
-  // The program read its carry from the output's buffer (read_carries_from); once the call is
-  // done and the caller has dropped the output, the cache keeps the program, not that buffer.
+TEST(ScanCache, AKeptStepDoesNotKeepACallsTensorsAlive) {
+  // The program read its inputs in place and its carry from the output's buffer (read_x_in_place,
+  // read_carries_from); once the call is done and the caller has dropped its inputs, output and
+  // gradients, the cache keeps the program, not those (StepProgram::release_call).
   const int64_t n = 5000, steps = 200;
   const ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
     Tensor next = tanh(c[0] * 0.9 + x[0] * 0.1);
@@ -217,18 +218,19 @@ TEST(ScanCache, AKeptStepDoesNotKeepACallsOutputAlive) {
   ScanOptions o;
   o.residual_budget = 0;  // nothing of the steps kept with the program
   auto cache = std::make_shared<ScanCache>();
-  const Tensor xs = randn(Axes{{"t", steps}, {"i", n}}, 3);
   auto call = [&] {
     Tape tape;
-    const Tensor x0 = tape.watch(randn(Axes{{"i", n}}, 4));
+    const Tensor x0 = tape.watch(randn(Axes{{"i", n}}, 4)),
+                 xs = tape.watch(randn(Axes{{"t", steps}, {"i", n}}, 3));
     ScanResult r = detail::scan_cached(body, {x0}, {xs}, "t", o, {}, cache);
-    return sum(tape.gradient(sum(r.ys[0]), {x0})[0]).item();
+    const std::vector<Tensor> g = tape.gradient(sum(r.ys[0]), {x0, xs});
+    return sum(g[0]).item() + sum(g[1]).item();
   };
   const int64_t before = allocator_stats().bytes_in_use;
   for (int k = 0; k < 2; ++k) EXPECT_TRUE(std::isfinite(call()));
   EXPECT_EQ(cache->hits(), 1);
   // What the cache keeps: the program and its buffers (under 1 MB here), not the last call's
-  // output, (steps + 1) · n · 8 = 8 MB.
+  // output, (steps + 1) · n · 8 = 8 MB, nor its 8 MB input or that input's adjoint.
   EXPECT_LT(allocator_stats().bytes_in_use - before, (steps + 1) * n * 8 / 4);
 }
 
