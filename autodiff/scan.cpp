@@ -21,8 +21,6 @@ using detail::ScanPlan;
 
 const Name kCheckpointAxis("__scan_checkpoint");
 
-int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
-
 }  // namespace
 
 // What a ScanCache keeps: the plan, the compiled program, and what a call must match to reuse them.
@@ -89,7 +87,7 @@ struct ScanRun final : detail::CustomNode {
   bool batched_vjp() const override { return true; }
   int64_t residual_bytes() const override {
     int64_t b = 0;
-    for (const Tensor& t : checkpoints) b += bytes_of(t);
+    for (const Tensor& t : checkpoints) b += detail::bytes_of(t);
     return b + (program ? program->residual_bytes() : 0);
   }
 
@@ -639,7 +637,7 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
   int64_t residual_budget = 0;  // bytes the forward pass may keep of the steps' intermediates
   if (record) {
     int64_t carry_bytes = 0;
-    for (const Tensor& t : init_w) carry_bytes += bytes_of(t);
+    for (const Tensor& t : init_w) carry_bytes += detail::bytes_of(t);
     residual_budget =
         options.memory_budget > 0 ? options.memory_budget - carry_bytes * steps : options.residual_budget;
     if (options.memory_budget > 0 && carry_bytes * steps > options.memory_budget) {

@@ -12,11 +12,13 @@ namespace {
 
 int copy_index(DType t) { return t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3; }
 
+bool any(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
+
 bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
   const auto* p = static_cast<const char*>(a.data_ptr());
   for (const Tensor& b : buffers) {
     const auto* lo = static_cast<const char*>(b.data_ptr());
-    if (p >= lo && p < lo + b.numel() * static_cast<int64_t>(itemsize(b.dtype()))) return true;
+    if (p >= lo && p < lo + bytes_of(b)) return true;
   }
   return false;
 }
@@ -193,7 +195,6 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
 }
 
 void StepProgram::read_carries_from(const std::vector<Tensor>& slots, Name axis) {
-  carry_axis_ = axis;
   for (size_t k = 0; k < carry_.size(); ++k) {
     carry_slots_[k] = k < slots.size() && on_host() && !reverse_ ? slots[k] : Tensor();
     carry_load_[k] =
@@ -208,8 +209,8 @@ void StepProgram::release_call() {
     carry_load_[k] = SliceCopy();
   }
   for (SliceCopy& c : x_load_) c = SliceCopy();
-  for (std::vector<Tensor>* t : {&ys_bar_, &xs_adj_})
-    for (Tensor& v : *t) v = Tensor();
+  ys_bar_.clear();
+  xs_adj_.clear();
   y_seed_.clear();
   x_adj_store_.clear();
 }
@@ -222,7 +223,7 @@ void StepProgram::load_carries(int64_t s) {
 void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor>& params) {
   if (!reusable_) throw Error("[scan] internal: rebind() on a program that is not reusable");
   for (size_t k = 0; k < x_load_.size(); ++k) {
-    const Tensor& buf = values_[static_cast<size_t>(plan_->n_carry()) + k];
+    const Tensor& buf = x_buffer(k);
     x_load_[k] = SliceCopy(buf, xs[k], over_, true, false);
     // An input read in place whose new tensor is laid out otherwise: its calls read the buffer
     // again (base: the buffer, not moving), loaded before every step, forward and reverse.
@@ -283,13 +284,14 @@ void StepProgram::build_forward(int64_t s) {
   forward_built_ = true;
 }
 
-namespace {
-bool holds(const Tensor& buffer, const void* p) {
-  const auto* lo = static_cast<const char*>(buffer.data_ptr());
-  const auto* c = static_cast<const char*>(p);
-  return c >= lo && c < lo + buffer.numel() * static_cast<int64_t>(itemsize(buffer.dtype()));
+// Whether a value read outside the programs — a new carry handed on, an output — lies in `buf`
+// (then the copies that read it need the buffer filled).
+bool StepProgram::read_outside(const Tensor& buf) const {
+  for (const std::vector<PlanRef>* refs : {&plan_->carry_out(), &plan_->y_out()})
+    for (const PlanRef& r : *refs)
+      if (r.var >= 0 && aliases(plan_->value(values_, r), {buf})) return true;
+  return false;
 }
-}  // namespace
 
 // Copying x_t into its buffer before each step (and again before each recomputed step of the
 // reverse pass) moved a whole slice per step where the step may read it once: the diffusion
@@ -301,17 +303,13 @@ bool holds(const Tensor& buffer, const void* p) {
 void StepProgram::read_x_in_place() {
   static const bool on = env_switch("TENAX_SCAN_IN_PLACE");
   if (!on) return;
-  const ScanPlan& p = *plan_;
   for (size_t k = 0; k < x_load_.size(); ++k) {
-    const Tensor& buf = values_[static_cast<size_t>(p.n_carry()) + k];
-    if (!buf.defined() || buf.numel() == 0 || !x_load_[k].moving_base(origin(), dir(), *x_base_[k])) continue;
-    bool read_outside = false;
-    for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
-      for (const PlanRef& r : *refs)
-        if (r.var >= 0 && holds(buf, p.value(values_, r).data_ptr())) read_outside = true;
-    if (read_outside) continue;
-    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
-    x_in_place_[k] = x_unkept_[k] = forward_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) > 0;
+    const Tensor& buf = x_buffer(k);
+    if (!buf.defined() || buf.numel() == 0 || !x_load_[k].moving_base(origin(), dir(), *x_base_[k]) ||
+        read_outside(buf))
+      continue;
+    x_in_place_[k] = x_unkept_[k] =
+        forward_.read_in_place(buf.data_ptr(), bytes_of(buf), x_base_[k].get()) > 0;
   }
 }
 
@@ -324,20 +322,13 @@ void StepProgram::read_x_in_place() {
 // loads again.
 void StepProgram::read_carries_in_place() {
   static const bool on = env_switch("TENAX_SCAN_IN_PLACE");
-  const ScanPlan& p = *plan_;
   bool changed = false;
   for (size_t k = 0; k < carry_.size(); ++k) {
     const Tensor& buf = carry_[k];
     KernelProgram::MovingBase& b = *carry_base_[k];
     const bool slots = carry_slots_[k].defined() && carry_load_[k].moving_base(0, 1, b);
-    if (!carry_moved_[k] && on && slots && buf.numel() > 0) {
-      bool read_outside = false;
-      for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
-        for (const PlanRef& r : *refs)
-          if (r.var >= 0 && holds(buf, p.value(values_, r).data_ptr())) read_outside = true;
-      const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
-      carry_moved_[k] = !read_outside && forward_.read_in_place(buf.data_ptr(), bytes, &b) > 0;
-    }
+    if (!carry_moved_[k] && on && slots && buf.numel() > 0 && !read_outside(buf))
+      carry_moved_[k] = forward_.read_in_place(buf.data_ptr(), bytes_of(buf), &b) > 0;
     const char now = carry_moved_[k] && slots ? 1 : 0;
     if (carry_moved_[k] && !slots) b = {static_cast<const char*>(buf.data_ptr()), 0};
     changed = changed || now != carry_in_place_[k];
@@ -349,29 +340,19 @@ void StepProgram::read_carries_in_place() {
   }
 }
 
+// An input or carry once read in place is not among the bytes keep_residuals keeps (restore()
+// does not put it back): the reverse step reads it in place too where both reverse programs can
+// (each redirects what it can; where one cannot, it is loaded first).
 void StepProgram::read_x_in_place_back() {
-  const ScanPlan& p = *plan_;
-  for (size_t k = 0; k < x_load_.size(); ++k) {
-    // An input once read in place is not among the bytes keep_residuals keeps (restore() does
-    // not put it back): unless read in place, it is loaded.
-    x_load_back_[k] = x_unkept_[k];
-    if (!x_in_place_[k]) continue;
-    const Tensor& buf = values_[static_cast<size_t>(p.n_carry()) + k];
-    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
-    const bool seed = seed_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
-    const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes, x_base_[k].get()) >= 0;
-    x_load_back_[k] = !seed || !vjp;
-  }
-  // Likewise the carries read in place (their buffers are not kept either; loaded from the slot).
-  for (size_t k = 0; k < carry_.size(); ++k) {
-    carry_load_back_[k] = carry_moved_[k];
-    if (!carry_in_place_[k]) continue;
-    const Tensor& buf = carry_[k];
-    const int64_t bytes = buf.numel() * static_cast<int64_t>(itemsize(buf.dtype()));
-    const bool seed = seed_.read_in_place(buf.data_ptr(), bytes, carry_base_[k].get()) >= 0;
-    const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes, carry_base_[k].get()) >= 0;
-    carry_load_back_[k] = !seed || !vjp;
-  }
+  auto back = [&](const Tensor& buf, const KernelProgram::MovingBase* base) {
+    const bool seed = seed_.read_in_place(buf.data_ptr(), bytes_of(buf), base) >= 0;
+    const bool vjp = vjp_.read_in_place(buf.data_ptr(), bytes_of(buf), base) >= 0;
+    return seed && vjp;
+  };
+  for (size_t k = 0; k < x_load_.size(); ++k)
+    x_load_back_[k] = x_unkept_[k] && !(x_in_place_[k] && back(x_buffer(k), x_base_[k].get()));
+  for (size_t k = 0; k < carry_.size(); ++k)
+    carry_load_back_[k] = carry_moved_[k] && !(carry_in_place_[k] && back(carry_[k], carry_base_[k].get()));
 }
 
 // What the reverse step reads of the forward step's arena: the buffers of the values read after
@@ -390,8 +371,7 @@ void StepProgram::keep_read_buffers() {
     const auto* at = static_cast<const char*>(values_[v].storage()->data());
     bool in_place = false;
     for (size_t k = 0; k < x_load_.size(); ++k)
-      in_place = in_place ||
-                 (x_unkept_[k] && at == values_[static_cast<size_t>(plan_->n_carry()) + k].storage()->data());
+      in_place = in_place || (x_unkept_[k] && at == x_buffer(k).storage()->data());
     for (size_t k = 0; k < carry_.size(); ++k)
       in_place = in_place || (carry_moved_[k] && at == carry_[k].storage()->data());
     if (in_place) continue;
@@ -436,16 +416,14 @@ bool StepProgram::restore(int64_t s) {
 
 bool StepProgram::append_forward(ScalarLoop& loop) const {
   // (x_t or a carry read in place means loop calls or a solve, which no ScalarLoop takes.)
-  if (!forward_built_ || std::count(x_in_place_.begin(), x_in_place_.end(), 1) > 0 ||
-      std::count(carry_moved_.begin(), carry_moved_.end(), 1) > 0)
-    return false;
+  if (!forward_built_ || any(x_in_place_) || any(carry_moved_)) return false;
   for (const SliceCopy& c : x_load_)
     if (!c.append_to(loop, origin(), dir())) return false;
   return forward_.append_to(loop);
 }
 
 bool StepProgram::append_next(ScalarLoop& loop) const {
-  if (std::count(carry_moved_.begin(), carry_moved_.end(), 1) > 0) return false;
+  if (any(carry_moved_)) return false;
   for (const Tensor& c : carry_) loop.live_out(c.data_ptr());
   return next_built_ && next_.append_to(loop);
 }
@@ -456,9 +434,7 @@ bool StepProgram::append_backward(ScalarLoop& loop) const {
     const Tensor& adj = adjoints_[static_cast<size_t>(plan_->param_var(k))];
     if (adj.defined()) loop.live_out(adj.data_ptr());
   }
-  if (!backward_built_ || std::count(x_load_back_.begin(), x_load_back_.end(), 1) > 0 ||
-      std::count(carry_load_back_.begin(), carry_load_back_.end(), 1) > 0 || !seed_.append_to(loop))
-    return false;
+  if (!backward_built_ || any(x_load_back_) || any(carry_load_back_) || !seed_.append_to(loop)) return false;
   for (const SliceCopy& c : y_seed_)
     if (!c.append_to(loop, origin(), dir())) return false;
   if (!vjp_.append_to(loop)) return false;

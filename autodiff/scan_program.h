@@ -16,6 +16,9 @@
 
 namespace tenax::detail {
 
+/// The bytes a tensor's elements take.
+inline int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
+
 /// A copy (or accumulation) between a fixed buffer and slice i of a tensor along one axis, with
 /// its loop arguments computed once. It holds both tensors, so their buffers outlive it.
 class SliceCopy {
@@ -172,6 +175,12 @@ class StepProgram {
   /// Host, once the forward program is captured (or read_carries_from on a built one): redirects
   /// or repoints the forward program's reads of the carries given slots.
   void read_carries_in_place();
+  /// Input k's fixed buffer (x_t).
+  [[nodiscard]] const Tensor& x_buffer(size_t k) const {
+    return values_[static_cast<size_t>(plan_->n_carry()) + k];
+  }
+  /// Whether a new carry or an output (read by copies outside the programs) lies in `buf`.
+  [[nodiscard]] bool read_outside(const Tensor& buf) const;
   /// Tells the arena which of its buffers save and restore copy (keep_residuals, once).
   void keep_read_buffers();
 
@@ -198,7 +207,6 @@ class StepProgram {
   // (once, for good: then the base points at the slots or, where a call gives none, at the buffer),
   // whether they read slots in this call, and as for x_t.
   std::vector<Tensor> carry_slots_;
-  Name carry_axis_;
   std::vector<SliceCopy> carry_load_;
   std::vector<std::unique_ptr<KernelProgram::MovingBase>> carry_base_;
   std::vector<char> carry_moved_, carry_in_place_, carry_load_back_;

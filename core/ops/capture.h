@@ -3,6 +3,7 @@
 // replays them with no dispatch (no axis alignment, no allocation, no tensor handles). A program
 // is valid while its buffers keep their addresses: it holds every buffer allocated while it was
 // captured, and its callers write new values into the buffers it reads (never rebinding them).
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -120,7 +121,10 @@ class KernelProgram {
     const void** field[10] = {};
     const MovingBase* field_base[10] = {};
     int64_t field_offset[10] = {};
-    bool moved = false;  ///< some field_base set
+    [[nodiscard]] bool moved() const {
+      return touches > 0 &&
+             std::any_of(field_base, field_base + touches, [](const MovingBase* b) { return b != nullptr; });
+    }
     /// Set for finite checks (core/check_finite.h): `other` finds, this words the failure.
     std::function<std::string(int64_t)> describe;
     /// A CUDA call that records into a graph (no host work between launches, no waiting), and

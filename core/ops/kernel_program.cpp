@@ -97,10 +97,10 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
       continue;
     }
-    if (c.moved)  // read_in_place: the fields it reads its moved operands from, at this index
-      for (int t = 0; t < c.touches; ++t)
-        if (c.field_base[t])
-          *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
+    // read_in_place: the fields it reads its moved operands from, at this index
+    for (int t = 0; t < c.touches; ++t)
+      if (c.field_base[t])
+        *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
     const int64_t bad = c.other();
     if (bad >= 0 && c.describe)
       throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
@@ -370,7 +370,6 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
     for (int t : fields[k]) {
       c.field_base[t] = base;
       c.field_offset[t] = static_cast<const char*>(c.touch[t]) - first;
-      c.moved = true;
     }
     if (operand[k] < 0) continue;
     c.moving = operand[k];

@@ -10,7 +10,7 @@ void KernelProgram::plan_host_passes() const {
   for (const Call& c : calls_) {
     const bool other_known = (c.other || c.mat >= 0) && !c.describe && c.touches >= 0;
     if (!c.flat && c.plan < 0 && !other_known) return;
-    if (c.moved) return;  // its touches no longer say where it reads (read_in_place)
+    if (c.moved()) return;  // its touches no longer say where it reads (read_in_place)
   }
   Extents ext;
   for (const StoragePtr& b : buffers_) ext.add(b, b->use_count() == 1);
