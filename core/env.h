@@ -1,6 +1,7 @@
 #pragma once
 // Library-internal: on/off switches read from the environment (TENAX_SCALAR_LOOPS,
-// TENAX_SCAN_IN_PLACE, TENAX_CUDA_GRAPHS, TENAX_CUDA_FUSION, TENAX_CPU_AVX2), for comparison and
+// TENAX_SCAN_IN_PLACE, TENAX_CUDA_GRAPHS, TENAX_CUDA_FUSION, TENAX_CPU_AVX2,
+// TENAX_TRIDIAGONAL_CHUNKS), for comparison and
 // debugging.
 #include <cstdlib>
 #include <cstring>

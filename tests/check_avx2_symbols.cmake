@@ -24,7 +24,7 @@ foreach(line IN LISTS lines)
     set(kind "${CMAKE_MATCH_1}")
     set(name "${CMAKE_MATCH_2}")
     # Upper case: external (T, D, B, R, W, V, u); lower case: local to the object.
-    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "(thomas_range|shared_range|fixed_kernel)_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
+    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "(thomas_range|shared_range|fixed_kernel|chunked_range|chunkable)_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
       list(APPEND bad "${kind} ${name}")
     endif()
   endif()

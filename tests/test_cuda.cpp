@@ -223,7 +223,11 @@ std::vector<Tensor> systems(const Axes& axes, uint64_t seed) {
 double max_diff(const Tensor& a, const Tensor& b) {
   const std::vector<double> x = a.to_vector(), y = b.to_vector();
   double m = 0;
-  for (size_t k = 0; k < x.size(); ++k) m = std::max(m, std::abs(x[k] - y[k]));
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double d = std::abs(x[k] - y[k]);
+    if (std::isnan(d)) return INFINITY;  // std::max would pass a NaN over
+    m = std::max(m, d);
+  }
   return m;
 }
 

@@ -77,8 +77,11 @@ Systems one_matrix_systems(const Tensor& lower, const Tensor& diag, const Tensor
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double m = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k)
-    m = std::max(m, std::abs(a[k] - b[k]) / (1 + std::abs(b[k])));
+  for (size_t k = 0; k < a.size() && k < b.size(); ++k) {
+    const double d = std::abs(a[k] - b[k]) / (1 + std::abs(b[k]));
+    if (std::isnan(d)) return INFINITY;  // std::max would pass a NaN over
+    m = std::max(m, d);
+  }
   return m;
 }
 
@@ -216,6 +219,35 @@ TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
                                            "i");
                  }),
                  "at batch index {b=32} has a zero or non-finite pivot");
+}
+
+// Systems back to back, from memory (larger than a 32 MiB last-level cache; at any size where
+// test_tridiagonal_fetch forces the fetch on): float64 lanes walk four far-apart chunks of each
+// task's systems (tridiagonal_chunks.h), the few left over go through the panels; 4099 x 103 (rows past the
+// last 4-row block, x not on a vector boundary) and 4096 x 100 (x streamed). A zero pivot names the lowest
+// failing system, whichever lane meets one first.
+TEST(Tridiagonal, RowsInnerChunksFromMemoryMatchLapackAndNameTheFirstFailure) {
+  for (auto [count, n] : {std::pair<int64_t, int64_t>{4099, 103}, {4096, 100}}) {
+    Systems s = random_systems(count, n, static_cast<uint64_t>(count + n));
+    const std::vector<double> want = lapack_solve(s);
+    for (int64_t k = 0; k < count; k += 7) {  // lower[0] and upper[n-1] lie outside: never read
+      s.lower[k * n] = std::nan("");
+      s.upper[k * n + n - 1] = INFINITY;
+    }
+    const Axes ax{{"sys", count}, {"i", n}};
+    auto t = [&](const std::vector<double>& v) { return tensor(v, ax); };
+    const std::vector<double> got =
+        tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i").to_vector();
+    EXPECT_LT(max_rel_diff(got, want), 1e-13) << count << " x " << n;
+    for (int64_t bad :
+         {count - 1, int64_t{2900}, int64_t{1500}, int64_t{0}}) {  // the last (a leftover), then lower
+      s.diag[bad * n + 5] = 0.0;
+      s.lower[bad * n + 5] = 0.0;
+      EXPECT_MESSAGE(testing::error_message<NumericError>(
+                         [&] { (void)tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i"); }),
+                     "at batch index {sys=" + std::to_string(bad) + "} has a zero or non-finite pivot");
+    }
+  }
 }
 
 // Rows-inner gradients (the transposed solve reads lower and upper one row shifted, so the first

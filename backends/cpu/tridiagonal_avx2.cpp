@@ -4,6 +4,7 @@
 // (tridiagonal.cpp checks at run time).
 #include "tenax/backends/cpu/avx2.h"
 
+#include "tenax/backends/cpu/tridiagonal_chunks.h"
 #include "tenax/backends/cpu/tridiagonal_range.h"
 #include "tenax/backends/cpu/tridiagonal_shared.h"
 
@@ -15,6 +16,12 @@ namespace tenax::cpu {
 
 int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   return thomas_range<double>(a, begin, end, fetch);
+}
+
+bool chunkable_avx2(const detail::TridiagonalArgs& a) { return chunkable(a); }
+
+int64_t chunked_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end) {
+  return chunked_range<double>(a, begin, end);
 }
 
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
