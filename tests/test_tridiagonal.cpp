@@ -221,11 +221,11 @@ TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
                  "at batch index {b=32} has a zero or non-finite pivot");
 }
 
-// Systems back to back, from memory (larger than a 32 MiB last-level cache; at any size where
-// test_tridiagonal_fetch forces the fetch on): float64 lanes walk four far-apart chunks of each
-// task's systems (tridiagonal_chunks.h), the few left over go through the panels; 4099 x 103 (rows past the
-// last 4-row block, x not on a vector boundary) and 4096 x 100 (x streamed). A zero pivot names the lowest
-// failing system, whichever lane meets one first.
+// Systems back to back, from memory (float64 larger than a 32 MiB last-level cache; at any size
+// where test_tridiagonal_fetch forces the fetch on): float64 and float32 lanes walk four far-apart
+// chunks of each task's systems (tridiagonal_chunks.h), the few left over go through the panels;
+// 4099 x 103 (rows past the last 4-row block, x not on a vector boundary) and 4096 x 100 (x
+// streamed). A zero pivot names the lowest failing system, whichever lane meets one first.
 TEST(Tridiagonal, RowsInnerChunksFromMemoryMatchLapackAndNameTheFirstFailure) {
   for (auto [count, n] : {std::pair<int64_t, int64_t>{4099, 103}, {4096, 100}}) {
     Systems s = random_systems(count, n, static_cast<uint64_t>(count + n));
@@ -239,6 +239,11 @@ TEST(Tridiagonal, RowsInnerChunksFromMemoryMatchLapackAndNameTheFirstFailure) {
     const std::vector<double> got =
         tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i").to_vector();
     EXPECT_LT(max_rel_diff(got, want), 1e-13) << count << " x " << n;
+    // float32: four 4-float lanes (SSE), so again 16 streams; from memory here at twice the size.
+    auto f32 = [&](const std::vector<double>& v) { return astype(t(v), DType::f32); };
+    Tensor x32 = tridiagonal_solve(f32(s.lower), f32(s.diag), f32(s.upper), f32(s.rhs), "i");
+    EXPECT_LT(max_rel_diff(astype(x32, DType::f64).to_vector(), want), 2e-5)
+        << "f32, " << count << " x " << n;
     for (int64_t bad :
          {count - 1, int64_t{2900}, int64_t{1500}, int64_t{0}}) {  // the last (a leftover), then lower
       s.diag[bad * n + 5] = 0.0;

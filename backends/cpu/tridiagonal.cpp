@@ -7,7 +7,7 @@
 //   registers, VS systems at a time, while the next panel's operands are prefetched in address
 //   order (solve_rows);
 // - anything else: operands copied row-interleaved into small tiles that stay in L1/L2.
-// From memory, float64 systems lying back to back take the AVX2 build's chunked solve instead:
+// From memory, systems lying back to back take the AVX2 build's chunked solve instead:
 // lane k walks the k-th quarter of a task's systems, so each operand is read as 4 long runs in
 // address order (tridiagonal_chunks.h).
 // One matrix shared by every system (lower, diag and upper without a batch axis) is factored once
@@ -389,11 +389,11 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
   // with AVX2.
   if (!a.pivoting && cpu_avx2() && rows_inner(a)) {
     const bool fetch = fetch_next_panels(a, sizeof(T));
-    // From memory, float64 systems back to back: lanes walking far-apart chunks
+    // From memory, systems back to back: lanes walking far-apart chunks
     // (tridiagonal_chunks.h) instead of panels fetching the next. TENAX_TRIDIAGONAL_CHUNKS=0
     // keeps the panels.
     static const bool chunks = detail::env_switch("TENAX_TRIDIAGONAL_CHUNKS");
-    if (std::is_same_v<T, double> && fetch && chunks && chunkable_avx2(a)) {
+    if (fetch && chunks && chunkable_avx2(a)) {
       // Tasks of ~2^18 unknowns (2 MB per operand; at 100 000 x 100 on the Zen 3, 1 thread: tasks
       // of 2 048 - 8 192 systems 80-92% of the roofline, oneTBB's pieces of 336 - 1 680 71-78%),
       // at least four per thread.
@@ -401,7 +401,14 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
       const int64_t per_task = std::max<int64_t>(
           64, std::min<int64_t>((int64_t{1} << 18) / a.n, (a.systems + 4 * threads - 1) / (4 * threads)));
       return solve_in_blocks<T>(
-          a, [&a](int64_t begin, int64_t end) { return chunked_range_avx2(a, begin, end); }, per_task);
+          a,
+          [&a](int64_t begin, int64_t end) {
+            if constexpr (std::is_same_v<T, double>)
+              return chunked_range_avx2(a, begin, end);
+            else
+              return chunked_range_avx2_f32(a, begin, end);
+          },
+          per_task);
     }
     return solve_in_blocks<T>(a, [&a, fetch](int64_t begin, int64_t end) {
       if constexpr (std::is_same_v<T, double>)

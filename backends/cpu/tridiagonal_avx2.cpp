@@ -24,6 +24,10 @@ int64_t chunked_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int6
   return chunked_range<double>(a, begin, end);
 }
 
+int64_t chunked_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end) {
+  return chunked_range<float>(a, begin, end);
+}
+
 int64_t thomas_range_avx2_f32(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch) {
   return thomas_range<float>(a, begin, end, fetch);
 }

@@ -2,19 +2,22 @@
 // The rows-inner Thomas solve whose lanes walk far-apart chunks of the batch, for systems that lie
 // back to back ((sys, i) tensors, the usual layout): a range of systems is cut into VS chunks and
 // lane k solves chunk k's systems one after another, so each lane reads every operand as one long
-// run in address order and writes x the same way — 4 operands x VS lanes = 16 read streams for
-// float64 in the AVX2 build, which the hardware prefetchers follow (up to 16 measured at full
-// speed on the Zen 3, 24 and more at a third of it). The panels of tridiagonal_thomas.h read 128
-// runs of one system each, which no prefetcher follows: there the next panel is fetched with
-// software prefetches, whose own cost held that path near 70% of the roofline (bench/RESULTS.md,
-// sessions 35 to 40). The price here: one division chain per lane instead of eight groups', so
-// the sweep is bound by the chain's latency (about 20 cycles a row) where the panels were not —
-// on the Zen 3 about 2 ns per unknown, under what memory allows. Only where the call's arrays are
-// larger than the caches (fetch_next_panels), float64, not pivoting, not the fused reverse rule.
+// run in address order and writes x the same way — 4 operands x 4 lanes = 16 read streams (4
+// doubles per AVX2 vector, 4 floats per SSE one), which the hardware prefetchers follow (up to 16 measured at
+// full speed on the Zen 3, 24 and more at a third of it). The panels of tridiagonal_thomas.h read 128 runs of
+// one system each, which no prefetcher follows: there the next panel is fetched with software prefetches,
+// whose own cost held that path near 70% of the roofline (bench/RESULTS.md, sessions 35 to 40). The price
+// here: one division chain per lane instead of eight groups', so the sweep is bound by the chain's latency
+// (about 20 cycles a row) where the panels were not — on the Zen 3 about 2 ns per unknown, under what memory
+// allows for float64 (float32, whose panels took 5 ns per unknown, is chain-bound here at 2.3). Only where
+// the call's arrays are larger than the caches (fetch_next_panels), not pivoting, not the fused reverse rule.
 // Included only by tridiagonal_avx2.cpp, in an anonymous namespace like the panels.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
+
+#include <immintrin.h>
 
 #include <xsimd/xsimd.hpp>
 
@@ -32,11 +35,32 @@ inline bool chunkable(const TridiagonalArgs& a) {
   return true;
 }
 
+// The lanes' vector: 4 of them, so that the 4 operands make 16 streams — 4 doubles (AVX2), 4
+// floats (SSE: 8 would be 32 streams, which the prefetchers lose).
+template <class T>
+using ChunkVector = std::conditional_t<sizeof(T) == 8, xsimd::batch<T>, xsimd::batch<T, xsimd::sse4_2>>;
+
+// m[k] = 4 consecutive values of lane k  ->  m[j] = value j of every lane.
+template <class T, class V>
+inline void transpose_lanes(V (&m)[4]) {
+  if constexpr (sizeof(V) == 16 && std::is_same_v<T, float>) {
+    __m128 r0 = m[0], r1 = m[1], r2 = m[2], r3 = m[3];
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    m[0] = r0;
+    m[1] = r1;
+    m[2] = r2;
+    m[3] = r3;
+  } else {
+    transpose_block<T>(m);
+  }
+}
+
 template <class T>
 class ChunkedThomas {
  public:
-  using V = xsimd::batch<T>;
+  using V = ChunkVector<T>;
   static constexpr int VS = static_cast<int>(V::size);
+  static_assert(VS == 4, "four lanes: 16 read streams");
 
   explicit ChunkedThomas(const TridiagonalArgs& a, Scratch<T>& scratch) : a_(a), n_(a.n) {
     const auto need = static_cast<size_t>(2 * n_ * VS + VS);
@@ -94,7 +118,7 @@ class ChunkedThomas {
       V m[Op::x][VS];
       for (int o = 0; o < Op::x; ++o) {
         for (int k = 0; k < VS; ++k) m[o][k] = V::load_unaligned(base[o] + at + k * lane + i0);
-        transpose_block<T>(m[o]);
+        transpose_lanes<T>(m[o]);
       }
       for (int k = 0; k < VS; ++k)
         step(i0 + k, m[Op::lower][k], m[Op::diag][k], m[Op::upper][k], m[Op::rhs][k]);
@@ -129,7 +153,7 @@ class ChunkedThomas {
         next = xsimd::fnma(V::load_aligned(cp_ + i * VS), next, V::load_aligned(dp_ + i * VS));
         m[k] = next;
       }
-      transpose_block<T>(m);
+      transpose_lanes<T>(m);
       for (int k = 0; k < VS; ++k) put(x + k * lane + i0, m[k]);
     }
   }
