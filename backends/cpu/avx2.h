@@ -18,8 +18,8 @@ bool cpu_avx2();
 /// thomas_range for float64 with 4-wide vectors: systems [begin, end) of `a` (rows-inner panels
 /// prefetching the next panel's operands where `fetch`); the first failed system or -1.
 int64_t thomas_range_avx2(const detail::TridiagonalArgs& a, int64_t begin, int64_t end, bool fetch);
-/// Whether a solve's operands and x all hold their systems back to back (rows
-/// contiguous), A x = rhs, no pivoting, no fused reverse rule: the layout chunked_range_avx2 takes.
+/// Whether a solve's operands and x all hold their systems back to back (rows contiguous), A x =
+/// rhs, no pivoting, no fused reverse rule: the layout chunked_range_avx2(_f32) takes.
 bool chunkable_avx2(const detail::TridiagonalArgs& a);
 /// Systems [begin, end) of a chunkable float64 call, each of 4 lanes walking a quarter of them
 /// (tridiagonal_chunks.h); the first failed system or -1.

@@ -181,8 +181,6 @@ class ChunkedThomas {
   T* dp_ = nullptr;
 };
 
-// Systems [begin, end) of a chunkable call: VS chunks of whole systems (lane_systems each), the
-// few left over through the panels. The first failed system or -1.
 // Systems per lane for `count` systems of `bytes` each: the most, up to 15 fewer, that keep the
 // lanes' starts far apart within a 4 KB page — lanes a multiple of 4 KB apart compete for the same
 // L1 sets and are 4K-aliased (1024 systems of 800 bytes per lane: 63% of the roofline against 80%).
@@ -204,6 +202,8 @@ inline int64_t lane_systems(int64_t count, int64_t VS, int64_t bytes) {
   return best;
 }
 
+// Systems [begin, end) of a chunkable call: VS chunks of whole systems (lane_systems each), the
+// few left over through the panels. The first failed system or -1.
 template <class T>
 int64_t chunked_range(const TridiagonalArgs& a, int64_t begin, int64_t end) {
   thread_local Scratch<T> scratch;
