@@ -17,8 +17,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include <immintrin.h>
-
 #include <xsimd/xsimd.hpp>
 
 #include "tenax/backends/cpu/tridiagonal_range.h"
@@ -39,21 +37,6 @@ inline bool chunkable(const TridiagonalArgs& a) {
 // floats (SSE: 8 would be 32 streams, which the prefetchers lose).
 template <class T>
 using ChunkVector = std::conditional_t<sizeof(T) == 8, xsimd::batch<T>, xsimd::batch<T, xsimd::sse4_2>>;
-
-// m[k] = 4 consecutive values of lane k  ->  m[j] = value j of every lane.
-template <class T, class V>
-inline void transpose_lanes(V (&m)[4]) {
-  if constexpr (sizeof(V) == 16 && std::is_same_v<T, float>) {
-    __m128 r0 = m[0], r1 = m[1], r2 = m[2], r3 = m[3];
-    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-    m[0] = r0;
-    m[1] = r1;
-    m[2] = r2;
-    m[3] = r3;
-  } else {
-    transpose_block<T>(m);
-  }
-}
 
 template <class T>
 class ChunkedThomas {
@@ -92,7 +75,7 @@ class ChunkedThomas {
         backward(xbase + at, lane, [](T* p, const V& v) { v.store_unaligned(p); });
     }
     stream_fence();
-    if (xsimd::any(xsimd::isnan(check))) return first_bad(begin, VS * q);
+    if (xsimd::any(xsimd::isnan(check))) return first_failed_system<T>(a_, begin, VS * q);
     return -1;
   }
 
@@ -118,7 +101,7 @@ class ChunkedThomas {
       V m[Op::x][VS];
       for (int o = 0; o < Op::x; ++o) {
         for (int k = 0; k < VS; ++k) m[o][k] = V::load_unaligned(base[o] + at + k * lane + i0);
-        transpose_lanes<T>(m[o]);
+        transpose_block<T>(m[o]);
       }
       for (int k = 0; k < VS; ++k)
         step(i0 + k, m[Op::lower][k], m[Op::diag][k], m[Op::upper][k], m[Op::rhs][k]);
@@ -153,26 +136,9 @@ class ChunkedThomas {
         next = xsimd::fnma(V::load_aligned(cp_ + i * VS), next, V::load_aligned(dp_ + i * VS));
         m[k] = next;
       }
-      transpose_lanes<T>(m);
+      transpose_block<T>(m);
       for (int k = 0; k < VS; ++k) put(x + k * lane + i0, m[k]);
     }
-  }
-
-  // The first system of [begin, begin + count) whose elimination meets a zero or non-finite pivot
-  // (in order of system, as the panels report it), found again one system at a time; -1 where
-  // none does in scalar arithmetic (only rounding could tell them apart).
-  int64_t first_bad(int64_t begin, int64_t count) const {
-    const int64_t n = n_;
-    for (int64_t s = begin; s < begin + count; ++s) {
-      auto at = [&](int o, int64_t i) { return static_cast<const T*>(a_.in[o])[a_.off[o].base + s * n + i]; };
-      T c = T(0);
-      for (int64_t i = 0; i < n; ++i) {
-        const T d = at(Op::diag, i) - (i > 0 ? at(Op::lower, i) * c : T(0));
-        if (d == T(0) || !std::isfinite(d)) return s;
-        c = i + 1 < n ? at(Op::upper, i) / d : T(0);
-      }
-    }
-    return -1;
   }
 
   const TridiagonalArgs& a_;

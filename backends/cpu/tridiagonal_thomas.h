@@ -34,6 +34,25 @@ const T* in_ptr(const TridiagonalArgs& a, int o) {
 
 // ---- Thomas, W systems at a time ----
 
+// The first of systems [first, first + count) whose elimination meets a zero or non-finite pivot,
+// in order of system, found again one system at a time in scalar arithmetic; -1 where none does
+// (a vector kernel's check may flag what only its rounding made bad).
+template <class T>
+int64_t first_failed_system(const TridiagonalArgs& a, int64_t first, int64_t count) {
+  for (int64_t s = first; s < first + count; ++s) {
+    auto at = [&](int o, int64_t i) { return in_ptr<T>(a, o)[a.off[o][s] + i * a.step[o]]; };
+    auto lower = [&](int64_t i) { return a.transpose ? at(Op::upper, i - 1) : at(Op::lower, i); };
+    auto upper = [&](int64_t i) { return a.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
+    T c = T(0);
+    for (int64_t i = 0; i < a.n; ++i) {
+      const T d = at(Op::diag, i) - (i > 0 ? lower(i) * c : T(0));
+      if (d == T(0) || !std::isfinite(d)) return s;
+      c = i + 1 < a.n ? upper(i) / d : T(0);
+    }
+  }
+  return -1;
+}
+
 template <class T>
 class ThomasPanel {
  public:
@@ -508,20 +527,7 @@ class ThomasPanel {
   }
 
   // The first system of the panel whose elimination meets a bad pivot, found again lane by lane.
-  int64_t first_bad(int64_t first, int count) const {
-    for (int w = 0; w < count; ++w) {
-      auto at = [&](int o, int64_t i) { return in_ptr<T>(a_, o)[a_.off[o][first + w] + i * a_.step[o]]; };
-      auto lower = [&](int64_t i) { return a_.transpose ? at(Op::upper, i - 1) : at(Op::lower, i); };
-      auto upper = [&](int64_t i) { return a_.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
-      T c = T(0);
-      for (int64_t i = 0; i < n_; ++i) {
-        const T d = at(Op::diag, i) - (i > 0 ? lower(i) * c : T(0));
-        if (d == T(0) || !std::isfinite(d)) return first + w;
-        c = i + 1 < n_ ? upper(i) / d : T(0);
-      }
-    }
-    return -1;
-  }
+  int64_t first_bad(int64_t first, int count) const { return first_failed_system<T>(a_, first, count); }
 
   // c' and d' of the forward sweep, then (only when some operand needs one) a row-interleaved tile
   // per operand. The buffer is the thread's, kept from call to call (a scan step calls this every

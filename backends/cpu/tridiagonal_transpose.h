@@ -54,7 +54,7 @@ inline void transpose_block(V (&m)[VS]) {
     m[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 #endif
   } else if constexpr (VS == 4) {
-    using W = xsimd::batch<double>;  // pairs of floats moved as one 64-bit value
+    using W = xsimd::batch<double, typename V::arch_type>;  // pairs of floats moved as one 64-bit value
     const W t0 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[0], m[1]));
     const W t1 = xsimd::bitwise_cast<W>(xsimd::zip_hi(m[0], m[1]));
     const W t2 = xsimd::bitwise_cast<W>(xsimd::zip_lo(m[2], m[3]));
