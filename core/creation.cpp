@@ -87,14 +87,21 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name ro
 }
 
 namespace {
+// Draws straight into the tensor (allocated, and so budgeted, first), in row-major order.
+template <class T, class Dist>
+void draw(Tensor& t, uint64_t seed, Dist dist) {
+  std::mt19937_64 gen(seed);
+  T* p = static_cast<T*>(t.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(dist(gen));
+}
+
 template <class Dist>
 Tensor sample(const Axes& axes, uint64_t seed, DType dtype, Dist dist, const char* op) {
   if (!is_floating(dtype)) throw DTypeError(std::string("[") + op + "] needs float64 or float32");
-  std::mt19937_64 gen(seed);
-  std::vector<double> v(static_cast<size_t>(axes.numel()));
-  for (double& x : v) x = dist(gen);
-  if (dtype == DType::f64) return tensor(v, axes);
-  return tensor(std::vector<float>(v.begin(), v.end()), axes);
+  Tensor t = empty(axes, dtype);
+  if (dtype == DType::f64) draw<double>(t, seed, dist);
+  else draw<float>(t, seed, dist);
+  return t;
 }
 }  // namespace
 
@@ -108,9 +115,11 @@ Tensor uniform(const Axes& axes, uint64_t seed, double lo, double hi, DType dtyp
 }
 
 Tensor arange(Name axis, int64_t n) {
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<double>(i);
-  return tensor(v, Axes{{axis, n}});
+  if (n < 0) throw ShapeError("[arange] needs a size >= 0 for axis '" + axis.str() + "', got " + std::to_string(n));
+  Tensor t = empty(Axes{{axis, n}}, DType::f64);
+  auto* p = static_cast<double*>(t.data_ptr());
+  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(i);
+  return t;
 }
 
 }  // namespace tenax

@@ -210,6 +210,9 @@ HostArenaScope::~HostArenaScope() { t_arena = previous_; }
 }  // namespace detail
 
 Storage* Storage::allocate(std::size_t bytes, Device d) {
+  // Tensors stay far below this (kMaxElements); it keeps the size rounding below from wrapping.
+  if (bytes > (std::size_t{1} << 60))
+    throw MemoryError("[alloc] a buffer of " + std::to_string(bytes) + " bytes is past what any device addresses");
   if (d.kind == Device::Kind::cpu && detail::t_arena) {
     // A view of the arena's block that holds a reference to it (the block is metered and
     // budgeted as a whole, when the arena is made).

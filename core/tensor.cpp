@@ -113,7 +113,13 @@ std::vector<double> Tensor::to_vector(const AxisList& order) const {
                         axes_.describe());
     }
   }
-  std::vector<double> out(static_cast<size_t>(numel()));
+  std::vector<double> out;
+  try {
+    out.resize(static_cast<size_t>(numel()));
+  } catch (const std::exception&) {  // bad_alloc or length_error: a huge broadcast view
+    throw MemoryError("[to_vector] " + std::to_string(numel()) + " values of " + axes_.describe() +
+                      " do not fit in host memory");
+  }
   int64_t idx[kMaxRank] = {};
   int64_t off = offset_;
   for (size_t n = 0; n < out.size(); ++n) {

@@ -52,6 +52,30 @@ int64_t Axes::numel() const {
   return n;
 }
 
+void Axes::check_size(int i) const {
+  if (sizes_[i] < 0)
+    throw ShapeError("[axes] axis '" + names_[i].str() + "' has negative size " + std::to_string(sizes_[i]));
+  // Zero-size axes count as 1: strides are products of the other sizes and must fit too.
+  int64_t n = 1;
+  for (int k = 0; k < rank_; ++k) {
+    const int64_t s = sizes_[k] == 0 ? 1 : sizes_[k];
+    if (s > kMaxElements / n)
+      throw ShapeError("[axes] " + describe() + " has more than 2^56 elements (the product of the sizes), the most a tensor may have");
+    n *= s;
+  }
+}
+
+void Axes::set_size(int i, int64_t s) {
+  const int64_t old = sizes_[i];
+  sizes_[i] = s;
+  try {
+    check_size(i);
+  } catch (...) {
+    sizes_[i] = old;
+    throw;
+  }
+}
+
 void Axes::push_back(Axis a) {
   if (a.name.empty()) throw AxisError("[axes] an axis name must not be empty");
   if (a.size < 0)
@@ -65,6 +89,12 @@ void Axes::push_back(Axis a) {
   names_[rank_] = a.name;
   sizes_[rank_] = a.size;
   ++rank_;
+  try {
+    check_size(rank_ - 1);
+  } catch (...) {
+    --rank_;
+    throw;
+  }
 }
 
 void Axes::erase(int i) {

@@ -11,6 +11,13 @@ namespace tenax {
 /// Largest rank a tensor may have; shapes are stored inline so small ops never allocate.
 inline constexpr int kMaxRank = 8;
 
+/// Most elements a tensor (or a view, or a broadcast) may have: the product of its nonzero sizes
+/// is at most 2^56. No host or device addresses more than 2^57 bytes, and under this bound every
+/// element count, stride and byte offset (elements x 16 bytes) fits in int64 with room to spare.
+/// Axes enforce it wherever a size is set, so a product past it is a ShapeError naming the axes
+/// before anything is allocated.
+inline constexpr int64_t kMaxElements = int64_t{1} << 56;
+
 /// One named axis.
 struct Axis {
   Name name;
@@ -46,7 +53,8 @@ class AxisList {
 class Axes {
  public:
   Axes() = default;
-  /// Axes in order; throws on duplicates, negative sizes or more than kMaxRank axes.
+  /// Axes in order; throws on duplicates, negative sizes, more than kMaxRank axes, or more than
+  /// kMaxElements elements.
   Axes(std::initializer_list<Axis> axes);
 
   [[nodiscard]] int rank() const { return rank_; }
@@ -62,12 +70,13 @@ class Axes {
   [[nodiscard]] bool contains(Name n) const { return index_of(n) >= 0; }
   /// Size of axis `n`; throws AxisError naming `op` when absent.
   [[nodiscard]] int64_t size_of(Name n, const char* op = "axes") const;
-  /// Product of the sizes (1 for rank 0).
+  /// Product of the sizes (1 for rank 0); at most kMaxElements.
   [[nodiscard]] int64_t numel() const;
-  /// Appends an axis; throws on a duplicate name or when full.
+  /// Appends an axis; throws on a duplicate name, a negative size, when full, or when the product
+  /// of the sizes would pass kMaxElements.
   void push_back(Axis a);
-  /// Sets the size of axis i.
-  void set_size(int i, int64_t s) { sizes_[i] = s; }
+  /// Sets the size of axis i; throws as push_back does.
+  void set_size(int i, int64_t s);
   /// Renames axis i (the caller checks uniqueness).
   void set_name(int i, Name n) { names_[i] = n; }
   /// Removes axis i.
@@ -82,6 +91,9 @@ class Axes {
   [[nodiscard]] bool same_set(const Axes& other) const;
 
  private:
+  /// Throws ShapeError when axis i's size is negative or the sizes' product passes kMaxElements.
+  void check_size(int i) const;
+
   Name names_[kMaxRank];
   int64_t sizes_[kMaxRank] = {};
   uint8_t rank_ = 0;

@@ -92,13 +92,24 @@ void check_tape_thread(const Tensor& t, const char* op, int input) {
 // op.forward, with device failures below the op (allocation, a missing backend) naming the op.
 // Returned directly (no default-constructed Tensor to assign: zeroing its 208 bytes cost a third
 // of a small op).
+// Sizes past kMaxElements (a ShapeError from Axes, "[axes] ...") name the op too, and the standard
+// library's allocation failures become MemoryErrors.
 Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  const auto tagged = [&op](const char* what) {
+    const std::string tag = std::string("[") + op.name + "]";
+    return std::string_view(what).substr(0, tag.size()) == tag ? std::string(what) : tag + " " + what;
+  };
   try {
     return op.forward(inputs, attrs);
   } catch (const DeviceError& e) {
-    const std::string tag = std::string("[") + op.name + "]";
-    if (std::string_view(e.what()).substr(0, tag.size()) == tag) throw;
-    throw DeviceError(tag + " " + e.what());
+    throw DeviceError(tagged(e.what()));
+  } catch (const ShapeError& e) {
+    if (std::string_view(e.what()).substr(0, 6) != "[axes]") throw;
+    throw ShapeError(tagged(e.what()));
+  } catch (const std::bad_alloc&) {
+    throw MemoryError(tagged("the system could not provide the memory for the result or its scratch"));
+  } catch (const std::length_error& e) {
+    throw MemoryError(tagged((std::string("a buffer too large for the system: ") + e.what()).c_str()));
   }
 }
 

@@ -47,10 +47,15 @@ Tensor concat_forward(Inputs in, const Attrs& a) {
       throw ShapeError("[concat] input " + std::to_string(k) + " " + in[k].axes().describe() +
                        " does not match input 0 " + in[0].axes().describe() + " apart from axis '" + axis.str() +
                        "'");
-    total += in[k].size(axis);
+    if (__builtin_add_overflow(total, in[k].size(axis), &total))
+      throw ShapeError("[concat] the sizes of axis '" + axis.str() + "' add up past int64");
   }
   Axes ax = with_mapped(in[0].axes(), in);
-  ax.set_size(ax.index_of(axis), total);
+  try {
+    ax.set_size(ax.index_of(axis), total);
+  } catch (const ShapeError& e) {
+    throw ShapeError("[concat] axis '" + axis.str() + "' of " + std::to_string(total) + " in " + e.what());
+  }
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   int64_t off = 0;
   for (int k = 0; k < n; ++k) {

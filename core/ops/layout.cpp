@@ -94,8 +94,10 @@ Tensor slice_forward(Inputs in, const Attrs& a) {
   Tensor out = x;
   TA::set_var(out, -1, 0);
   TA::offset(out) += start * x.strides()[d];
-  TA::axes(out).set_size(d, (stop - start + step - 1) / step);
-  TA::strides(out)[d] *= step;
+  // Written so that no step (up to INT64_MAX) overflows: one element keeps its stride.
+  const int64_t len = stop == start ? 0 : 1 + (stop - start - 1) / step;
+  TA::axes(out).set_size(d, len);
+  if (len > 1) TA::strides(out)[d] *= step;
   return out;
 }
 Tensor slice_jvp(JvpContext& c) {
