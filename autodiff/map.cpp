@@ -35,7 +35,7 @@ class GuardScope {
   GuardScope(detail::Recorder* r, uint32_t outer) : previous_(detail::g_record_state) {
     detail::g_record_state = {r, outer, 0, false};
   }
-  ~GuardScope() { detail::g_record_state = previous_; }
+  ~GuardScope() { detail::restore_record_state(previous_); }
   GuardScope(const GuardScope&) = delete;
   GuardScope& operator=(const GuardScope&) = delete;
 

@@ -32,6 +32,12 @@ class PauseRecording {
   RecordState previous_;
 };
 
+/// Makes `previous` (a state a guard saved) this thread's recording state again. A public Tape
+/// destroyed while a guard held it as the state to restore (from inside a function the library was
+/// calling) was kept alive for this moment: the state becomes the one that tape had replaced, and
+/// the tape is freed.
+void restore_record_state(const RecordState& previous);
+
 /// A fresh recording-session serial (never 0), unique in the process.
 uint32_t new_serial();
 

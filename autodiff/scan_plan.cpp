@@ -68,7 +68,7 @@ class TraceScope {
   TraceScope(Recorder* rec, uint32_t serial, uint32_t outer) : previous_(g_record_state) {
     g_record_state = {rec, serial, outer, true};
   }
-  ~TraceScope() { g_record_state = previous_; }
+  ~TraceScope() { restore_record_state(previous_); }
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
 

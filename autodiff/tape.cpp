@@ -485,13 +485,71 @@ int64_t TapeImpl::bytes() const {
          residual_bytes_;
 }
 
+namespace {
+// The public tapes alive on this thread, oldest first, each with the recording state it replaced
+// (restored when it ends). Tapes may end in any order: one that ends while a newer tape records
+// hands its saved state to the tape that had saved it.
+struct LiveTape {
+  TapeImpl* impl;
+  RecordState previous;
+};
+thread_local std::vector<LiveTape> t_tapes;
+// Tapes that ended while a library guard (grad, scan, map calling the user's function) held them as
+// the state to restore: kept alive until that guard restores, which takes their saved state instead.
+struct Orphan {
+  std::unique_ptr<TapeImpl> impl;
+  RecordState previous;
+};
+thread_local std::vector<Orphan> t_orphans;
+}  // namespace
+
+void restore_record_state(const RecordState& previous) {
+  RecordState s = previous;
+  for (auto it = t_orphans.begin(); it != t_orphans.end();) {
+    if (s.recorder == it->impl.get()) {
+      s = it->previous;
+      t_orphans.erase(it);
+      it = t_orphans.begin();  // the orphan's own previous state may be an orphan too
+    } else {
+      ++it;
+    }
+  }
+  g_record_state = s;
+}
+
+// A public tape starts: it records from now on.
+void begin_tape(TapeImpl* impl) {
+  t_tapes.push_back({impl, g_record_state});
+  g_record_state = {impl, impl->serial()};
+}
+
+// A public tape ends. When a guard still holds it, `impl` moves to t_orphans (freed when the guard
+// restores); otherwise the caller frees it.
+void end_tape(std::unique_ptr<TapeImpl>& impl) {
+  auto self = std::find_if(t_tapes.begin(), t_tapes.end(), [&](const LiveTape& t) { return t.impl == impl.get(); });
+  if (self == t_tapes.end()) return;  // (a tape destroyed during thread exit, after t_tapes)
+  const RecordState previous = self->previous;
+  t_tapes.erase(self);
+  if (g_record_state.recorder == impl.get()) {
+    restore_record_state(previous);
+    return;
+  }
+  for (LiveTape& t : t_tapes)
+    if (t.previous.recorder == impl.get()) {
+      t.previous = previous;  // a newer tape ends into what this one had replaced
+      return;
+    }
+  // Neither recording nor saved by a newer tape: a guard of the library holds it.
+  t_orphans.push_back({std::move(impl), previous});
+}
+
 RecordingScope::RecordingScope(TapeImpl* tape) : previous_(g_record_state) {
   g_record_state = {tape, tape ? tape->serial() : 0};
 }
-RecordingScope::~RecordingScope() { g_record_state = previous_; }
+RecordingScope::~RecordingScope() { restore_record_state(previous_); }
 
 PauseRecording::PauseRecording() : previous_(g_record_state) { g_record_state = {}; }
-PauseRecording::~PauseRecording() { g_record_state = previous_; }
+PauseRecording::~PauseRecording() { restore_record_state(previous_); }
 
 uint32_t new_serial() {
   static std::atomic<uint32_t> serial{0};
@@ -516,18 +574,18 @@ void check_owner(uint32_t owner, const char* what) {
 
 Tape::Tape() : impl_(detail::new_tape()), owner_(detail::thread_token()) {
   detail::register_live_tape(impl_->serial());
-  const detail::RecordState& s = detail::g_record_state;
-  previous_ = s.recorder;
-  previous_serial_ = s.serial;
-  previous_outer_ = s.outer;
-  previous_trace_ = s.trace;
-  detail::g_record_state = {impl_.get(), impl_->serial()};
+  detail::begin_tape(impl_.get());
 }
 
 Tape::~Tape() {
   detail::unregister_live_tape(impl_->serial());
-  detail::g_record_state = {static_cast<detail::Recorder*>(previous_), previous_serial_, previous_outer_,
-                            previous_trace_};
+  if (owner_ == detail::thread_token()) {
+    detail::end_tape(impl_);
+  } else {
+    // Destroyed on another thread: the owner's recording state may still point at it, and that
+    // thread's state is not ours to change. Left allocated rather than dangling (documented misuse).
+    (void)impl_.release();
+  }
 }
 
 Tensor Tape::watch(const Tensor& t) {

@@ -22,7 +22,10 @@ struct TapeStats {
 };
 
 /// Records every op whose input is watched (directly or through other ops) while it is the
-/// innermost live Tape of this thread. Tapes are per thread and not shared: calling watch /
+/// innermost live Tape of this thread. Tapes may be destroyed in any order: when one ends, the
+/// tapes created after it and still alive go on recording as before, and the tensors it tracked
+/// become constants (using one where its tape is needed, as `wrt` of another tape's gradient, is an
+/// AutodiffError). A tape is destroyed on the thread that created it. Tapes are per thread and not shared: calling watch /
 /// gradient / forward_tangent from another thread, or using a tensor a live tape of another thread
 /// tracks in an op, raises AutodiffError. A tensor tracked by an enclosing or finished tape is a
 /// constant here (no higher-order derivatives through nesting yet).
@@ -61,10 +64,6 @@ class Tape {
   friend class detail::TapeImpl;
   std::unique_ptr<detail::TapeImpl> impl_;
   uint32_t owner_;  ///< token of the thread that created it (detail::thread_token)
-  void* previous_;
-  uint32_t previous_serial_;
-  uint32_t previous_outer_;
-  bool previous_trace_;
 };
 
 }  // namespace tenax
