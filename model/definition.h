@@ -18,6 +18,10 @@ namespace tenax::model_detail {
 
 using json = nlohmann::json;
 
+/// Deepest nesting of control-flow bodies (a scan inside an nmap inside ...) a model may have.
+/// Real models nest two or three; the bound keeps parsing and running within any thread's stack.
+inline constexpr int kMaxBodyDepth = 32;
+
 /// `base` + "/" + key, with '~' and '/' escaped as RFC 6901 asks.
 std::string pointer_join(const std::string& base, const std::string& key);
 std::string pointer_join(const std::string& base, std::size_t index);
@@ -51,6 +55,7 @@ struct Node {
   const OpDef* op = nullptr;
   Attrs attrs;
   bool reduce_all = false;  ///< a reduction with no "axes": every visible axis
+  Axes sized;  ///< axes the op sizes itself (rename targets, stack's axis): declared sizes to check
   std::vector<int> inputs;
   std::vector<int> outputs;
   // Control flow: scan (init, xs), nmap/map (inputs), the body, and the options.

@@ -38,11 +38,25 @@ Tensor reduce_all(const Node& n, const Tensor& x) {
   return logsumexp(x);
 }
 
+// An axis the op sized itself must have the size /axes declares (a stack of 3 along an axis
+// declared 4 would otherwise pass until some other op met it).
+void check_sized(const Node& n, const Tensor& out) {
+  for (int i = 0; i < n.sized.rank(); ++i) {
+    const int d = out.axes().index_of(n.sized.name(i));
+    if (d >= 0 && out.axes().size(d) != n.sized.size(i))
+      throw ModelError(n.pointer + " (" + n.label + "): gives axis '" + n.sized.name(i).str() + "' size " +
+                       std::to_string(out.axes().size(d)) + ", but " + pointer_join("/axes", n.sized.name(i).str()) +
+                       " declares " + std::to_string(n.sized.size(i)));
+  }
+}
+
 void run_node(const Node& n, std::vector<Tensor>& env) {
   switch (n.kind) {
     case NodeKind::op: {
       std::vector<Tensor> in = gather(n.inputs, env);
-      env[size_t(n.outputs[0])] = n.reduce_all ? reduce_all(n, in[0]) : detail::apply(*n.op, in, n.attrs);
+      Tensor out = n.reduce_all ? reduce_all(n, in[0]) : detail::apply(*n.op, in, n.attrs);
+      check_sized(n, out);
+      env[size_t(n.outputs[0])] = std::move(out);
       return;
     }
     case NodeKind::scan: {

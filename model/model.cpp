@@ -14,6 +14,7 @@
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/transfer.h"
 #include "tenax/model/definition.h"
+#include "tenax/model/json_input.h"
 #include "tenax/model/values.h"
 
 namespace tenax {
@@ -288,6 +289,7 @@ void Model::save(const std::filesystem::path& path) const {
 }
 
 Model load_model_json(const json& doc, const std::filesystem::path& base_dir) {
+  model_detail::check_depth(doc);  // before anything walks it recursively
   Model m(model_detail::parse(doc, base_dir));
   // One run checks what parsing cannot: sizes and axes agreeing through every op. Inputs without
   // data run as zeros; a numeric failure on such placeholders does not make the file invalid.
@@ -302,17 +304,7 @@ Model load_model_json(const json& doc, const std::filesystem::path& base_dir) {
 }
 
 Model load_model_string(std::string_view text, const std::filesystem::path& base_dir) {
-  json doc = json::parse(text.begin(), text.end(), nullptr, false);
-  if (doc.is_discarded()) {
-    // Parse again with exceptions for the position of the problem.
-    try {
-      json again = json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow
-      throw ModelError("/: the model is not valid JSON: " + std::string(e.what()));
-    }
-    throw ModelError("/: the model is not valid JSON");
-  }
-  return load_model_json(doc, base_dir);
+  return load_model_json(model_detail::parse_checked(text, "/"), base_dir);
 }
 
 Model load_model(const std::filesystem::path& path) {

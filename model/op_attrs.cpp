@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tenax/core/error.h"
+#include "tenax/model/json_input.h"
 
 namespace tenax::model_detail {
 namespace {
@@ -21,7 +22,7 @@ const std::map<std::string, std::vector<AttrField>>& table() {
     for (const char* op : {"sum", "mean", "max", "logsumexp"}) m[op] = reduce;
     m["astype"] = {{"dtype", AttrKind::dtype, 0}};
     m["dot"] = {{"over", AttrKind::names}};
-    m["rename"] = {{"from", AttrKind::names}, {"to", AttrKind::names2}};
+    m["rename"] = {{"from", AttrKind::names}, {"to", AttrKind::names2, 0, true, 0, true}};
     m["transpose"] = {{"order", AttrKind::names}};
     m["slice"] = {{"axis", AttrKind::name},
                   {"start", AttrKind::integer, 0},
@@ -30,7 +31,7 @@ const std::map<std::string, std::vector<AttrField>>& table() {
     m["select"] = {{"axis", AttrKind::name}, {"index", AttrKind::integer, 0}};
     m["broadcast"] = {{"axes", AttrKind::shape}};
     m["concat"] = {{"axis", AttrKind::name}};
-    m["stack"] = {{"axis", AttrKind::name}};
+    m["stack"] = {{"axis", AttrKind::name, 0, true, 0, true}};
     m["cholesky"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
     m["logdet"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
     m["diagonal"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
@@ -57,7 +58,7 @@ std::string expected_keys(const std::vector<AttrField>* fields) {
 }
 
 Name axis_name(const json& v, const std::string& pointer, const Axes& declared) {
-  if (!v.is_string()) throw ModelError(pointer + ": expected an axis name (a string), got " + v.dump());
+  if (!v.is_string()) throw ModelError(pointer + ": expected an axis name (a string), got " + brief(v));
   const std::string& s = v.get_ref<const std::string&>();
   if (!declared.contains(Name(s)))
     throw ModelError(pointer + ": unknown axis '" + s + "'; the model declares " + declared.describe() +
@@ -66,7 +67,7 @@ Name axis_name(const json& v, const std::string& pointer, const Axes& declared) 
 }
 
 AxisList axis_list(const json& v, const std::string& pointer, const Axes& declared) {
-  if (!v.is_array()) throw ModelError(pointer + ": expected a list of axis names, got " + v.dump());
+  if (!v.is_array()) throw ModelError(pointer + ": expected a list of axis names, got " + brief(v));
   AxisList out;
   for (std::size_t k = 0; k < v.size(); ++k) {
     const std::string at = pointer + "/" + std::to_string(k);
@@ -88,7 +89,7 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
   const std::vector<AttrField>* fields = attr_fields(op);
   ParsedAttrs out;
   if (attrs && !attrs->is_null() && !attrs->is_object())
-    throw ModelError(pointer + ": expected an object of attributes, got " + attrs->dump());
+    throw ModelError(pointer + ": expected an object of attributes, got " + brief(*attrs));
   if (attrs && attrs->is_object())
     for (const auto& [key, value] : attrs->items()) {
       bool known = false;
@@ -112,13 +113,18 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
     }
     switch (f.kind) {
       case AttrKind::names: out.attrs.axes = axis_list(*v, at, declared); break;
-      case AttrKind::names2: out.attrs.axes2 = axis_list(*v, at, declared); break;
+      case AttrKind::names2:
+        out.attrs.axes2 = axis_list(*v, at, declared);
+        if (f.sizes_axes)
+          for (Name n : out.attrs.axes2) out.sized.push_back({n, declared.size_of(n)});
+        break;
       case AttrKind::name: {
         const Name n = axis_name(*v, at, declared);
         if (out.attrs.axes.contains(n))
           throw ModelError(at + ": axis '" + n.str() + "' is already given to op '" + op.name +
                            "' by another attribute; name two different axes");
         out.attrs.axes.push_back(n);
+        if (f.sizes_axes) out.sized.push_back({n, declared.size_of(n)});
         break;
       }
       case AttrKind::shape: {
@@ -127,11 +133,11 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
         break;
       }
       case AttrKind::integer:
-        if (!v->is_number_integer()) throw ModelError(at + ": expected an integer, got " + v->dump());
+        if (!v->is_number_integer()) throw ModelError(at + ": expected an integer, got " + brief(*v));
         out.attrs.i[f.slot] = v->get<int64_t>();
         break;
       case AttrKind::boolean:
-        if (!v->is_boolean()) throw ModelError(at + ": expected true or false, got " + v->dump());
+        if (!v->is_boolean()) throw ModelError(at + ": expected true or false, got " + brief(*v));
         out.attrs.i[f.slot] = v->get<bool>() ? 1 : 0;
         break;
       case AttrKind::dtype: {
@@ -141,7 +147,7 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
         else if (s == "float32") d = DType::f32;
         else if (s == "int64") d = DType::i64;
         else if (s == "bool") d = DType::b8;
-        else throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + v->dump());
+        else throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + brief(*v));
         out.attrs.i[f.slot] = static_cast<int64_t>(d);
         break;
       }

@@ -25,6 +25,9 @@ struct AttrField {
   int slot = 0;
   bool required = true;
   int64_t fallback = 0;  ///< integer/boolean default when not required
+  /// The named axes get their size from the op, not from an input (rename's targets, stack's new
+  /// axis): the result must have them at their declared sizes.
+  bool sizes_axes = false;
 };
 
 /// The attribute fields of `op`, or null when the op reads no attributes.
@@ -34,6 +37,8 @@ const std::vector<AttrField>* attr_fields(const OpDef& op);
 struct ParsedAttrs {
   Attrs attrs;
   bool reduce_all = false;
+  /// Axes the result must have at these (declared) sizes, where the result shows them.
+  Axes sized;
 };
 
 /// Parses `attrs` (an object, or null for none) for `op`; throws ModelError at `pointer` on an

@@ -5,6 +5,7 @@
 
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
+#include "tenax/model/json_input.h"
 #include "tenax/core/ops.h"
 #include "tenax/model/definition.h"
 #include "tenax/model/op_attrs.h"
@@ -47,7 +48,7 @@ void only_keys(const json& obj, const std::string& pointer, std::initializer_lis
 }
 
 std::string string_at(const json& v, const std::string& pointer, const char* what) {
-  if (!v.is_string()) fail(pointer, std::string("expected ") + what + " (a string), got " + v.dump());
+  if (!v.is_string()) fail(pointer, std::string("expected ") + what + " (a string), got " + brief(v));
   return v.get<std::string>();
 }
 
@@ -82,7 +83,7 @@ class Parser {
     only_keys(doc, "", {"format", "name", "description", "dtype", "axes", "parameters", "inputs", "graph", "outputs"});
     const json& format = need(doc, "format", "", "the format version: 1");
     if (!format.is_number_integer() || format.get<int64_t>() != 1)
-      fail("/format", "this loader reads format 1, got " + format.dump());
+      fail("/format", "this loader reads format 1, got " + brief(format));
     if (doc.contains("dtype")) {
       const std::string t = string_at(doc["dtype"], "/dtype", "\"float64\" or \"float32\"");
       if (t == "float64") d_.dtype = DType::f64;
@@ -108,6 +109,7 @@ class Parser {
 
  private:
   Definition& d_;
+  int body_depth_ = 0;  ///< bodies open around the one being built
 
   static std::string known(const Scope& s) {
     std::string list;
@@ -119,18 +121,24 @@ class Parser {
   }
 
   void axes(const json& a) {
-    if (!a.is_object()) fail("/axes", "expected an object of axis names and sizes, got " + a.dump());
+    if (!a.is_object()) fail("/axes", "expected an object of axis names and sizes, got " + brief(a));
     for (const auto& [name, size] : a.items()) {
       const std::string at = pointer_join("/axes", name);
       if (name.empty()) fail(at, "an axis needs a non-empty name");
-      if (!size.is_number_integer() || size.get<int64_t>() < 1)
-        fail(at, "expected a positive integer size, got " + size.dump());
-      d_.axes.push_back({Name(name), size.get<int64_t>()});
+      const bool in_range = size.is_number_unsigned() ? size.get<uint64_t>() - 1 < uint64_t(kMaxElements)
+                                                       : size.is_number_integer() && size.get<int64_t>() >= 1 &&
+                                                             size.get<int64_t>() <= kMaxElements;
+      if (!in_range) fail(at, "expected a positive integer size (at most 2^56), got " + brief(size));
+      try {
+        d_.axes.push_back({Name(name), size.get<int64_t>()});
+      } catch (const Error& e) {  // more than kMaxRank axes, or sizes whose product passes kMaxElements
+        fail(at, e.what());
+      }
     }
   }
 
   Axes axes_of(const json& list, const std::string& at) {
-    if (!list.is_array()) fail(at, "expected a list of axis names, got " + list.dump());
+    if (!list.is_array()) fail(at, "expected a list of axis names, got " + brief(list));
     Axes out;
     for (std::size_t k = 0; k < list.size(); ++k) {
       const std::string p = pointer_join(at, k);
@@ -157,7 +165,7 @@ class Parser {
       only_keys(c, at, {"type", "transform", "lower", "upper", "row", "col"});
       type = string_at(need(c, "type", at, "unconstrained | positive | interval | spd"), at + "/type", "a type");
     } else {
-      fail(at, "expected a constraint (a string or an object), got " + c.dump());
+      fail(at, "expected a constraint (a string or an object), got " + brief(c));
     }
     if (type == "unconstrained") return out;
     if (type == "positive") {
@@ -174,7 +182,7 @@ class Parser {
       const json& lo = need(c, "lower", at, "the lower bound");
       const json& hi = need(c, "upper", at, "the upper bound");
       if (!lo.is_number() || !hi.is_number() || !(lo.get<double>() < hi.get<double>()))
-        fail(at, "expected numbers lower < upper, got " + lo.dump() + " and " + hi.dump());
+        fail(at, "expected numbers lower < upper, got " + brief(lo) + " and " + brief(hi));
       out.kind = ConstraintKind::interval;
       out.lower = lo.get<double>();
       out.upper = hi.get<double>();
@@ -195,17 +203,17 @@ class Parser {
   }
 
   Tensor init_rule(const json& r, const std::string& at, const Axes& axes) {
-    if (!r.is_object()) fail(at, "expected an init rule object, got " + r.dump());
+    if (!r.is_object()) fail(at, "expected an init rule object, got " + brief(r));
     only_keys(r, at, {"rule", "seed", "mean", "scale", "lower", "upper", "value"});
     const std::string rule = string_at(need(r, "rule", at, "normal | uniform | constant | identity"), at + "/rule", "a rule");
     auto number = [&](const char* key, double fallback) {
       if (!r.contains(key)) return fallback;
-      if (!r[key].is_number()) fail(at + "/" + key, "expected a number, got " + r[key].dump());
+      if (!r[key].is_number()) fail(at + "/" + key, "expected a number, got " + brief(r[key]));
       return r[key].get<double>();
     };
     auto seed = [&]() -> uint64_t {
       const json& s = need(r, "seed", at, "an integer seed, so that loading twice gives the same values");
-      if (!s.is_number_unsigned()) fail(at + "/seed", "expected a non-negative integer, got " + s.dump());
+      if (!s.is_number_unsigned()) fail(at + "/seed", "expected a non-negative integer, got " + brief(s));
       return s.get<uint64_t>();
     };
     Tensor t;
@@ -229,17 +237,17 @@ class Parser {
   }
 
   void parameters(const json& ps, Scope& top) {
-    if (!ps.is_object()) fail("/parameters", "expected an object of parameters, got " + ps.dump());
+    if (!ps.is_object()) fail("/parameters", "expected an object of parameters, got " + brief(ps));
     for (const auto& [name, p] : ps.items()) {
       const std::string at = pointer_join("/parameters", name);
-      if (!p.is_object()) fail(at, "expected a parameter object, got " + p.dump());
+      if (!p.is_object()) fail(at, "expected a parameter object, got " + brief(p));
       only_keys(p, at, {"axes", "value", "unconstrained", "init", "trainable", "constraint", "description"});
       Parameter par;
       par.name = name;
       par.pointer = at;
       par.axes = axes_of(p.contains("axes") ? p["axes"] : json::array(), at + "/axes");
       if (p.contains("trainable")) {
-        if (!p["trainable"].is_boolean()) fail(at + "/trainable", "expected true or false, got " + p["trainable"].dump());
+        if (!p["trainable"].is_boolean()) fail(at + "/trainable", "expected true or false, got " + brief(p["trainable"]));
         par.trainable = p["trainable"].get<bool>();
       }
       if (p.contains("constraint")) par.constraint = constraint(p["constraint"], at + "/constraint", par.axes);
@@ -275,10 +283,10 @@ class Parser {
   }
 
   void inputs(const json& is, Scope& top) {
-    if (!is.is_object()) fail("/inputs", "expected an object of inputs, got " + is.dump());
+    if (!is.is_object()) fail("/inputs", "expected an object of inputs, got " + brief(is));
     for (const auto& [name, spec] : is.items()) {
       const std::string at = pointer_join("/inputs", name);
-      if (!spec.is_object()) fail(at, "expected an input object, got " + spec.dump());
+      if (!spec.is_object()) fail(at, "expected an input object, got " + brief(spec));
       only_keys(spec, at, {"axes", "value", "csv", "json", "description"});
       InputDecl in;
       in.name = name;
@@ -313,7 +321,7 @@ class Parser {
   };
 
   static std::vector<Ref> refs(const json& list, const std::string& at, const char* what) {
-    if (!list.is_array()) fail(at, std::string("expected a list of ") + what + ", got " + list.dump());
+    if (!list.is_array()) fail(at, std::string("expected a list of ") + what + ", got " + brief(list));
     std::vector<Ref> out;
     for (std::size_t k = 0; k < list.size(); ++k) {
       Ref r;
@@ -324,7 +332,7 @@ class Parser {
       } else if (list[k].is_string()) {
         r.name = list[k].get<std::string>();
       } else {
-        fail(r.pointer, "expected a name (string) or a number, got " + list[k].dump());
+        fail(r.pointer, "expected a name (string) or a number, got " + brief(list[k]));
       }
       out.push_back(std::move(r));
     }
@@ -332,7 +340,7 @@ class Parser {
   }
 
   static std::vector<std::string> names(const json& list, const std::string& at, const char* what) {
-    if (!list.is_array()) fail(at, std::string("expected a list of ") + what + ", got " + list.dump());
+    if (!list.is_array()) fail(at, std::string("expected a list of ") + what + ", got " + brief(list));
     std::vector<std::string> out;
     for (std::size_t k = 0; k < list.size(); ++k) out.push_back(string_at(list[k], pointer_join(at, k), what));
     return out;
@@ -375,13 +383,13 @@ class Parser {
   }
 
   void graph(const json& nodes, const std::string& at, Scope& scope, Graph& g) {
-    if (!nodes.is_array()) fail(at, "expected a list of nodes, got " + nodes.dump());
+    if (!nodes.is_array()) fail(at, "expected a list of nodes, got " + brief(nodes));
     std::vector<Raw> raw;
     std::map<std::string, int> producer;  // name -> index of the node defining it in this graph
     for (std::size_t k = 0; k < nodes.size(); ++k) {
       Raw r{&nodes[k], pointer_join(at, k), {}, {}};
       const json& n = nodes[k];
-      if (!n.is_object()) fail(r.at, "expected a node object, got " + n.dump());
+      if (!n.is_object()) fail(r.at, "expected a node object, got " + brief(n));
       const std::string op = string_at(need(n, "op", r.at, "the op's name"), r.at + "/op", "an op name");
       if (control(op)) {
         r.defines = names(need(n, "outputs", r.at, "the names of the results"), r.at + "/outputs", "a name");
@@ -458,7 +466,7 @@ class Parser {
       for (const std::string& s : names(o, at + "/over", "an axis name")) out.push_back(Name(s));
     } else {
       fail(at + "/over", std::string("expected ") + (single ? "an axis name" : "an axis name or a list of them") +
-                             ", got " + o.dump());
+                             ", got " + brief(o));
     }
     for (Name a : out)
       if (!d_.axes.contains(a)) fail(at + "/over", "unknown axis '" + a.str() + "'; the model declares " + d_.axes.describe());
@@ -469,20 +477,27 @@ class Parser {
     if (!n.contains(key)) return fallback;
     const json& v = n[key];
     if (!v.is_number_integer() || v.get<int64_t>() < lowest)
-      fail(at + "/" + key, "expected an integer >= " + std::to_string(lowest) + ", got " + v.dump());
+      fail(at + "/" + key, "expected an integer >= " + std::to_string(lowest) + ", got " + brief(v));
     return v.get<int64_t>();
   }
 
   bool boolean(const json& n, const char* key, const std::string& at, bool fallback) {
     if (!n.contains(key)) return fallback;
-    if (!n[key].is_boolean()) fail(at + "/" + key, "expected true or false, got " + n[key].dump());
+    if (!n[key].is_boolean()) fail(at + "/" + key, "expected true or false, got " + brief(n[key]));
     return n[key].get<bool>();
   }
 
   // A body: its parameters are bound by the caller; it reads outer names through `outer`.
   std::unique_ptr<Graph> body(const json& b, const std::string& at, const Scope& outer, const std::string& op,
                               size_t n_args, size_t n_xs, size_t n_outputs) {
-    if (!b.is_object()) fail(at, "expected a body object, got " + b.dump());
+    if (!b.is_object()) fail(at, "expected a body object, got " + brief(b));
+    if (body_depth_ >= kMaxBodyDepth)
+      fail(at, "bodies nested deeper than " + std::to_string(kMaxBodyDepth) + " levels (the most a model may have)");
+    struct Deeper {
+      int& depth;
+      explicit Deeper(int& d) : depth(++d) {}
+      ~Deeper() { --depth; }
+    } deeper(body_depth_);
     auto g = std::make_unique<Graph>();
     Scope scope;
     scope.outer = &outer;
@@ -596,6 +611,7 @@ class Parser {
       ParsedAttrs pa = parse_attrs(*out.op, n.contains("attrs") ? &n["attrs"] : nullptr, at + "/attrs", d_.axes);
       out.attrs = pa.attrs;
       out.reduce_all = pa.reduce_all;
+      out.sized = pa.sized;
     }
     // Outputs get their slots only now, so nothing in this node can read them.
     if (out.kind == NodeKind::op) {

@@ -10,6 +10,7 @@
 
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
+#include "tenax/model/json_input.h"
 #include "tenax/core/ops.h"
 
 namespace tenax::model_detail {
@@ -29,7 +30,7 @@ void check_finite(double x, const std::string& where) {
 void walk(const json& v, const Axes& axes, int depth, std::vector<double>& out, const std::string& pointer) {
   if (depth == axes.rank()) {
     if (!v.is_number())
-      throw ModelError(pointer + ": expected a number, got " + v.dump());
+      throw ModelError(pointer + ": expected a number, got " + brief(v));
     const double x = v.get<double>();
     check_finite(x, pointer);
     out.push_back(x);
@@ -116,8 +117,7 @@ Tensor values_from_csv(const std::filesystem::path& file, const Axes& axes, DTyp
 Tensor values_from_json_file(const std::filesystem::path& file, const Axes& axes, DType dtype,
                              const std::string& pointer) {
   const std::string text = read_file(file, pointer);
-  json v = json::parse(text, nullptr, false);
-  if (v.is_discarded()) throw ModelError(pointer + ": " + file.string() + " is not valid JSON");
+  const json v = parse_checked(text, pointer + ": " + file.string());
   return values_from_json(v, axes, dtype, pointer + " (" + file.string() + ")");
 }
 

@@ -574,12 +574,14 @@ TEST(ModelErrors, HugeArraysMeetTheMemoryBudget) {
     return "(no error)";
   };
   set_memory_budget(Device::cpu(), int64_t{16} << 20);
-  std::string huge, big, list;
+  std::string huge, past, big, list;
   {
     json d = small_doc();
-    d["axes"]["i"] = int64_t{1} << 58;  // 2^61 bytes of float64: more than a vector can hold
+    d["axes"]["i"] = int64_t{1} << 55;  // 2^58 bytes of float64 (x in (i, j): the most elements a tensor may have)
     d["parameters"]["a"]["value"] = 1.5;
     huge = load_error(d);
+    d["axes"]["i"] = (int64_t{1} << 56) + 1;
+    past = load_error(d);
     d["axes"]["i"] = int64_t{1} << 25;  // 256 MiB
     big = load_error(d);
     d["parameters"]["a"]["value"] = json::array({1.0, 2.0});  // a list: checked against the axes
@@ -587,6 +589,7 @@ TEST(ModelErrors, HugeArraysMeetTheMemoryBudget) {
   }
   set_memory_budget(Device::cpu(), 0);
   EXPECT_MESSAGE(huge, "would exceed the memory budget of 16.0 MiB");
+  EXPECT_MESSAGE(past, "/axes/i: expected a positive integer size (at most 2^56), got 72057594037927937");
   EXPECT_MESSAGE(big, "would exceed the memory budget of 16.0 MiB");
   EXPECT_MESSAGE(list, "/parameters/a/value: expected a list of 33554432 entries along axis 'i'");
 }
@@ -596,7 +599,8 @@ TEST(ModelErrors, InvalidJsonAndMissingInputs) {
     (void)load_model_string("{\"format\": 1, \"axes\": {");
     FAIL() << "no error";
   } catch (const ModelError& e) {
-    EXPECT_MESSAGE(std::string(e.what()), "/: the model is not valid JSON");
+    EXPECT_MESSAGE(std::string(e.what()), "/: not valid JSON: ");
+    EXPECT_MESSAGE(std::string(e.what()), "line 1, column 24");
   }
   try {  // found by the fuzzer: a number too large for a double is a ModelError, not a json exception
     (void)load_model_string("{\"format\": 1, \"axes\": {\"i\": 1e3083}}");
