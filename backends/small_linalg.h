@@ -34,13 +34,15 @@ TENAX_HOST_DEVICE inline bool finite(T v) {
 }
 
 /// L = chol(A) from A's lower triangle, zeros written above the diagonal; false when A is not
-/// positive definite (a pivot <= 0 or not finite).
+/// positive definite (a finite pivot <= 0). A pivot that is NaN or infinite (a non-finite input)
+/// goes on through IEEE arithmetic (NaN or infinite entries from there on) and is not a failure:
+/// the numeric policy of docs/robustness.md.
 template <class T, class M, class N = int64_t>
 TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
   for (int64_t j = 0; j < n; ++j) {
     T s = A(j, j);
     for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
-    if (!(s > T(0)) || !finite(s)) return false;
+    if (finite(s) && !(s > T(0))) return false;
     const T d = square_root(s);
     L(j, j) = d;
     for (int64_t i = j + 1; i < n; ++i) {

@@ -54,14 +54,15 @@ Tensor reduce_forward(Inputs in, const Attrs& a) {
   Axes out_axes = reduced_axes(x, a.axes, name);
   const KernelTable& k = kernels(x.device());
   const int fi = float_index(x.dtype(), name);
+  // Only sum has a value over an empty axis (0); the numeric policy of docs/robustness.md.
+  if (R != Reduce::sum && reduced_count(x, a.axes) == 0)
+    throw ShapeError(std::string("[") + name + "] cannot reduce over an empty axis in " + x.axes().describe());
   if (R == Reduce::sum || R == Reduce::mean) {
     Tensor out = zeros(out_axes, x.dtype(), x.device());
     reduce_into(out, x, need(k.acc[fi], name, x.device()));
     if (R == Reduce::mean) scale_in_place(out, 1.0 / double(reduced_count(x, a.axes)));
     return out;
   }
-  if (reduced_count(x, a.axes) == 0)
-    throw ShapeError(std::string("[") + name + "] cannot reduce over an empty axis in " + x.axes().describe());
   Tensor m = full(out_axes, -std::numeric_limits<double>::infinity(), x.dtype(), x.device());
   reduce_into(m, x, need(k.max_acc[fi], name, x.device()));
   if (R == Reduce::max) return m;
