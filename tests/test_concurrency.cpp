@@ -11,6 +11,7 @@
 #include <cmath>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -160,6 +161,32 @@ TEST(Concurrency, TensorsOfAFinishedTapeArePlainValuesOnAnyThread) {
   std::vector<double> seen;
   EXPECT_EQ(error_on_other_thread([&] { seen = (x + 1.0).to_vector(); }), "");
   EXPECT_EQ(seen, (std::vector<double>{4.0, 7.0}));
+}
+
+TEST(Concurrency, TapesEndingOutOfOrderInManyTasksAtOnce) {
+  // Each task keeps three tapes alive and ends them oldest first, then the middle one first; the
+  // tape still alive records and differentiates as if alone (thread-local state, no sharing).
+  constexpr int tasks = 64;
+  std::vector<double> got(tasks * 2);
+  run_tasks(tasks, [&](int k) {
+    const Tensor x = scalar(double(k));
+    auto a = std::make_unique<Tape>();
+    auto b = std::make_unique<Tape>();
+    const Tensor wb = b->watch(x);
+    a.reset();
+    got[size_t(2 * k)] = b->gradient(wb * wb, {wb})[0].item();
+    auto c = std::make_unique<Tape>();
+    auto d = std::make_unique<Tape>();
+    c.reset();
+    const Tensor wd = d->watch(x);
+    got[size_t(2 * k + 1)] = d->gradient(wd * 3.0, {wd})[0].item();
+    d.reset();
+    b.reset();
+  });
+  for (int k = 0; k < tasks; ++k) {
+    EXPECT_EQ(got[size_t(2 * k)], 2.0 * k);
+    EXPECT_EQ(got[size_t(2 * k + 1)], 3.0);
+  }
 }
 
 }  // namespace
