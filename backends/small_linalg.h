@@ -34,15 +34,13 @@ TENAX_HOST_DEVICE inline bool finite(T v) {
 }
 
 /// L = chol(A) from A's lower triangle, zeros written above the diagonal; false when A is not
-/// positive definite (a finite pivot <= 0). A pivot that is NaN or infinite (a non-finite input)
-/// goes on through IEEE arithmetic (NaN or infinite entries from there on) and is not a failure:
-/// the numeric policy of docs/robustness.md.
+/// positive definite (a pivot <= 0 or not finite: the numeric policy of docs/robustness.md).
 template <class T, class M, class N = int64_t>
 TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
   for (int64_t j = 0; j < n; ++j) {
     T s = A(j, j);
     for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
-    if (finite(s) && !(s > T(0))) return false;
+    if (!(s > T(0)) || !finite(s)) return false;
     const T d = square_root(s);
     L(j, j) = d;
     for (int64_t i = j + 1; i < n; ++i) {
@@ -62,12 +60,13 @@ template <class I, I v>
 inline constexpr int64_t fixed_size<std::integral_constant<I, v>> = v;
 
 /// Solves T z = r in place for `nrhs` columns of r (column c, element i at r[i * rs + c * cs]),
-/// T lower or upper triangular; false (nothing written) when T has a zero on its diagonal. nrhs,
-/// like n, may be a compile-time constant.
+/// T lower or upper triangular; false (nothing written) when T has a zero or a non-finite value on
+/// its diagonal (the numeric policy of docs/robustness.md). nrhs, like n, may be a compile-time
+/// constant.
 template <class T, class M, class N = int64_t, class R = int64_t>
 TENAX_HOST_DEVICE bool triangular_solve(const M& A, N n, bool lower, T* r, R nrhs, int64_t rs, int64_t cs) {
   for (int64_t i = 0; i < n; ++i)
-    if (A(i, i) == T(0)) return false;
+    if (A(i, i) == T(0) || !finite(A(i, i))) return false;
   if constexpr (!std::is_same_v<N, int64_t>) {
     // n known at compile time (<= 4 on the host): the triangle and the reciprocals of its
     // diagonal read once into locals (one division per row instead of one per row and

@@ -157,23 +157,29 @@ TEST(NumericPolicy, OnlySumReducesAnEmptyAxis) {
     EXPECT_MESSAGE(error_of<ShapeError>([&] { (void)f(e); }), "cannot reduce over an empty axis in (i=0, j=2)");
 }
 
-TEST(NumericPolicy, NonFiniteInputsGiveNaNsFiniteFailuresRaise) {
+TEST(NumericPolicy, ANonFinitePivotIsAFailureANonFiniteRightHandSideIsNot) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   const Tensor b = tensor({1.0, 1.0}, "r");
   for (double bad : {nan, inf}) {
+    // A NaN or infinity in the matrix reaches a pivot: every factorisation and solve raises, as
+    // the tridiagonal solve and the GPU's LU did (the host's LU solve returned NaNs).
     const Tensor a = tensor({{4.0, 1.0}, {1.0, bad}}, "r", "c");
-    const Tensor l = cholesky(a, "r", "c");  // the first column is finite, the last pivot not
-    const std::vector<double> lv = l.to_vector();
-    EXPECT_EQ(lv[0], 2.0);
-    EXPECT_EQ(std::isnan(lv[3]), std::isnan(bad));
-    EXPECT_FALSE(std::isfinite(lv[3]));
-    const std::vector<double> z = solve(a, b, "r", "c").to_vector();  // no exception either
-    if (std::isnan(bad)) {
-      EXPECT_TRUE(std::isnan(z[0]) && std::isnan(z[1]));
-    }
+    const Tensor tri = tensor({{4.0, 0.0}, {1.0, bad}}, "r", "c");
+    EXPECT_MESSAGE(error_of<NumericError>([&] { (void)cholesky(a, "r", "c"); }), "[cholesky]");
+    EXPECT_MESSAGE(error_of<NumericError>([&] { (void)solve(a, b, "r", "c"); }),
+                   "[solve] the matrix over ('r', 'c') at batch index {} is singular (a zero or non-finite pivot)");
+    EXPECT_MESSAGE(error_of<NumericError>([&] { (void)logdet(a, "r", "c"); }), "[logdet]");
+    EXPECT_MESSAGE(error_of<NumericError>([&] { (void)triangular_solve(tri, b, "r", "c"); }), "[triangular_solve]");
+    const Tensor d = tensor({2.0, bad, 2.0}, "i"), off = tensor({1.0, 1.0, 1.0}, "i");
+    EXPECT_MESSAGE(error_of<NumericError>([&] { (void)tridiagonal_solve(off, d, off, tensor({1.0, 1.0, 1.0}, "i"), "i"); }),
+                   "[tridiagonal_solve]");
+    // In the right-hand side it only propagates.
+    const Tensor good = tensor({{4.0, 1.0}, {1.0, 3.0}}, "r", "c");
+    const std::vector<double> z = solve(good, tensor({1.0, bad}, "r"), "r", "c").to_vector();
+    EXPECT_FALSE(std::isfinite(z[0]) || std::isfinite(z[1]));
   }
-  // Finite but not positive definite / singular: NumericError naming the op and the batch index.
+  // Finite but not positive definite / singular: the same errors.
   const Tensor indefinite = tensor({{1.0, 2.0}, {2.0, 1.0}}, "r", "c");
   EXPECT_MESSAGE(error_of<NumericError>([&] { (void)cholesky(indefinite, "r", "c"); }),
                  "[cholesky] the matrix over ('r', 'c') at batch index");

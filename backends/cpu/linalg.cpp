@@ -174,7 +174,8 @@ void getrs(int n, int nrhs, const T* a, const int* ipiv, T* b, int* info) {
   else sgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
 }
 
-// Packs matrix b of `a` column-major into lu and factorises it; false when singular.
+// Packs matrix b of `a` column-major into lu and factorises it; false when singular or when a pivot
+// is not finite.
 template <class T>
 bool lu(MatView a, const int64_t* offsets, int64_t b, std::vector<T>& lu_buf, std::vector<int>& piv) {
   const int64_t n = a.n;
@@ -185,7 +186,12 @@ bool lu(MatView a, const int64_t* offsets, int64_t b, std::vector<T>& lu_buf, st
     for (int64_t i = 0; i < n; ++i) lu_buf[j * n + i] = A(i, j);
   int info = 0;
   getrf<T>(int(n), lu_buf.data(), piv.data(), &info);
-  return info == 0;
+  if (info != 0) return false;
+  // A NaN or infinity in A reaches U's diagonal: a failure, as on the GPU and in the other
+  // factorisations (docs/robustness.md), not a solution of NaNs.
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(lu_buf[i * n + i])) return false;
+  return true;
 }
 
 template <class T>

@@ -65,7 +65,7 @@ Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
       mat(a, sq.row, sq.col), mat(out, sq.row, sq.col), mb);
   if (bad >= 0)
     throw NumericError("[cholesky] the matrix over ('" + sq.row.str() + "', '" + sq.col.str() + "') at batch index " +
-                       batch_index(sq.batch, bad) + " is not positive definite");
+                       batch_index(sq.batch, bad) + " is not positive definite (or holds a NaN or infinity)");
   return out;
 }
 
@@ -179,7 +179,7 @@ Tensor solve_forward(Inputs in, const Attrs& attrs) {
                            : need(k.solve[fi], op, t.device())(a, r, mb);
   if (bad >= 0)
     throw NumericError(std::string("[") + op + "] the matrix over ('" + s.sq.row.str() + "', '" + s.sq.col.str() +
-                       "') at batch index " + batch_index(batch, bad) + " is singular");
+                       "') at batch index " + batch_index(batch, bad) + " is singular (a zero or non-finite pivot)");
   return z;
 }
 
@@ -265,7 +265,7 @@ Tensor run_logdet(const Tensor& a, const Attrs& attrs, Tensor* inv_t) {
       mat(a, sq.row, sq.col), out.data_ptr(), iv, inv_t != nullptr, mb);
   if (bad >= 0)
     throw NumericError("[logdet] the matrix over ('" + sq.row.str() + "', '" + sq.col.str() + "') at batch index " +
-                       batch_index(sq.batch, bad) + " is singular");
+                       batch_index(sq.batch, bad) + " is singular (a zero or non-finite pivot)");
   return out;
 }
 
