@@ -34,7 +34,7 @@ Tensor empty(const Axes& axes, DType dtype, Device device) {
   int64_t strides[kMaxRank];
   contiguous_strides(axes, strides);
   StoragePtr s(Storage::allocate(static_cast<std::size_t>(axes.numel()) * itemsize(dtype), device));
-  return Tensor(std::move(s), 0, axes, strides, dtype);
+  return detail::TensorAccess::fresh(std::move(s), axes, strides, dtype);
 }
 
 Tensor full(const Axes& axes, double value, DType dtype, Device device) {

@@ -9,8 +9,33 @@
 namespace tenax {
 
 Tensor::Tensor(StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype)
+    : Tensor(Unchecked{}, std::move(storage), offset, axes, strides, dtype) {
+  check_bounds();
+}
+
+Tensor::Tensor(Unchecked, StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype)
     : storage_(std::move(storage)), offset_(offset), axes_(axes), dtype_(dtype) {
   std::copy(strides, strides + axes.rank(), strides_);
+}
+
+// The lowest and highest element the view addresses must lie in the storage. In 128 bits: sizes
+// are at most 2^56 and strides any int64, so no term overflows.
+namespace {
+__extension__ typedef __int128 Wide;
+}  // namespace
+
+void Tensor::check_bounds() const {
+  if (!storage_ || numel() == 0) return;
+  Wide lo = offset_, hi = offset_;
+  for (int i = 0; i < rank(); ++i) {
+    const Wide reach = static_cast<Wide>(axes_.size(i) - 1) * strides_[i];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto elements = static_cast<Wide>(storage_->bytes() / itemsize(dtype_));
+  if (lo < 0 || hi >= elements)
+    throw IndexError("[tensor] a view " + axes_.describe() + " at offset " + std::to_string(offset_) +
+                     " reaches outside its buffer of " + std::to_string(static_cast<int64_t>(elements)) +
+                     " elements");
 }
 
 int64_t Tensor::stride(Name n) const {

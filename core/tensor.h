@@ -24,6 +24,7 @@ class Tensor {
   /// An undefined tensor (no buffer).
   Tensor() = default;
   /// A view of `storage` starting `offset` elements in, with the given axes and element strides.
+  /// Throws IndexError when the view reaches outside the storage (checked without overflow).
   Tensor(StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype);
 
   /// True when the tensor has a buffer.
@@ -75,7 +76,11 @@ class Tensor {
 
  private:
   friend struct detail::TensorAccess;
+  struct Unchecked {};
+  /// The same view without the bounds check, for the library's own fresh buffers.
+  Tensor(Unchecked, StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype);
   void check_dtype(DType want, const char* op) const;
+  void check_bounds() const;
 
   StoragePtr storage_;
   int64_t offset_ = 0;
@@ -96,6 +101,10 @@ struct TensorAccess {
   static int64_t* strides(Tensor& t) { return t.strides_; }
   static Axes& axes(Tensor& t) { return t.axes_; }
   static int64_t& offset(Tensor& t) { return t.offset_; }
+  /// A view the caller knows to lie within `storage` (a buffer it just allocated for it).
+  static Tensor fresh(StoragePtr storage, const Axes& axes, const int64_t* strides, DType dtype) {
+    return Tensor(Tensor::Unchecked{}, std::move(storage), 0, axes, strides, dtype);
+  }
 };
 }  // namespace detail
 

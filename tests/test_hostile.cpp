@@ -78,6 +78,19 @@ TEST(Sizes, AllocationsPastMemoryAreMemoryErrors) {
   EXPECT_MESSAGE(error_of<MemoryError>([&] { (void)view.to_vector(); }), "[to_vector]");
 }
 
+TEST(Sizes, AViewMadeByHandStaysInItsBuffer) {
+  const StoragePtr buffer(Storage::allocate(4 * sizeof(double), Device::cpu()));
+  const int64_t two[1] = {2}, back[1] = {-1}, huge[1] = {std::numeric_limits<int64_t>::max()};
+  EXPECT_EQ(Tensor(buffer, 0, Axes{{"i", 2}}, two, DType::f64).numel(), 2);   // elements 0 and 2
+  EXPECT_EQ(Tensor(buffer, 3, Axes{{"i", 4}}, back, DType::f64).numel(), 4);  // 3, 2, 1, 0
+  EXPECT_MESSAGE(error_of<IndexError>([&] { (void)Tensor(buffer, 0, Axes{{"i", 3}}, two, DType::f64); }),
+                 "[tensor] a view (i=3) at offset 0 reaches outside its buffer of 4 elements");
+  EXPECT_MESSAGE(error_of<IndexError>([&] { (void)Tensor(buffer, 2, Axes{{"i", 4}}, back, DType::f64); }),
+                 "reaches outside its buffer");
+  EXPECT_MESSAGE(error_of<IndexError>([&] { (void)Tensor(buffer, 1, Axes{{"i", 3}}, huge, DType::f64); }),
+                 "reaches outside its buffer");
+}
+
 TEST(Sizes, SumOfABroadcastCountsEveryElement) {
   // Past the limit these returned 4 and 0 (the element count wrapped).
   EXPECT_EQ(sum(broadcast(ones(Axes{{"j", 4}}), Axes{{"i", 1000}})).item(), 4000.0);
