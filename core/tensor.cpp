@@ -138,6 +138,7 @@ std::vector<double> Tensor::to_vector(const AxisList& order) const {
                         axes_.describe());
     }
   }
+  detail::check_memory_budget(Device::cpu(), numel() * int64_t{sizeof(double)}, "to_vector's host vector");
   std::vector<double> out;
   try {
     out.resize(static_cast<size_t>(numel()));
