@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds with warnings as errors, runs every test,
 # then builds and runs the tests again under AddressSanitizer + UndefinedBehaviorSanitizer, runs the
-# concurrency tests under ThreadSanitizer, and fuzzes the JSON model loader for 60 s (scripts/fuzz.sh).
+# concurrency tests under ThreadSanitizer, and fuzzes model files and the C++ API for 60 s each
+# (scripts/fuzz.sh).
 # GPU tests (label gpu) skip with a reason where no CUDA device is visible.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,5 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
 cmake --build build/tsan -j"$jobs" --target test_concurrency
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan -L concurrency --output-on-failure
 
-# The model loader under libFuzzer (ASan+UBSan, clang), bounded time, seeded by the example models.
+# Model files and the C++ API under libFuzzer (ASan+UBSan, clang), bounded time, fixed seed.
 bash scripts/fuzz.sh 60
