@@ -9,7 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev liblapack-dev
   libeigen3-dev liblbfgspp-dev libcli11-dev
-  clang-14 libclang-rt-14-dev valgrind
+  clang-14 libclang-rt-14-dev valgrind gnuplot-nox
 )
 
 missing=()
