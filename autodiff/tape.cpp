@@ -493,25 +493,38 @@ struct LiveTape {
   TapeImpl* impl;
   RecordState previous;
 };
-thread_local std::vector<LiveTape> t_tapes;
 // Tapes that ended while a library guard (grad, scan, map calling the user's function) held them as
 // the state to restore: kept alive until that guard restores, which takes their saved state instead.
 struct Orphan {
   std::unique_ptr<TapeImpl> impl;
   RecordState previous;
 };
-thread_local std::vector<Orphan> t_orphans;
+// The flag outlives the lists (trivially destructible): a tape ending during thread exit, after
+// them, only restores its state.
+thread_local bool t_tapes_gone = false;
+struct ThreadTapes {
+  std::vector<LiveTape> live;
+  std::vector<Orphan> orphans;
+  ~ThreadTapes() { t_tapes_gone = true; }
+};
+ThreadTapes& thread_tapes() {
+  thread_local ThreadTapes t;
+  return t;
+}
 }  // namespace
 
 void restore_record_state(const RecordState& previous) {
   RecordState s = previous;
-  for (auto it = t_orphans.begin(); it != t_orphans.end();) {
-    if (s.recorder == it->impl.get()) {
-      s = it->previous;
-      t_orphans.erase(it);
-      it = t_orphans.begin();  // the orphan's own previous state may be an orphan too
-    } else {
-      ++it;
+  if (!t_tapes_gone) {
+    std::vector<Orphan>& orphans = thread_tapes().orphans;
+    for (auto it = orphans.begin(); it != orphans.end();) {
+      if (s.recorder == it->impl.get()) {
+        s = it->previous;
+        orphans.erase(it);
+        it = orphans.begin();  // the orphan's own previous state may be an orphan too
+      } else {
+        ++it;
+      }
     }
   }
   g_record_state = s;
@@ -519,28 +532,33 @@ void restore_record_state(const RecordState& previous) {
 
 // A public tape starts: it records from now on.
 void begin_tape(TapeImpl* impl) {
-  t_tapes.push_back({impl, g_record_state});
+  if (!t_tapes_gone) thread_tapes().live.push_back({impl, g_record_state});
   g_record_state = {impl, impl->serial()};
 }
 
-// A public tape ends. When a guard still holds it, `impl` moves to t_orphans (freed when the guard
-// restores); otherwise the caller frees it.
+// A public tape ends. When a guard still holds it, `impl` moves to the orphans (freed when the
+// guard restores); otherwise the caller frees it.
 void end_tape(std::unique_ptr<TapeImpl>& impl) {
-  auto self = std::find_if(t_tapes.begin(), t_tapes.end(), [&](const LiveTape& t) { return t.impl == impl.get(); });
-  if (self == t_tapes.end()) return;  // (a tape destroyed during thread exit, after t_tapes)
+  if (t_tapes_gone) {
+    if (g_record_state.recorder == impl.get()) g_record_state = {};
+    return;
+  }
+  std::vector<LiveTape>& live = thread_tapes().live;
+  auto self = std::find_if(live.begin(), live.end(), [&](const LiveTape& t) { return t.impl == impl.get(); });
+  if (self == live.end()) return;
   const RecordState previous = self->previous;
-  t_tapes.erase(self);
+  live.erase(self);
   if (g_record_state.recorder == impl.get()) {
     restore_record_state(previous);
     return;
   }
-  for (LiveTape& t : t_tapes)
+  for (LiveTape& t : live)
     if (t.previous.recorder == impl.get()) {
       t.previous = previous;  // a newer tape ends into what this one had replaced
       return;
     }
   // Neither recording nor saved by a newer tape: a guard of the library holds it.
-  t_orphans.push_back({std::move(impl), previous});
+  thread_tapes().orphans.push_back({std::move(impl), previous});
 }
 
 RecordingScope::RecordingScope(TapeImpl* tape) : previous_(g_record_state) {
