@@ -636,11 +636,15 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
 
   int64_t residual_budget = 0;  // bytes the forward pass may keep of the steps' intermediates
   if (record) {
+    // A checkpoint interval past the length is one checkpoint (and keeps the arithmetic below
+    // within int64 for any option).
+    run->opt.checkpoint_every = std::min(run->opt.checkpoint_every, std::max<int64_t>(steps, 1));
     int64_t carry_bytes = 0;
     for (const Tensor& t : init_w) carry_bytes += detail::bytes_of(t);
-    residual_budget =
-        options.memory_budget > 0 ? options.memory_budget - carry_bytes * steps : options.residual_budget;
-    if (options.memory_budget > 0 && carry_bytes * steps > options.memory_budget) {
+    int64_t all_carries = 0;  // carry_bytes * steps, saturated
+    if (__builtin_mul_overflow(carry_bytes, steps, &all_carries)) all_carries = INT64_MAX;
+    residual_budget = options.memory_budget > 0 ? options.memory_budget - all_carries : options.residual_budget;
+    if (options.memory_budget > 0 && all_carries > options.memory_budget) {
       const int64_t slots = options.memory_budget / std::max<int64_t>(carry_bytes, 1);
       const auto need = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
       if (slots < need)

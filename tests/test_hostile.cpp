@@ -105,6 +105,29 @@ TEST(Sizes, SumOfABroadcastCountsEveryElement) {
   EXPECT_EQ(sum(broadcast(ones(Axes{{"j", 4}}), Axes{{"i", 1000}})).item(), 4000.0);
 }
 
+TEST(Sizes, ScanOptionsPastAnyLength) {
+  // Found by the loader fuzzer: checkpoint_every = INT64_MAX overflowed the number of checkpoints.
+  // An interval past the length is one checkpoint; a huge memory budget or carry count overflows
+  // nothing either.
+  const Tensor x = tensor({1.0, 2.0, 3.0}, "t");
+  auto gradient = [&](ScanOptions o) {
+    auto f = [&](const std::vector<Tensor>& p) {
+      ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
+        return std::make_pair(std::vector<Tensor>{c[0] * xt[0] + p[0]}, std::vector<Tensor>{});
+      };
+      return sum(scan(body, {p[0]}, {x}, "t", o).carry[0]);
+    };
+    return value_and_grad(f, {scalar(0.5)}).second[0].item();
+  };
+  const double expected = gradient(ScanOptions{});
+  ScanOptions huge_interval;
+  huge_interval.checkpoint_every = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(gradient(huge_interval), expected);
+  ScanOptions huge_budget;
+  huge_budget.memory_budget = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(gradient(huge_budget), expected);
+}
+
 // ---- tape lifetimes ----
 
 TEST(TapeLifetimes, DestroyedInCreationOrder) {
