@@ -53,7 +53,8 @@ std::vector<Tensor> chunk_args(const std::vector<Tensor>& args, Name over, int64
 // oneTBB workers that see the caller's mapped axes.
 template <class Body>
 void for_chunks(int64_t start, int64_t steps, int64_t batch, int64_t parallel, const Body& body) {
-  const int64_t n = (steps - start + batch - 1) / batch;
+  const int64_t n = steps <= start ? 0 : 1 + (steps - start - 1) / batch;
+  parallel = std::min(parallel, n);
   if (parallel <= 1 || n <= 1) {
     for (int64_t c = 0; c < n; ++c) body(start + c * batch, std::min(start + (c + 1) * batch, steps));
     return;
@@ -184,6 +185,9 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
     keep(first, 0, 1);
     start = 1;
   }
+  // A batch past the axis is the whole axis (and keeps the chunk arithmetic within int64 for any
+  // batch_size or memory_budget).
+  batch = std::min(batch, std::max<int64_t>(steps, 1));
   if (keep_chunks || start == 0) {
     // The first chunk runs here: it fixes the stacked outputs' shapes (and is the only place
     // recorded chunks may run).

@@ -128,6 +128,23 @@ TEST(Sizes, ScanOptionsPastAnyLength) {
   EXPECT_EQ(gradient(huge_budget), expected);
 }
 
+TEST(Sizes, MapBatchPastAnyLength) {
+  // Found by the loader fuzzer: batch_size = INT64_MAX overflowed the chunk arithmetic of the
+  // reverse pass. A batch past the axis is the whole axis.
+  const Tensor x = tensor({1.0, 2.0, 3.0}, "t");
+  auto gradient = [&](int64_t batch_size) {
+    MapOptions o;
+    o.batch_size = batch_size;
+    auto f = [&](const std::vector<Tensor>& p) {
+      MultiFunction body = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[1]}; };
+      return sum(map(body, "t", {x, p[0]}, o)[0]);
+    };
+    return value_and_grad(f, {scalar(0.5)}).second[0].item();
+  };
+  EXPECT_EQ(gradient(std::numeric_limits<int64_t>::max()), 6.0);
+  EXPECT_EQ(gradient(1), 6.0);
+}
+
 // ---- tape lifetimes ----
 
 TEST(TapeLifetimes, DestroyedInCreationOrder) {
