@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/core/ops.h"
@@ -286,8 +287,12 @@ Tensor& TapeImpl::adjoint(int32_t v) {
     const int32_t parent = r.op->view ? a_.inputs[static_cast<size_t>(r.first_input)] : -1;
     if (parent >= 0) {
       // The view's adjoint is the same view of the parent's adjoint: one buffer for the family.
+      // The sweep's batch axes pass through the view as an enclosing nmap's mapped axes do (a
+      // transpose's order, say, need not name them).
       Tensor pa = adjoint(parent);
       const Tensor* parent_adjoint = &pa;
+      std::optional<MappedScope> batch;
+      if (batch_.rank() > 0) batch.emplace(batch_.names());
       Tensor view = r.op->forward(Inputs{&parent_adjoint, 1}, attrs_of(r));
       a_.adjoints[static_cast<size_t>(v)] = view;
       return a_.adjoints[static_cast<size_t>(v)];

@@ -40,6 +40,23 @@ TEST(Jacobian, BothModesMatchFiniteDifferencesAndNameCollidingAxes) {
   }
 }
 
+TEST(Jacobian, ThroughEveryViewOpInReverseMode) {
+  // A view's adjoint is the view op applied to its parent's adjoint, which in a batched sweep has
+  // the batch axes too: transpose's order does not name them (this was an AxisError).
+  const Tensor x = randn(Axes{{"i", 2}, {"j", 3}}, 3);
+  const std::vector<Function> views = {
+      [](const std::vector<Tensor>& a) { return square(transpose(a[0], {"j", "i"})); },
+      [](const std::vector<Tensor>& a) { return square(slice(a[0], "j", 1, 3)); },
+      [](const std::vector<Tensor>& a) { return square(select(a[0], "i", 1)); },
+      [](const std::vector<Tensor>& a) { return square(rename(a[0], "i", "k")); },
+      [](const std::vector<Tensor>& a) { return square(broadcast(a[0], Axes{{"b", 2}})); },
+  };
+  for (size_t k = 0; k < views.size(); ++k) {
+    const std::vector<Tensor> j = jacobian(views[k], {x});
+    EXPECT_LT(mismatch(j[0], fd_jacobian(views[k], {x}, 0, j[0]), 1e-7, 1e-8), 1.0) << "view " << k;
+  }
+}
+
 TEST(Jacobian, OpsWithoutBatchedVjpFallBackToOneSweepPerRow) {
   // cholesky's VJP loops over its own batch: reverse mode takes one sweep per output element.
   Function f = [](const std::vector<Tensor>& a) {
