@@ -39,10 +39,7 @@ const std::map<std::string, std::vector<AttrField>>& table() {
                              {"col", AttrKind::name},
                              {"lower", AttrKind::boolean, 0, false, 1},
                              {"transpose", AttrKind::boolean, 1, false, 0}};
-    m["solve"] = {{"row", AttrKind::name},
-                  {"col", AttrKind::name},
-                  {"transpose", AttrKind::boolean, 1, false, 0},
-                  {"lower", AttrKind::boolean, 0, false, 1}};
+    m["solve"] = {{"row", AttrKind::name}, {"col", AttrKind::name}, {"transpose", AttrKind::boolean, 1, false, 0}};
     m["linear_recurrence"] = {{"over", AttrKind::name}};
     m["tridiagonal_solve"] = {{"over", AttrKind::name}, {"pivoting", AttrKind::boolean, 0, false, 0}};
     return m;

@@ -446,6 +446,13 @@ TEST(ModelErrors, EachClassNamesThePointer) {
     EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/axis: unknown attribute 'axis' of op 'sum' (expected: axes)");
   }
   {
+    // solve has no triangle to choose: "lower" was accepted and ignored.
+    json d = small_doc();
+    d["graph"][1] = json::parse(R"({"name": "c", "op": "solve", "inputs": ["b", "a"],
+                                    "attrs": {"row": "i", "col": "j", "lower": false}})");
+    EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/lower: unknown attribute 'lower' of op 'solve' (expected: row, col, transpose)");
+  }
+  {
     json d = small_doc();
     d["graph"][1]["attrs"]["axes"] = json::array({"k"});
     EXPECT_MESSAGE(load_error(d), "/graph/1/attrs/axes/0: unknown axis 'k'");
