@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 jobs=$(nproc)
 
+# What most users type first: CMake's default generator (Unix Makefiles), configure only, with
+# nvcc where the machine has one (it failed to configure there).
+cmake -S . -B build/default >/dev/null
+
 cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=Release -DTENAX_WERROR=ON
 cmake --build build/test -j"$jobs"
 ctest --test-dir build/test --output-on-failure -j"$jobs"
