@@ -66,6 +66,10 @@ Tensor scalar(double value, DType dtype) { return full(Axes{}, value, dtype); }
 Tensor tensor(const std::vector<double>& values, const Axes& axes) { return from_values(values, axes); }
 Tensor tensor(const std::vector<float>& values, const Axes& axes) { return from_values(values, axes); }
 
+Tensor tensor(std::initializer_list<double> values, const Axes& axes) {
+  return from_values(std::vector<double>(values), axes);
+}
+
 Tensor tensor(std::initializer_list<double> values, Name axis) {
   return from_values(std::vector<double>(values), Axes{{axis, static_cast<int64_t>(values.size())}});
 }

@@ -23,6 +23,9 @@ Tensor scalar(double value, DType dtype = DType::f64);
 Tensor tensor(const std::vector<double>& values, const Axes& axes);
 /// Copies float32 `values` into a new float32 tensor.
 Tensor tensor(const std::vector<float>& values, const Axes& axes);
+/// A braced list of float64 values over `axes` (`tensor({x}, Axes{{"i", 1}})`: without this
+/// overload one value is ambiguous between the two vectors).
+Tensor tensor(std::initializer_list<double> values, const Axes& axes);
 /// A 1-D float64 tensor along `axis`.
 Tensor tensor(std::initializer_list<double> values, Name axis);
 /// A 2-D float64 tensor from rows: axes (row, col). Throws ShapeError on ragged rows.

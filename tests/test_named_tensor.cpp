@@ -58,6 +58,25 @@ TEST(TensorLayout, StridesContiguityAndAccess) {
   EXPECT_EQ(zeros(Axes{{"i", 3}}, DType::f32).dtype(), DType::f32);
 }
 
+TEST(Creation, OneBracedValueOverAxes) {
+  // tensor({x}, Axes{...}) did not compile: one value was ambiguous between the two vectors.
+  const double x = 2.5;
+  const Tensor one = tensor({x}, Axes{{"i", 1}});
+  EXPECT_EQ(one.item(), 2.5);
+  EXPECT_EQ(tensor({1.0, 2.0, 3.0, 4.0}, Axes{{"i", 2}, {"j", 2}}).to_vector(AxisList{"j", "i"}),
+            (std::vector<double>{1.0, 3.0, 2.0, 4.0}));
+  EXPECT_MESSAGE(
+      [] {
+        try {
+          (void)tensor({1.0, 2.0}, Axes{{"i", 3}});
+        } catch (const ShapeError& e) {
+          return std::string(e.what());
+        }
+        return std::string("(no error)");
+      }(),
+      "[tensor] 2 values do not fill axes (i=3)");
+}
+
 TEST(Random, SeededAndDistinct) {
   Axes ax{{"i", 1000}};
   EXPECT_EQ(randn(ax, 42).to_vector(), randn(ax, 42).to_vector());
