@@ -5,9 +5,9 @@
 
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
-#include "tenax/model/json_input.h"
 #include "tenax/core/ops.h"
 #include "tenax/model/definition.h"
+#include "tenax/model/json_input.h"
 #include "tenax/model/op_attrs.h"
 #include "tenax/model/values.h"
 
@@ -125,9 +125,9 @@ class Parser {
     for (const auto& [name, size] : a.items()) {
       const std::string at = pointer_join("/axes", name);
       if (name.empty()) fail(at, "an axis needs a non-empty name");
-      const bool in_range = size.is_number_unsigned() ? size.get<uint64_t>() - 1 < uint64_t(kMaxElements)
-                                                       : size.is_number_integer() && size.get<int64_t>() >= 1 &&
-                                                             size.get<int64_t>() <= kMaxElements;
+      // 1 ... 2^56 (kMaxElements); the product with the other axes is checked by Axes below.
+      const bool positive = size.is_number_unsigned() || (size.is_number_integer() && size.get<int64_t>() >= 1);
+      const bool in_range = positive && size.get<uint64_t>() >= 1 && size.get<uint64_t>() <= uint64_t(kMaxElements);
       if (!in_range) fail(at, "expected a positive integer size (at most 2^56), got " + brief(size));
       try {
         d_.axes.push_back({Name(name), size.get<int64_t>()});

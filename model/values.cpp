@@ -10,8 +10,8 @@
 
 #include "tenax/core/creation.h"
 #include "tenax/core/error.h"
-#include "tenax/model/json_input.h"
 #include "tenax/core/ops.h"
+#include "tenax/model/json_input.h"
 
 namespace tenax::model_detail {
 namespace {
