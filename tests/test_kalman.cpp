@@ -1,5 +1,8 @@
 // The Kalman flagship end to end: simulated data, L-BFGS fit, recovery of the true parameters.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -50,6 +53,99 @@ TEST(Kalman, FitRecoversTheTrueParametersWithinStatisticalError) {
     EXPECT_LT(se[k], 0.2) << "coordinate " << k << " is barely identified";
   }
   EXPECT_EQ(identified, 4 + 3 + 2);  // F, the lower triangle of Q's factor, r
+}
+
+// A file with these contents in the test's temporary folder.
+std::string file_with(const std::string& name, const std::string& text) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tenax_kalman_" + name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path.string();
+}
+
+std::string csv_error(const std::string& text) {
+  try {
+    (void)kalman::read_csv_observations(file_with("obs.csv", text), 2);
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    return m.substr(m.find("obs.csv"));
+  }
+  return "(no error)";
+}
+
+TEST(KalmanCsv, ReadsRowsWithAHeaderAndTrailingBlankLines) {
+  const Tensor y = kalman::read_csv_observations(file_with("good.csv", "y1, y2\r\n1,2\r\n3 , -4.5\n5,6e-1\n\n\n"), 2);
+  EXPECT_EQ(y.axes().describe(), "(series=1, time=3, obs=2)");
+  EXPECT_EQ(y.to_vector(), (std::vector<double>{1, 2, 3, -4.5, 5, 0.6}));
+}
+
+TEST(KalmanCsv, NeverDropsOrShiftsARowSilently) {
+  // A blank line in the data was skipped ("read 99 observations"); every non-numeric row before the
+  // first numeric one was a "header"; errors had no line numbers or were off by one.
+  EXPECT_EQ(csv_error("1,2\n\n3,4\n5,6\n"), "obs.csv line 2: a blank line between observations (time steps would shift)");
+  EXPECT_EQ(csv_error("NA,1.5\n1,2\n3,4\n"),
+            "obs.csv line 1 column 1: a missing value ('NA'); missing observations are not supported yet: remove "
+            "the time step or fill it");
+  EXPECT_EQ(csv_error("y1,y2\nz1,z2\n1,2\n"), "obs.csv line 2 column 1: 'z1' is not a number (cells are separated by commas)");
+  EXPECT_EQ(csv_error("1,2\n3,\n"), "obs.csv line 2 column 2: a missing value (the line ends with a comma); missing "
+                                     "observations are not supported yet: remove the time step or fill it");
+  EXPECT_EQ(csv_error("1,2\n,3\n"), "obs.csv line 2 column 1: a missing value (''); missing observations are not "
+                                     "supported yet: remove the time step or fill it");
+  EXPECT_EQ(csv_error("1,2\n3,nan\n"), "obs.csv line 2 column 2: a missing value ('nan'); missing observations are "
+                                        "not supported yet: remove the time step or fill it");
+  EXPECT_EQ(csv_error("1,2\n3,inf\n"), "obs.csv line 2 column 2: a non-finite value ('inf')");
+  EXPECT_EQ(csv_error("1,2\n3\n"), "obs.csv line 2: expected 2 comma-separated values (one per observation), got 1");
+  EXPECT_EQ(csv_error("1;2\n3;4\n"), "obs.csv line 1 column 1: '1;2' is not a number (cells are separated by commas)");
+  EXPECT_EQ(csv_error(std::string("1,2\n\x01\x02\n", 7)), "obs.csv line 2: binary data (byte 1), not a CSV of observations");
+  EXPECT_EQ(csv_error("y1,y2\n1,2\n"), "obs.csv: needs at least 2 lines of observations, found 1");
+}
+
+// Two observations of a two-state model are degenerate: L-BFGS gives up on most seeds ("the moving
+// direction increases the objective function value"), which escaped as an exception and aborted
+// the program. The fit now says it did not converge and leaves the model at its best point.
+TEST(KalmanFit, GivingUpOrRunningOutOfIterationsIsAResultNotAnAbort) {
+  const Model truth = kalman_model(1, 2);
+  int gave_up = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const TensorMap in = {{"y", kalman::simulate(truth, 1, 2, seed).y}};
+    Model m = truth;
+    m.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
+    const double start = m.run("loglik", in).item();
+    const kalman::FitResult r = kalman::fit(m, in, {200, 1e-6});
+    gave_up += r.reason.rfind("L-BFGS stopped: ", 0) == 0;
+    EXPECT_FALSE(r.reason.empty());
+    EXPECT_GE(r.loglik, start);                        // never worse than where it started
+    EXPECT_EQ(m.run("loglik", in).item(), r.loglik);   // and the model is left at that point
+  }
+  EXPECT_GT(gave_up, 0);
+  const Model longer = kalman_model(1, 200);
+  const TensorMap in = {{"y", kalman::simulate(longer, 1, 200, 3).y}};
+  Model m = longer;
+  m.set_unconstrained_vector(std::vector<double>(longer.unconstrained_vector().size(), 0.0));
+  const kalman::FitResult r = kalman::fit(m, in, {3, 1e-6});
+  EXPECT_FALSE(r.converged);
+  EXPECT_EQ(r.reason, "the iteration limit (3) was reached");
+}
+
+// A trial point where the filter's Cholesky fails counts as infinitely bad: the line search backs
+// off instead of the whole fit aborting; a start that fails is reported, not taken as an optimum.
+TEST(KalmanFit, AFailingPointMakesTheLineSearchBackOff) {
+  nlohmann::json doc = kalman::default_model();
+  doc["axes"]["series"] = 1;
+  doc["axes"]["time"] = 50;
+  doc["parameters"]["r"]["constraint"] = "unconstrained";  // r <= 0 makes S indefinite
+  Model m = load_model_json(doc);
+  const TensorMap in = {{"y", kalman::simulate(m, 1, 50, 5).y}};
+  const kalman::FitResult r = kalman::fit(m, in, {100, 1e-6});
+  EXPECT_GT(r.failed_points, 0);  // trial points with r <= 0 were met, and the fit went on
+  EXPECT_TRUE(std::isfinite(r.loglik));
+  EXPECT_GE(r.loglik, Model(load_model_json(doc)).run("loglik", in).item());
+  // From a start where r is negative the filter fails at once.
+  Model bad = load_model_json(doc);
+  bad.set_parameter("r", tensor({-1.0, -1.0}, "obs"));
+  const kalman::FitResult failed = kalman::fit(bad, in, {100, 1e-6});
+  EXPECT_FALSE(failed.converged);
+  EXPECT_EQ(failed.reason.rfind("no point could be evaluated: ", 0), 0u) << failed.reason;
+  EXPECT_GT(failed.failed_points, 0);
 }
 
 }  // namespace

@@ -24,11 +24,17 @@ struct FitResult {
   int evaluations = 0;
   double objective = 0.0;
   double seconds = 0.0;
+  bool converged = false;
+  std::string reason;  ///< why the fit stopped: "the gradient norm ... <= ...", "the iteration limit ..."
+  int failed_points = 0;  ///< trial points whose evaluation raised NumericError (the line search backed off)
 };
 
 /// Minimises scale * model.value_and_grad(output, inputs) over the trainable parameters in their
 /// unconstrained coordinates (scale = -1/n maximises a log-likelihood per observation); leaves
-/// the model at the optimum. `progress` is called after every iteration.
+/// the model at the best point it evaluated. A trial point where the model raises NumericError
+/// (a covariance that is not positive definite) counts as +infinity, so the line search backs off;
+/// where L-BFGS itself gives up (no descent, the line search exhausted) the result says so with
+/// converged = false instead of throwing. `progress` is called after every iteration.
 FitResult minimize(tenax::Model& model, const std::string& output, const tenax::TensorMap& inputs,
                    double scale, const FitOptions& options,
                    const std::function<void(const Progress&)>& progress = {});

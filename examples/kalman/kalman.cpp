@@ -1,8 +1,13 @@
 // Simulation and L-BFGS fitting for the Kalman example.
 #include "kalman.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include <Eigen/Dense>
 
@@ -56,6 +61,93 @@ Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, ui
           tenax::tensor(xs, tenax::Axes{{"series", series}, {"time", steps}, {"state", n}})};
 }
 
+namespace {
+
+// "<file> line L column C: " for messages.
+std::string at(const std::string& path, int64_t line, int64_t column = 0) {
+  return path + " line " + std::to_string(line) + (column ? " column " + std::to_string(column) : "") + ": ";
+}
+
+// One CSV line's numbers; throws naming the cell that is not one.
+std::vector<double> numbers(const std::string& line, const std::string& path, int64_t n) {
+  std::vector<double> row;
+  std::stringstream cells(line);
+  std::string cell;
+  int64_t column = 0;
+  while (std::getline(cells, cell, ',')) {
+    ++column;
+    const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t\r");
+    const std::string text = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
+    std::string lower = text;
+    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower.empty() || lower == "na" || lower == "nan")
+      throw tenax::Error(at(path, n, column) + "a missing value ('" + text +
+                         "'); missing observations are not supported yet: remove the time step or fill it");
+    char* end = nullptr;
+    const double x = std::strtod(text.c_str(), &end);
+    if (end != text.c_str() + text.size())
+      throw tenax::Error(at(path, n, column) + "'" + text.substr(0, 40) + "' is not a number (cells are separated by commas)");
+    if (!std::isfinite(x)) throw tenax::Error(at(path, n, column) + "a non-finite value ('" + text + "')");
+    row.push_back(x);
+  }
+  if (!line.empty() && line.back() == ',')
+    throw tenax::Error(at(path, n, column + 1) + "a missing value (the line ends with a comma); missing observations "
+                       "are not supported yet: remove the time step or fill it");
+  return row;
+}
+
+// A header: no cell starts like a number and none is a missing-value token ("y1,y2"; not "NA,1.5",
+// "NA,NA" or "1;2").
+bool is_header(const std::string& line) {
+  std::stringstream cells(line);
+  std::string cell;
+  while (std::getline(cells, cell, ',')) {
+    const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t\r");
+    std::string text = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
+    for (char& ch : text) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    char* end = nullptr;
+    (void)std::strtod(text.c_str(), &end);
+    if (text.empty() || text == "na" || text == "nan" || end != text.c_str()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+tenax::Tensor read_csv_observations(const std::string& path, int64_t p) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw tenax::Error("'" + path + "' is not a file of observations (missing, a folder or a device)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw tenax::Error("cannot read the observations file '" + path + "'");
+  std::vector<double> v;
+  std::string line;
+  int64_t n = 0, rows = 0, blank = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.size() > 1 << 20) throw tenax::Error(at(path, n) + "a line longer than 1 MiB: not a CSV of observations");
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    for (const char ch : line)
+      if (static_cast<unsigned char>(ch) < 0x20 && ch != '\t')
+        throw tenax::Error(at(path, n) + "binary data (byte " + std::to_string(int(static_cast<unsigned char>(ch))) +
+                           "), not a CSV of observations");
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      if (!blank) blank = n;  // an error unless only blank lines follow (the file's end)
+      continue;
+    }
+    if (blank) throw tenax::Error(at(path, blank) + "a blank line between observations (time steps would shift)");
+    if (n == 1 && is_header(line)) continue;
+    const std::vector<double> row = numbers(line, path, n);
+    if (int64_t(row.size()) != p)
+      throw tenax::Error(at(path, n) + "expected " + std::to_string(p) + " comma-separated values (one per observation), got " +
+                         std::to_string(row.size()));
+    v.insert(v.end(), row.begin(), row.end());
+    ++rows;
+  }
+  if (rows < 2) throw tenax::Error(path + ": needs at least 2 lines of observations, found " + std::to_string(rows));
+  return tenax::tensor(v, tenax::Axes{{"series", 1}, {"time", rows}, {"obs", p}});
+}
+
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
               const std::function<void(const Progress&)>& progress) {
   // L-BFGS minimises -loglik / observations: a scale independent of the data's length.
@@ -65,7 +157,7 @@ FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOpti
       [&](const example::Progress& p) {
         if (progress) progress({p.iteration, -p.objective * count, p.grad_norm, p.seconds});
       });
-  return {r.iterations, r.evaluations, -r.objective * count, r.seconds};
+  return {r.iterations, r.evaluations, -r.objective * count, r.seconds, r.converged, r.reason, r.failed_points};
 }
 
 std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs) {

@@ -23,6 +23,13 @@ struct Simulation {
 };
 Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, uint64_t seed);
 
+/// Observations of one series from a CSV file: one line per time step, `p` comma-separated numbers
+/// per line; the first line may be a header (any line that is not numbers), no other. Throws
+/// tenax::Error naming the file, the line and the column for a blank or ragged line, a cell that
+/// is not a number (a missing value — empty, NA, nan — says that missing observations are not
+/// supported yet), a non-finite number, or fewer than 2 lines of numbers.
+tenax::Tensor read_csv_observations(const std::string& path, int64_t p);
+
 /// One L-BFGS iteration as the progress callback sees it.
 struct Progress {
   int iteration = 0;
@@ -41,10 +48,14 @@ struct FitResult {
   int evaluations = 0;
   double loglik = 0.0;
   double seconds = 0.0;
+  bool converged = false;
+  std::string reason;     ///< why the fit stopped
+  int failed_points = 0;  ///< trial points where the filter failed (the line search backed off)
 };
 
 /// Maximises model.value_and_grad("loglik") over the trainable parameters (unconstrained) with
-/// LBFGSpp; leaves the model at the optimum. `progress` is called after every iteration.
+/// LBFGSpp; leaves the model at the best point found and says whether that is an optimum
+/// (example::minimize). `progress` is called after every iteration.
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
               const std::function<void(const Progress&)>& progress = {});
 

@@ -63,39 +63,45 @@ void plot(const std::filesystem::path& png, const Tensor& y, const Tensor* x_tru
     std::printf("plot: gnuplot failed on %s (data kept in %s)\n", gp.string().c_str(), dat.string().c_str());
 }
 
-Tensor read_csv_observations(const std::filesystem::path& path, int64_t p) {
-  std::ifstream in(path);
-  if (!in) throw Error("cannot open the observations file '" + path.string() + "'");
-  std::vector<double> v;
-  std::string line;
-  int64_t rows = 0;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    std::vector<double> row;
-    std::stringstream cells(line);
-    std::string cell;
-    bool numeric = true;
-    while (std::getline(cells, cell, ',')) {
-      char* end = nullptr;
-      const double x = std::strtod(cell.c_str(), &end);
-      while (end && (*end == ' ' || *end == '\r')) ++end;
-      if (end == cell.c_str() || *end != '\0') {
-        numeric = false;
-        break;
-      }
-      if (!std::isfinite(x)) throw Error(path.string() + " line " + std::to_string(rows + 1) + ": a non-finite value");
-      row.push_back(x);
-    }
-    if (!numeric && rows == 0 && v.empty()) continue;  // a header
-    if (!numeric) throw Error(path.string() + ": a line that is not numbers: '" + line + "'");
-    if (int64_t(row.size()) != p)
-      throw Error(path.string() + ": expected " + std::to_string(p) + " columns (one per observation), got " +
-                  std::to_string(row.size()));
-    v.insert(v.end(), row.begin(), row.end());
-    ++rows;
+// The model document: the embedded one, or a file read as text (syntax errors keep their line and
+// column) that must name what this tool reads and writes.
+json model_document(const std::string& path) {
+  if (path.empty()) return kalman::default_model();
+  std::ifstream in(path, std::ios::binary);
+  if (!in || std::filesystem::is_directory(path)) throw Error("cannot read the model file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  json doc;
+  try {
+    doc = json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw ModelError("/: '" + path + "' is not valid JSON: " + e.what());
   }
-  if (rows < 2) throw Error(path.string() + ": needs at least 2 rows of observations");
-  return tensor(v, Axes{{"series", 1}, {"time", rows}, {"obs", p}});
+  if (!doc.is_object() || !doc.contains("axes") || !doc["axes"].is_object())
+    throw ModelError("/axes: '" + path + "' declares no axes; this tool needs a model with axes series, time, "
+                     "obs and state (see examples/kalman/model.json)");
+  for (const char* axis : {"series", "time", "obs", "state"})
+    if (!doc["axes"].contains(axis))
+      throw ModelError("/axes: '" + path + "' has no axis '" + axis +
+                       "'; this tool reads observations y (series, time, obs) and a state axis 'state'");
+  if (!doc["axes"]["obs"].is_number_integer() || doc["axes"]["obs"].get<int64_t>() < 1)
+    throw ModelError("/axes/obs: expected a positive integer size");
+  for (const char* output : {"loglik", "filtered"})
+    if (!doc.contains("outputs") || !doc["outputs"].is_object() || !doc["outputs"].contains(output))
+      throw ModelError("/outputs: '" + path + "' has no output '" + output + "'; this tool maximises 'loglik' and "
+                       "plots 'filtered'");
+  return doc;
+}
+
+// Fails now, not after the fit, when `path` cannot be written.
+void check_writable(const std::string& path) {
+  const std::filesystem::path probe = std::filesystem::path(path).concat(".check");
+  {
+    std::ofstream out(probe);
+    if (!out) throw Error("cannot write '" + path + "' (--out): check the folder exists and is writable");
+  }
+  std::error_code ec;
+  std::filesystem::remove(probe, ec);
 }
 
 // "cpu", "cuda" or "cuda:N".
@@ -115,13 +121,13 @@ int main(int argc, char** argv) {
   std::string model_path, csv_path, out_path = "kalman_fitted.json", plot_path = "kalman.png",
                                     device_name = "cpu";
   int64_t series = 16, steps = 1000;
-  uint64_t seed = 42;
+  int64_t seed = 42;
   int max_iter = 200;
   bool no_plot = false;
   app.add_option("--model", model_path, "model JSON (default: the embedded examples/kalman/model.json)");
   app.add_option("--series", series, "independent series to simulate (nmap over 'series')")->check(CLI::Range(1, 1 << 20));
   app.add_option("--steps", steps, "time steps per series")->check(CLI::Range(2, 1 << 24));
-  app.add_option("--seed", seed, "seed of the simulation");
+  app.add_option("--seed", seed, "seed of the simulation")->check(CLI::Range(int64_t{0}, INT64_MAX));
   app.add_option("--csv", csv_path, "fit these observations instead (rows: time, columns: obs)");
   app.add_option("--max-iter", max_iter, "L-BFGS iteration limit")->check(CLI::Range(1, 100000));
   app.add_option("--out", out_path, "where to write the fitted model");
@@ -133,19 +139,12 @@ int main(int argc, char** argv) {
 
   try {
     const Device device = parse_device(device_name);
-    json doc;
-    if (model_path.empty()) {
-      doc = kalman::default_model();
-    } else {
-      std::ifstream in(model_path);
-      if (!in) throw Error("cannot open the model file '" + model_path + "'");
-      doc = json::parse(in, nullptr, false);
-      if (doc.is_discarded()) throw ModelError("/: '" + model_path + "' is not valid JSON");
-    }
-    const int64_t p = doc.at("axes").at("obs").get<int64_t>();
+    json doc = model_document(model_path);
+    check_writable(out_path);
+    const int64_t p = doc["axes"]["obs"].get<int64_t>();
     Tensor y, x_true;
     if (!csv_path.empty()) {
-      y = read_csv_observations(csv_path, p);
+      y = kalman::read_csv_observations(csv_path, p);
       series = 1;
       steps = y.size("time");
     }
@@ -159,7 +158,7 @@ int main(int argc, char** argv) {
     Model model = truth;
     model.set_device(device);
     if (csv_path.empty()) {
-      const kalman::Simulation sim = kalman::simulate(truth, series, steps, seed);
+      const kalman::Simulation sim = kalman::simulate(truth, series, steps, uint64_t(seed));
       y = sim.y;
       x_true = sim.x;
       std::printf("simulated %lld series x %lld steps from the model's parameters (seed %llu)\n", (long long)series,
@@ -186,9 +185,14 @@ int main(int argc, char** argv) {
         });
     std::printf("\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s\n", fit.iterations,
                 fit.evaluations, fit.seconds);
+    if (fit.failed_points > 0)
+      std::printf("%d trial points failed (a covariance not positive definite); the line search backed off\n",
+                  fit.failed_points);
+    std::printf("%s: %s\n", fit.converged ? "converged" : "NOT converged", fit.reason.c_str());
     std::printf("log-likelihood: fitted %.6f", fit.loglik);
     if (csv_path.empty()) std::printf(", at the true parameters %.6f", ll_true);
-    std::printf("\n\n%-10s %12s %12s %12s\n", "parameter", csv_path.empty() ? "true" : "initial", "fitted", "difference");
+    std::printf("\n\n%-10s %12s %12s %12s\n", "parameter", csv_path.empty() ? "true" : "initial",
+                fit.converged ? "fitted" : "last point", "difference");
     for (const std::string& n : model.trainable()) {
       const Tensor a = csv_path.empty() ? truth.parameter(n) : start.parameter(n);
       const Tensor b = model.parameter(n);
@@ -213,7 +217,11 @@ int main(int argc, char** argv) {
         std::printf("plot: skipped, gnuplot is not installed (apt-get install gnuplot-nox to get %s)\n", plot_path.c_str());
       }
     }
+    if (!fit.converged) return 3;  // a result, but not an optimum: scripts must not take it for one
   } catch (const Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {  // a dependency's or the standard library's: still one line
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }
