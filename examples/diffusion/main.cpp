@@ -105,8 +105,9 @@ int main(int argc, char** argv) {
         });
     std::printf(
         "\nL-BFGS: %d iterations, %d evaluations of value and gradient, %.2f s; misfit/obs %.3e "
-        "(noise variance %.3e)\n\n",
-        fit.iterations, fit.evaluations, fit.seconds, fit.objective, noise * noise);
+        "(noise variance %.3e)\n%s: %s\n\n",
+        fit.iterations, fit.evaluations, fit.seconds, fit.objective, noise * noise,
+        fit.converged ? "converged" : "NOT converged", fit.reason.c_str());
 
     // The recovered profile. The bottom face is closed (no flux): its diffusivity never enters.
     const std::vector<double> got = model.parameter("kappa").to_vector();
