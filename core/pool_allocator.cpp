@@ -97,7 +97,7 @@ ThreadCache& cache() {
 constexpr int64_t kFlushBytes = 1 << 20;
 constexpr int64_t kFlushCount = 1024;
 struct LocalStats {
-  int64_t bytes = 0, allocations = 0, system = 0;
+  int64_t bytes = 0, allocations = 0, system = 0, allocated = 0;
 };
 thread_local LocalStats t_stats;
 
@@ -121,6 +121,7 @@ void PoolAllocator::flush() noexcept {
   const int64_t now = in_use_.fetch_add(l.bytes, std::memory_order_relaxed) + l.bytes;
   allocations_.fetch_add(l.allocations, std::memory_order_relaxed);
   system_.fetch_add(l.system, std::memory_order_relaxed);
+  allocated_.fetch_add(l.allocated, std::memory_order_relaxed);
   l = {};
   int64_t peak = peak_.load(std::memory_order_relaxed);
   while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
@@ -148,6 +149,7 @@ void* PoolAllocator::allocate(std::size_t bytes) {
   }
   ++l.allocations;
   l.bytes += static_cast<int64_t>(rounded);
+  l.allocated += static_cast<int64_t>(rounded);
   if (l.bytes >= kFlushBytes || l.allocations >= kFlushCount) flush();
   return p;
 }
@@ -178,7 +180,7 @@ void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
 
 AllocatorStats PoolAllocator::stats() const {
   const_cast<PoolAllocator*>(this)->flush();
-  return {in_use_.load(), peak_.load(), allocations_.load(), system_.load()};
+  return {in_use_.load(), peak_.load(), allocations_.load(), system_.load(), allocated_.load()};
 }
 
 void PoolAllocator::reset_stats() {
@@ -186,6 +188,7 @@ void PoolAllocator::reset_stats() {
   peak_.store(in_use_.load());
   allocations_.store(0);
   system_.store(0);
+  allocated_.store(0);
 }
 
 }  // namespace tenax::detail

@@ -23,7 +23,7 @@ class PoolAllocator final : public Allocator {
   void flush() noexcept;
 
  private:
-  std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0};
+  std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0}, allocated_{0};
 };
 
 }  // namespace tenax::detail

@@ -16,6 +16,10 @@ struct AllocatorStats {
   int64_t peak_bytes = 0;       ///< high-water mark of bytes_in_use since the last reset
   int64_t allocations = 0;      ///< buffers handed out since the last reset
   int64_t system_allocations = 0;  ///< of those, how many went to the system (pool misses)
+  /// Bytes handed out since the last reset, all buffers together (freed ones included): what a
+  /// piece of code allocates, read as the difference of two calls. Counted as bytes_in_use is: the
+  /// pool's rounded blocks (a host buffer's 64-byte header included).
+  int64_t allocated_bytes = 0;
 };
 
 /// Memory for one device. Implementations must be thread-safe.

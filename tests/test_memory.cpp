@@ -74,6 +74,19 @@ TEST(MemoryFigures, PeakBytesAndTapeBytesAreQueryable) {
   (void)y;
 }
 
+TEST(MemoryFigures, AllocatedBytesCountEveryBufferFreedOrNot) {
+  // "How much does this allocate": the running total's difference around the code. Ten freed
+  // 64 KiB buffers count ten times (bytes_in_use and the peak would show one).
+  const int64_t before = allocator_stats().allocated_bytes;
+  for (int k = 0; k < 10; ++k) {
+    Tensor t = zeros(Axes{{"i", (1 << 13) - 8}});  // with its 64-byte header, one 64 KiB pool block
+    (void)t;
+  }
+  EXPECT_EQ(allocator_stats().allocated_bytes - before, 10 * (int64_t{1} << 16));
+  allocator_for(Device::cpu()).reset_stats();
+  EXPECT_EQ(allocator_stats().allocated_bytes, 0);
+}
+
 TEST(HostArena, CarvesInOrderSavesRestoresAndOverflowsToThePool) {
   // The arena scan captures a step into (core/storage.h): buffers carved in order from one block,
   // 64-byte aligned, that outlive the arena; one save / restore copies all of them; a buffer that

@@ -59,6 +59,7 @@ class CudaAllocator final : public Allocator {
     }
     allocations_.fetch_add(1);
     system_.fetch_add(1);
+    allocated_.fetch_add(int64_t(bytes));
     return p;
   }
   void deallocate(void* ptr, std::size_t bytes) noexcept override {
@@ -68,18 +69,19 @@ class CudaAllocator final : public Allocator {
   }
   [[nodiscard]] Device device() const override { return device_; }
   [[nodiscard]] AllocatorStats stats() const override {
-    return {in_use_.load(), peak_.load(), allocations_.load(), system_.load()};
+    return {in_use_.load(), peak_.load(), allocations_.load(), system_.load(), allocated_.load()};
   }
   void reset_stats() override {
     peak_.store(in_use_.load());
     allocations_.store(0);
     system_.store(0);
+    allocated_.store(0);
   }
 
  private:
   Device device_;
   std::once_flag keep_freed_;
-  std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0};
+  std::atomic<int64_t> in_use_{0}, peak_{0}, allocations_{0}, system_{0}, allocated_{0};
 };
 
 // Host <-> device and device <-> device copies on the per-thread default stream, waited for.
