@@ -8,10 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -187,6 +191,53 @@ TEST(Concurrency, TapesEndingOutOfOrderInManyTasksAtOnce) {
     EXPECT_EQ(got[size_t(2 * k)], 2.0 * k);
     EXPECT_EQ(got[size_t(2 * k + 1)], 3.0);
   }
+}
+
+// The distinct threads that ran the chunks of a parallel map (each chunk takes 20 ms, so that a
+// free worker would pick one up).
+size_t threads_running_chunks() {
+  std::mutex m;
+  std::set<std::thread::id> seen;
+  MultiFunction body = [&](const std::vector<Tensor>& a) {
+    {
+      const std::lock_guard<std::mutex> lock(m);
+      seen.insert(std::this_thread::get_id());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return std::vector<Tensor>{a[0] * 2.0};
+  };
+  MapOptions o;
+  o.batch_size = 1;
+  o.parallel_chunks = 8;
+  (void)map(body, "i", {ones(Axes{{"i", 8}})}, o);
+  return seen.size();
+}
+
+TEST(Threads, TheLimitIsTheUsersToSet) {
+#ifndef TENAX_TEST_UNDER_TSAN
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_LE(threads_running_chunks(), 2u);  // 2 where a worker is free (every run here so far)
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  EXPECT_EQ(threads_running_chunks(), 1u);  // the caller alone
+  set_num_threads(0);  // back to the default (the environment's, else every core)
+  EXPECT_GE(num_threads(), 1);
+#endif
+  try {
+    set_num_threads(-1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_MESSAGE(e.what(), "[threads] set_num_threads needs n >= 0 (0: the default), got -1");
+  }
+}
+
+// Run by ctest with TENAX_NUM_THREADS=1 (test_threads_env).
+TEST(Threads, TheEnvironmentVariableSetsTheDefault) {
+  const char* v = std::getenv("TENAX_NUM_THREADS");
+  if (!v) GTEST_SKIP() << "TENAX_NUM_THREADS is not set (ctest's test_threads_env sets it)";
+  (void)(ones(Axes{{"i", 4}}) * 2.0);  // the first op applies it
+  EXPECT_EQ(num_threads(), std::atoi(v));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@
 #include "tenax/backends/cpu/tridiagonal_range.h"
 #include "tenax/backends/cpu/tridiagonal_shared.h"
 #include "tenax/core/env.h"
+#include "tenax/core/threads.h"
 
 extern "C" {
 void dgtsv_(const int* n, const int* nrhs, double* dl, double* d, double* du, double* b, const int* ldb,
@@ -397,7 +398,7 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
       // Tasks of ~2^18 unknowns (2 MB per operand; at 100 000 x 100 on the Zen 3, 1 thread: tasks
       // of 2 048 - 8 192 systems 80-92% of the roofline, oneTBB's pieces of 336 - 1 680 71-78%),
       // at least four per thread.
-      const int64_t threads = tbb::this_task_arena::max_concurrency();
+      const int64_t threads = std::min(tbb::this_task_arena::max_concurrency(), num_threads());
       const int64_t per_task = std::max<int64_t>(
           64, std::min<int64_t>((int64_t{1} << 18) / a.n, (a.systems + 4 * threads - 1) / (4 * threads)));
       return solve_in_blocks<T>(

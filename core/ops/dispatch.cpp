@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "tenax/core/ops/capture.h"
+#include "tenax/core/threads.h"
 #include "tenax/named/batching.h"
 
 namespace tenax::detail {
@@ -29,7 +30,10 @@ const KernelTable& kernels(Device d) {
   if (g_capture) [[unlikely]]
     return g_capture->table(d);
   if (d.kind == Device::Kind::cpu) {
-    static const KernelTable cpu = make_cpu_table();
+    static const KernelTable cpu = [] {
+      apply_thread_limit_from_environment();  // before the first parallel loop
+      return make_cpu_table();
+    }();
     return cpu;
   }
   static const int count = cuda_device_count();

@@ -16,6 +16,7 @@
 #include "tenax/core/ops/op.h"
 #include "tenax/core/storage.h"
 #include "tenax/core/tensor.h"
+#include "tenax/core/threads.h"
 #include "tenax/core/transfer.h"
 #include "tenax/model/model.h"
 #include "tenax/named/axes.h"
