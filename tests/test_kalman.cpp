@@ -55,6 +55,48 @@ TEST(Kalman, FitRecoversTheTrueParametersWithinStatisticalError) {
   EXPECT_EQ(identified, 4 + 3 + 2);  // F, the lower triangle of Q's factor, r
 }
 
+// The observed information from differences of the exact gradient agrees with second differences
+// of the log-likelihood's values (an independent route), and the standard errors of the
+// constrained values follow the delta method's closed form where there is one: r = softplus(u),
+// so se(r) = sigmoid(u) se(u).
+TEST(KalmanUncertainty, InformationMatchesSecondDifferencesAndTheDeltaMethod) {
+  const int64_t T = 300;
+  const Model truth = kalman_model(1, T);
+  const TensorMap in = {{"y", kalman::simulate(truth, 1, T, 11).y}};
+  Model m = truth;
+  (void)kalman::fit(m, in, {300, 1e-8});
+  const kalman::Uncertainty u = kalman::uncertainty(m, in);
+  ASSERT_FALSE(u.near_singular) << "condition " << u.condition;
+  const std::vector<double> u0 = m.unconstrained_vector();
+  const size_t n = u0.size();
+  auto loglik = [&](std::vector<double> at) {
+    m.set_unconstrained_vector(at);
+    return m.run("loglik", in).item();
+  };
+  double worst = 0.0, largest = 0.0;
+  for (size_t i = 0; i < n; ++i)
+    for (size_t j = 0; j < n; ++j) {
+      const double hi = 1e-3 * (1 + std::abs(u0[i])), hj = 1e-3 * (1 + std::abs(u0[j]));
+      auto at = [&](double si, double sj) {
+        std::vector<double> v = u0;
+        v[i] += si * hi;
+        v[j] += sj * hj;
+        return loglik(v);
+      };
+      const double second = (at(1, 1) - at(1, -1) - at(-1, 1) + at(-1, -1)) / (4 * hi * hj);
+      worst = std::max(worst, std::abs(-second - u.information[i * n + j]));
+      largest = std::max(largest, std::abs(u.information[i * n + j]));
+    }
+  m.set_unconstrained_vector(u0);
+  EXPECT_LT(worst, 1e-5 * largest) << "largest information entry " << largest;
+  // r is the last trainable parameter (F, Q, r in name order): its two coordinates come last.
+  ASSERT_EQ(m.trainable().back(), "r");
+  for (size_t k = n - 2; k < n; ++k) {
+    const double sigmoid = 1.0 / (1.0 + std::exp(-u0[k]));
+    EXPECT_NEAR(u.se[k], sigmoid * u.se_unconstrained[k], 1e-6 * u.se[k]);
+  }
+}
+
 // A file with these contents in the test's temporary folder.
 std::string file_with(const std::string& name, const std::string& text) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tenax_kalman_" + name);

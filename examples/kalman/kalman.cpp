@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include <Eigen/Dense>
+#include <Eigen/Eigenvalues>
 
 #include "model_fit.h"
 
@@ -160,35 +162,96 @@ FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOpti
   return {r.iterations, r.evaluations, -r.objective * count, r.seconds, r.converged, r.reason, r.failed_points};
 }
 
-std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs) {
+namespace {
+
+// Minus the Hessian of loglik in unconstrained coordinates, by central differences of the exact
+// gradient, symmetrised.
+Eigen::MatrixXd observed_information(tenax::Model& model, const tenax::TensorMap& inputs) {
   const std::vector<double> u0 = model.unconstrained_vector();
-  const size_t n = u0.size();
+  const auto n = Eigen::Index(u0.size());
   auto gradient = [&](const std::vector<double>& u) {
     model.set_unconstrained_vector(u);
     return tenax::Model::flatten(model.value_and_grad("loglik", inputs).grads);
   };
-  Eigen::MatrixXd info(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(n));
-  for (size_t j = 0; j < n; ++j) {
-    const double h = 1e-5 * (1.0 + std::abs(u0[j]));
+  Eigen::MatrixXd info(n, n);
+  for (Eigen::Index j = 0; j < n; ++j) {
+    const double h = 1e-5 * (1.0 + std::abs(u0[size_t(j)]));
     std::vector<double> up = u0, dn = u0;
-    up[j] += h;
-    dn[j] -= h;
+    up[size_t(j)] += h;
+    dn[size_t(j)] -= h;
     const std::vector<double> gp = gradient(up), gm = gradient(dn);
-    for (size_t i = 0; i < n; ++i) info(Eigen::Index(i), Eigen::Index(j)) = -(gp[i] - gm[i]) / (2 * h);
+    for (Eigen::Index i = 0; i < n; ++i) info(i, j) = -(gp[size_t(i)] - gm[size_t(i)]) / (2 * h);
   }
   model.set_unconstrained_vector(u0);
-  info = 0.5 * (info + info.transpose()).eval();
-  // Coordinates the likelihood ignores have a zero row: leave them out of the inverse.
+  return 0.5 * (info + info.transpose());
+}
+
+// The trainable parameters' constrained values, flattened as Model::flatten orders gradients.
+std::vector<double> constrained_values(const tenax::Model& model) {
+  std::vector<double> v;
+  for (const std::string& name : model.trainable()) {
+    const std::vector<double> p = model.parameter(name).to_vector();
+    v.insert(v.end(), p.begin(), p.end());
+  }
+  return v;
+}
+
+// d (constrained values) / d u by central differences of the constraint maps (cheap: no filter).
+Eigen::MatrixXd constraint_jacobian(tenax::Model& model) {
+  const std::vector<double> u0 = model.unconstrained_vector();
+  const auto n = Eigen::Index(u0.size());
+  Eigen::MatrixXd j(n, n);
+  for (Eigen::Index c = 0; c < n; ++c) {
+    const double h = 1e-6 * (1.0 + std::abs(u0[size_t(c)]));
+    std::vector<double> up = u0, dn = u0;
+    up[size_t(c)] += h;
+    dn[size_t(c)] -= h;
+    model.set_unconstrained_vector(up);
+    const std::vector<double> vp = constrained_values(model);
+    model.set_unconstrained_vector(dn);
+    const std::vector<double> vm = constrained_values(model);
+    for (Eigen::Index r = 0; r < n; ++r) j(r, c) = (vp[size_t(r)] - vm[size_t(r)]) / (2 * h);
+  }
+  model.set_unconstrained_vector(u0);
+  return j;
+}
+
+}  // namespace
+
+Uncertainty uncertainty(tenax::Model& model, const tenax::TensorMap& inputs) {
+  const Eigen::MatrixXd info = observed_information(model, inputs);
+  const Eigen::Index n = info.rows();
+  Uncertainty out;
+  out.information.assign(info.data(), info.data() + n * n);  // symmetric: row- and column-major agree
+  // Coordinates the likelihood ignores have a zero row: leave them out.
   std::vector<Eigen::Index> active;
-  for (size_t i = 0; i < n; ++i)
-    if (info.row(Eigen::Index(i)).cwiseAbs().maxCoeff() > 1e-8) active.push_back(Eigen::Index(i));
-  Eigen::MatrixXd sub(static_cast<Eigen::Index>(active.size()), static_cast<Eigen::Index>(active.size()));
-  for (size_t a = 0; a < active.size(); ++a)
-    for (size_t b = 0; b < active.size(); ++b) sub(Eigen::Index(a), Eigen::Index(b)) = info(active[a], active[b]);
-  const Eigen::MatrixXd cov = sub.inverse();
-  std::vector<double> se(n, 0.0);
-  for (size_t a = 0; a < active.size(); ++a) se[size_t(active[a])] = std::sqrt(std::max(cov(Eigen::Index(a), Eigen::Index(a)), 0.0));
-  return se;
+  for (Eigen::Index i = 0; i < n; ++i)
+    if (info.row(i).cwiseAbs().maxCoeff() > 1e-8) active.push_back(i);
+  const auto m = Eigen::Index(active.size());
+  Eigen::MatrixXd sub(m, m);
+  for (Eigen::Index a = 0; a < m; ++a)
+    for (Eigen::Index b = 0; b < m; ++b) sub(a, b) = info(active[size_t(a)], active[size_t(b)]);
+  const Eigen::VectorXd eig = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(sub).eigenvalues();
+  out.condition = m == 0 || eig.minCoeff() <= 0.0 ? std::numeric_limits<double>::infinity()
+                                                  : eig.maxCoeff() / eig.minCoeff();
+  out.near_singular = !(out.condition <= 1e10);
+  out.se_unconstrained.assign(size_t(n), 0.0);
+  if (out.near_singular) return out;
+  const Eigen::MatrixXd sub_cov = sub.inverse();
+  Eigen::MatrixXd cov = Eigen::MatrixXd::Zero(n, n);
+  for (Eigen::Index a = 0; a < m; ++a)
+    for (Eigen::Index b = 0; b < m; ++b) cov(active[size_t(a)], active[size_t(b)]) = sub_cov(a, b);
+  for (Eigen::Index i = 0; i < n; ++i) out.se_unconstrained[size_t(i)] = std::sqrt(std::max(cov(i, i), 0.0));
+  const Eigen::MatrixXd j = constraint_jacobian(model);
+  const Eigen::MatrixXd cov_values = j * cov * j.transpose();
+  for (Eigen::Index i = 0; i < n; ++i) out.se.push_back(std::sqrt(std::max(cov_values(i, i), 0.0)));
+  return out;
+}
+
+std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs) {
+  const Uncertainty u = uncertainty(model, inputs);
+  if (u.near_singular) return std::vector<double>(u.se_unconstrained.size(), 0.0);
+  return u.se_unconstrained;
 }
 
 }  // namespace kalman

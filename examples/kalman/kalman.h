@@ -59,9 +59,27 @@ struct FitResult {
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
               const std::function<void(const Progress&)>& progress = {});
 
-/// Standard errors of the unconstrained trainable coordinates from the observed information
-/// (central differences of the gradient); 0 where the likelihood does not depend on a coordinate
-/// (the unused upper triangle of an spd parameter).
+/// uncertainty(model, inputs).se_unconstrained: 0 where the likelihood does not depend on a
+/// coordinate (the unused upper triangle of an spd parameter), all 0 when the information is
+/// near-singular.
 std::vector<double> standard_errors(tenax::Model& model, const tenax::TensorMap& inputs);
+
+/// The estimates' uncertainty at the model's current point (an optimum of "loglik").
+struct Uncertainty {
+  /// Observed information in unconstrained coordinates: minus the Hessian of loglik, by central
+  /// differences of the exact (reverse-mode) gradient, symmetrised. Row-major, n x n.
+  std::vector<double> information;
+  std::vector<double> se_unconstrained;  ///< per coordinate; 0 where the likelihood ignores it
+  /// Per element of the trainable parameters (in Model::flatten order), in the constrained values
+  /// the model reports, by the delta method: cov = J cov_u J^T with J = d value / d u by central
+  /// differences of the constraint maps.
+  std::vector<double> se;
+  /// Largest over smallest eigenvalue of the information on the identified coordinates (infinite
+  /// when an eigenvalue is <= 0); near_singular when above 1e10 or infinite: the standard errors
+  /// are then not to be trusted and se is empty.
+  double condition = 0.0;
+  bool near_singular = false;
+};
+Uncertainty uncertainty(tenax::Model& model, const tenax::TensorMap& inputs);
 
 }  // namespace kalman

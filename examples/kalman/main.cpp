@@ -191,15 +191,29 @@ int main(int argc, char** argv) {
     std::printf("%s: %s\n", fit.converged ? "converged" : "NOT converged", fit.reason.c_str());
     std::printf("log-likelihood: fitted %.6f", fit.loglik);
     if (csv_path.empty()) std::printf(", at the true parameters %.6f", ll_true);
-    std::printf("\n\n%-10s %12s %12s %12s\n", "parameter", csv_path.empty() ? "true" : "initial",
-                fit.converged ? "fitted" : "last point", "difference");
+    // Standard errors from the observed information, only at an optimum and only when the
+    // information is well conditioned (a table of false confidence is worse than none).
+    kalman::Uncertainty unc;
+    if (fit.converged) {
+      unc = kalman::uncertainty(model, fit_inputs);
+      if (unc.near_singular)
+        std::printf("\nwarning: the observed information is near-singular (condition %.2e): the data do not "
+                    "identify every parameter, so no standard errors are given\n",
+                    unc.condition);
+    }
+    std::printf("\n\n%-10s %12s %12s %12s %12s\n", "parameter", csv_path.empty() ? "true" : "initial",
+                fit.converged ? "fitted" : "last point", "s.e.", "difference");
+    size_t flat = 0;
     for (const std::string& n : model.trainable()) {
       const Tensor a = csv_path.empty() ? truth.parameter(n) : start.parameter(n);
       const Tensor b = model.parameter(n);
       const std::vector<double> av = a.to_vector(b.axes().names()), bv = b.to_vector();
-      for (size_t k = 0; k < bv.size(); ++k)
-        std::printf("%-10s %12.5f %12.5f %12.5f\n", (n + index_label(b.axes(), int64_t(k))).c_str(), av[k], bv[k],
-                    bv[k] - av[k]);
+      for (size_t k = 0; k < bv.size(); ++k, ++flat) {
+        char se[32] = "-";
+        if (!unc.se.empty()) std::snprintf(se, sizeof se, "%.5f", unc.se[flat]);
+        std::printf("%-10s %12.5f %12.5f %12s %12.5f\n", (n + index_label(b.axes(), int64_t(k))).c_str(), av[k],
+                    bv[k], se, bv[k] - av[k]);
+      }
     }
 
     model.save(out_path);
