@@ -135,7 +135,14 @@ int main(int argc, char** argv) {
   app.add_flag("--no-plot", no_plot, "do not plot");
   app.add_option("--device", device_name,
                  "where the fit runs: cpu, cuda or cuda:N (data and constants are copied there once)");
+  std::string start_from;
+  app.add_option("--start", start_from,
+                 "where the fit starts: 'model' (the model file's values) or 'zero' (unconstrained 0: F = 0, "
+                 "Q = I, r = 0.69); default: model with --csv, zero when simulating (the model's values are "
+                 "the truth then)")
+      ->check(CLI::IsMember({"model", "zero"}));
   CLI11_PARSE(app, argc, argv);
+  if (start_from.empty()) start_from = csv_path.empty() ? "zero" : "model";
 
   try {
     const Device device = parse_device(device_name);
@@ -168,15 +175,18 @@ int main(int argc, char** argv) {
     }
     const TensorMap inputs = {{"y", y}};
 
-    // The fit starts from zero unconstrained coordinates: F = 0, Q = I, r = softplus(0) = 0.69.
-    model.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
+    // --start zero: unconstrained coordinates 0 (F = 0, Q = I, r = softplus(0) = 0.69); --start
+    // model: the file's values (the model as loaded).
+    if (start_from == "zero")
+      model.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
     const Model start = model;
     const TensorMap fit_inputs = {{"y", to(y, device)}};
     if (!(device == Device::cpu())) std::printf("fitting on %s\n", device.str().c_str());
     const double ll_true = truth.run("loglik", inputs).item();
     std::printf("trainable: ");
     for (const std::string& n : model.trainable()) std::printf("%s ", n.c_str());
-    std::printf("(%zu unconstrained coordinates, starting at 0)\n\n", model.unconstrained_vector().size());
+    std::printf("(%zu unconstrained coordinates, starting from %s)\n\n", model.unconstrained_vector().size(),
+                start_from == "zero" ? "unconstrained 0" : "the model's values");
     std::printf("%5s  %16s  %12s  %9s\n", "iter", "log-likelihood", "|grad|/obs", "time (s)");
     const kalman::FitResult fit =
         kalman::fit(model, fit_inputs, {max_iter, 1e-6}, [](const kalman::Progress& pr) {
