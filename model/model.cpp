@@ -303,8 +303,10 @@ Model load_model_json(const json& doc, const std::filesystem::path& base_dir) {
   return m;
 }
 
+json read_model_document(std::string_view text) { return model_detail::parse_checked(text, "/"); }
+
 Model load_model_string(std::string_view text, const std::filesystem::path& base_dir) {
-  return load_model_json(model_detail::parse_checked(text, "/"), base_dir);
+  return load_model_json(read_model_document(text), base_dir);
 }
 
 Model load_model(const std::filesystem::path& path) {

@@ -100,5 +100,9 @@ Model load_model(const std::filesystem::path& path);
 Model load_model_string(std::string_view text, const std::filesystem::path& base_dir = ".");
 /// Builds a model from a parsed document.
 Model load_model_json(const nlohmann::json& doc, const std::filesystem::path& base_dir = ".");
+/// The document of a model file's text, read as load_model_string reads it (a key written twice,
+/// nesting past 128 levels or a syntax error is a ModelError, the last with its line and column),
+/// for a program that edits the document before load_model_json.
+nlohmann::json read_model_document(std::string_view text);
 
 }  // namespace tenax

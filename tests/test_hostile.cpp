@@ -341,6 +341,17 @@ TEST(HostileModels, DuplicateKeysAreRefused) {
                  "/parameters/p/value: the key \"value\" appears twice");
 }
 
+TEST(HostileModels, ADocumentReadForEditingIsCheckedTheSameWay) {
+  // read_model_document: for programs that edit a document before load_model_json (the Kalman
+  // tool sets the series and time sizes), with the loader's own checks.
+  EXPECT_EQ(read_model_document(R"({"format": 1, "axes": {"i": 2}})")["axes"]["i"], 2);
+  EXPECT_MESSAGE(error_of<ModelError>([] { (void)read_model_document(R"({"axes": {"i": 2, "i": 3}})"); }),
+                 "/axes/i: the key \"i\" appears twice");
+  EXPECT_MESSAGE(error_of<ModelError>([] { (void)read_model_document("{\n  \"axes\": [1,\n}"); }),
+                 "line 3, column 1");
+  EXPECT_MESSAGE(error_of<ModelError>([] { (void)read_model_document(nested(200)); }), "nesting deeper than 128");
+}
+
 TEST(HostileModels, DeclaredSizesAgreeWithRenameAndStack) {
   const std::string renamed = R"({"format":1,"axes":{"i":3,"k":4},"parameters":{"p":{"axes":["i"],"value":1}},
     "graph":[{"name":"r","op":"rename","inputs":["p"],"attrs":{"from":["i"],"to":["k"]}}],"outputs":{"o":"r"}})";

@@ -73,9 +73,9 @@ json model_document(const std::string& path) {
   text << in.rdbuf();
   json doc;
   try {
-    doc = json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw ModelError("/: '" + path + "' is not valid JSON: " + e.what());
+    doc = read_model_document(text.str());  // duplicate keys, nesting, syntax: the loader's checks
+  } catch (const ModelError& e) {
+    throw ModelError(std::string(e.what()) + " (in '" + path + "')");
   }
   if (!doc.is_object() || !doc.contains("axes") || !doc["axes"].is_object())
     throw ModelError("/axes: '" + path + "' declares no axes; this tool needs a model with axes series, time, "
