@@ -234,10 +234,21 @@ TEST(Threads, TheLimitIsTheUsersToSet) {
   }
 }
 
-// Run by ctest with TENAX_NUM_THREADS=1 (test_threads_env).
+// Run by ctest with TENAX_NUM_THREADS=1 (test_threads_env) and =abc (test_threads_env_invalid).
 TEST(Threads, TheEnvironmentVariableSetsTheDefault) {
   const char* v = std::getenv("TENAX_NUM_THREADS");
   if (!v) GTEST_SKIP() << "TENAX_NUM_THREADS is not set (ctest's test_threads_env sets it)";
+  if (std::string(v) == "abc") {  // a bad value is an Error at every op, not a silent default
+    for (int k = 0; k < 2; ++k) {
+      try {
+        (void)(ones(Axes{{"i", 4}}) * 2.0);
+        FAIL() << "no error";
+      } catch (const Error& e) {
+        EXPECT_MESSAGE(e.what(), "[threads] TENAX_NUM_THREADS='abc': expected a positive integer");
+      }
+    }
+    return;
+  }
   (void)(ones(Axes{{"i", 4}}) * 2.0);  // the first op applies it
   EXPECT_EQ(num_threads(), std::atoi(v));
 }
