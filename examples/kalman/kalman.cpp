@@ -70,6 +70,19 @@ std::string at(const std::string& path, int64_t line, int64_t column = 0) {
   return path + " line " + std::to_string(line) + (column ? " column " + std::to_string(column) : "") + ": ";
 }
 
+// A cell without its surrounding blanks.
+std::string trimmed(const std::string& cell) {
+  const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t\r");
+  return b == std::string::npos ? "" : cell.substr(b, e - b + 1);
+}
+
+// An empty cell, NA or nan (any case): a missing observation.
+bool missing(const std::string& text) {
+  std::string lower = text;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return lower.empty() || lower == "na" || lower == "nan";
+}
+
 // One CSV line's numbers; throws naming the cell that is not one.
 std::vector<double> numbers(const std::string& line, const std::string& path, int64_t n) {
   std::vector<double> row;
@@ -78,11 +91,8 @@ std::vector<double> numbers(const std::string& line, const std::string& path, in
   int64_t column = 0;
   while (std::getline(cells, cell, ',')) {
     ++column;
-    const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t\r");
-    const std::string text = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
-    std::string lower = text;
-    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower.empty() || lower == "na" || lower == "nan")
+    const std::string text = trimmed(cell);
+    if (missing(text))
       throw tenax::Error(at(path, n, column) + "a missing value ('" + text +
                          "'); missing observations are not supported yet: remove the time step or fill it");
     char* end = nullptr;
@@ -104,12 +114,10 @@ bool is_header(const std::string& line) {
   std::stringstream cells(line);
   std::string cell;
   while (std::getline(cells, cell, ',')) {
-    const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t\r");
-    std::string text = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
-    for (char& ch : text) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string text = trimmed(cell);
     char* end = nullptr;
     (void)std::strtod(text.c_str(), &end);
-    if (text.empty() || text == "na" || text == "nan" || end != text.c_str()) return false;
+    if (missing(text) || end != text.c_str()) return false;
   }
   return true;
 }
@@ -164,26 +172,34 @@ FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOpti
 
 namespace {
 
+// d f / d u at the model's point, column by column by central differences with steps
+// rel (1 + |u_c|); f reads the model, which is left at its point.
+Eigen::MatrixXd central_differences(tenax::Model& model, double rel, const std::function<std::vector<double>()>& f) {
+  const std::vector<double> u0 = model.unconstrained_vector();
+  const auto n = Eigen::Index(u0.size());
+  Eigen::MatrixXd j(n, n);
+  for (Eigen::Index c = 0; c < n; ++c) {
+    const double h = rel * (1.0 + std::abs(u0[size_t(c)]));
+    std::vector<double> up = u0, dn = u0;
+    up[size_t(c)] += h;
+    dn[size_t(c)] -= h;
+    model.set_unconstrained_vector(up);
+    const std::vector<double> fp = f();
+    model.set_unconstrained_vector(dn);
+    const std::vector<double> fm = f();
+    for (Eigen::Index r = 0; r < n; ++r) j(r, c) = (fp[size_t(r)] - fm[size_t(r)]) / (2 * h);
+  }
+  model.set_unconstrained_vector(u0);
+  return j;
+}
+
 // Minus the Hessian of loglik in unconstrained coordinates, by central differences of the exact
 // gradient, symmetrised.
 Eigen::MatrixXd observed_information(tenax::Model& model, const tenax::TensorMap& inputs) {
-  const std::vector<double> u0 = model.unconstrained_vector();
-  const auto n = Eigen::Index(u0.size());
-  auto gradient = [&](const std::vector<double>& u) {
-    model.set_unconstrained_vector(u);
+  const Eigen::MatrixXd hessian = central_differences(model, 1e-5, [&] {
     return tenax::Model::flatten(model.value_and_grad("loglik", inputs).grads);
-  };
-  Eigen::MatrixXd info(n, n);
-  for (Eigen::Index j = 0; j < n; ++j) {
-    const double h = 1e-5 * (1.0 + std::abs(u0[size_t(j)]));
-    std::vector<double> up = u0, dn = u0;
-    up[size_t(j)] += h;
-    dn[size_t(j)] -= h;
-    const std::vector<double> gp = gradient(up), gm = gradient(dn);
-    for (Eigen::Index i = 0; i < n; ++i) info(i, j) = -(gp[size_t(i)] - gm[size_t(i)]) / (2 * h);
-  }
-  model.set_unconstrained_vector(u0);
-  return 0.5 * (info + info.transpose());
+  });
+  return -0.5 * (hessian + hessian.transpose());
 }
 
 // The trainable parameters' constrained values, flattened as Model::flatten orders gradients.
@@ -194,26 +210,6 @@ std::vector<double> constrained_values(const tenax::Model& model) {
     v.insert(v.end(), p.begin(), p.end());
   }
   return v;
-}
-
-// d (constrained values) / d u by central differences of the constraint maps (cheap: no filter).
-Eigen::MatrixXd constraint_jacobian(tenax::Model& model) {
-  const std::vector<double> u0 = model.unconstrained_vector();
-  const auto n = Eigen::Index(u0.size());
-  Eigen::MatrixXd j(n, n);
-  for (Eigen::Index c = 0; c < n; ++c) {
-    const double h = 1e-6 * (1.0 + std::abs(u0[size_t(c)]));
-    std::vector<double> up = u0, dn = u0;
-    up[size_t(c)] += h;
-    dn[size_t(c)] -= h;
-    model.set_unconstrained_vector(up);
-    const std::vector<double> vp = constrained_values(model);
-    model.set_unconstrained_vector(dn);
-    const std::vector<double> vm = constrained_values(model);
-    for (Eigen::Index r = 0; r < n; ++r) j(r, c) = (vp[size_t(r)] - vm[size_t(r)]) / (2 * h);
-  }
-  model.set_unconstrained_vector(u0);
-  return j;
 }
 
 }  // namespace
@@ -242,7 +238,8 @@ Uncertainty uncertainty(tenax::Model& model, const tenax::TensorMap& inputs) {
   for (Eigen::Index a = 0; a < m; ++a)
     for (Eigen::Index b = 0; b < m; ++b) cov(active[size_t(a)], active[size_t(b)]) = sub_cov(a, b);
   for (Eigen::Index i = 0; i < n; ++i) out.se_unconstrained[size_t(i)] = std::sqrt(std::max(cov(i, i), 0.0));
-  const Eigen::MatrixXd j = constraint_jacobian(model);
+  // d (constrained values) / d u: central differences of the constraint maps (cheap: no filter).
+  const Eigen::MatrixXd j = central_differences(model, 1e-6, [&] { return constrained_values(model); });
   const Eigen::MatrixXd cov_values = j * cov * j.transpose();
   for (Eigen::Index i = 0; i < n; ++i) out.se.push_back(std::sqrt(std::max(cov_values(i, i), 0.0)));
   return out;
