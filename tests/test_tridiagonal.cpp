@@ -207,8 +207,7 @@ TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
   auto t = [&](const std::vector<double>& v) { return tensor(v, ax); };
   EXPECT_MESSAGE(testing::error_message<NumericError>(
                      [&] { (void)tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i"); }),
-                 "[tridiagonal_solve] the system along 'i' (12 rows) at batch index {b=37} has a zero or "
-                 "non-finite pivot");
+                 "[tridiagonal_solve] the system along 'i' (12 rows) at batch index {b=37} has a zero, non-finite or tiny pivot");
   Systems last = random_systems(33, 7, 42);  // system 32 is alone in its group (padding lanes)
   last.diag[32 * 7 + 4] = 0.0;
   last.lower[32 * 7 + 4] = 0.0;
@@ -218,7 +217,7 @@ TEST(Tridiagonal, RowsInnerFailureInAnInteriorBlockNamesTheSystem) {
                    (void)tridiagonal_solve(t33(last.lower), t33(last.diag), t33(last.upper), t33(last.rhs),
                                            "i");
                  }),
-                 "at batch index {b=32} has a zero or non-finite pivot");
+                 "at batch index {b=32} has a zero, non-finite or tiny pivot");
 }
 
 // Systems back to back, from memory (float64 larger than a 32 MiB last-level cache; at any size
@@ -250,7 +249,7 @@ TEST(Tridiagonal, RowsInnerChunksFromMemoryMatchLapackAndNameTheFirstFailure) {
       s.lower[bad * n + 5] = 0.0;
       EXPECT_MESSAGE(testing::error_message<NumericError>(
                          [&] { (void)tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i"); }),
-                     "at batch index {sys=" + std::to_string(bad) + "} has a zero or non-finite pivot");
+                     "at batch index {sys=" + std::to_string(bad) + "} has a zero, non-finite or tiny pivot");
     }
   }
 }
@@ -434,8 +433,7 @@ TEST(Tridiagonal, OneSharedMatrixDifferentiatesAndItsFailureNamesTheFirstSystem)
     EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
                      (void)tridiagonal_solve(scalar(0.0), diag, scalar(0.0), uniform(ax, 66, -1, 1), "i");
                    }),
-                   "[tridiagonal_solve] the system along 'i' (4 rows) at batch index {b=0} has a zero or "
-                   "non-finite pivot");
+                   "[tridiagonal_solve] the system along 'i' (4 rows) at batch index {b=0} has a zero, non-finite or tiny pivot");
 }
 
 // Pivoting with one matrix for every system (LAPACK gttrf once; the shared kernel applies its LU,
@@ -505,8 +503,7 @@ TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
     FAIL() << "no error";
   } catch (const NumericError& e) {
     EXPECT_MESSAGE(e.what(),
-                   "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=1} has a zero "
-                   "or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting");
+                   "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=1} has a zero, non-finite or tiny pivot in the Thomas algorithm");
   }
   Tensor x = tridiagonal_solve(t(s.lower), t(s.diag), t(s.upper), t(s.rhs), "i", Tridiagonal::pivoting);
   // Residual A x - rhs of every system, written out.
@@ -533,8 +530,65 @@ TEST(Tridiagonal, PivotingSolvesWhatThomasCannotAndErrorsNameTheSystem) {
   dn[5] = 3.0;
   EXPECT_MESSAGE(testing::error_message<NumericError>(
                      [&] { (void)tridiagonal_solve(t(s.lower), t(dn), t(s.upper), t(s.rhs), "i"); }),
-                 "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=0} has a zero or "
-                 "non-finite pivot");
+                 "[tridiagonal_solve] the system along 'i' (5 rows) at batch index {b=0} has a zero, non-finite or tiny pivot");
+}
+
+// A pivot tiny against its row (growth above 1 / sqrt(eps)) fails as a zero one does, in every
+// host path: systems rows-inner (panels and, from memory, the chunked lanes), systems adjacent
+// in memory, one shared matrix, float64 and float32; pivoting then solves it as LAPACK does. A
+// moderate growth (1e5) still solves, to LAPACK's answer within the growth's share of the digits.
+TEST(Tridiagonal, TinyPivotsFailInEveryPathAndModerateGrowthSolves) {
+  auto with_pivot = [](Systems s, int64_t sys, double pivot) {
+    s.diag[sys * s.n] = pivot;
+    s.upper[sys * s.n] = 1.0;
+    s.lower[sys * s.n + 1] = 1.0;
+    return s;
+  };
+  const std::string fails = " has a zero, non-finite or tiny pivot in the Thomas algorithm";
+  for (auto [count, n] : {std::pair<int64_t, int64_t>{37, 12}, {4099, 103}}) {
+    const Systems tiny = with_pivot(random_systems(count, n, 77), 29, 1e-12);
+    const Axes rows{{"b", count}, {"i", n}};
+    auto t = [&](const std::vector<double>& v) { return tensor(v, rows); };
+    // The same systems stored row-major (systems adjacent in memory).
+    auto adjacent = [&](const std::vector<double>& v) {
+      std::vector<double> w(v.size());
+      for (int64_t b = 0; b < count; ++b)
+        for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i * count + b)] = v[static_cast<size_t>(b * n + i)];
+      return tensor(w, Axes{{"i", n}, {"b", count}});
+    };
+    const std::string where = "the system along 'i' (" + std::to_string(n) + " rows) at batch index {b=29}";
+    EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                     (void)tridiagonal_solve(t(tiny.lower), t(tiny.diag), t(tiny.upper), t(tiny.rhs), "i");
+                   }),
+                   where + fails);
+    EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                     (void)tridiagonal_solve(adjacent(tiny.lower), adjacent(tiny.diag), adjacent(tiny.upper),
+                                             adjacent(tiny.rhs), "i");
+                   }),
+                   where + fails);
+    auto f32 = [&](const std::vector<double>& v) { return astype(t(v), DType::f32); };
+    EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                     (void)tridiagonal_solve(f32(tiny.lower), f32(tiny.diag), f32(tiny.upper), f32(tiny.rhs), "i");
+                   }),
+                   where + fails);
+    const std::vector<double> pivoted =
+        tridiagonal_solve(t(tiny.lower), t(tiny.diag), t(tiny.upper), t(tiny.rhs), "i", Tridiagonal::pivoting)
+            .to_vector();
+    EXPECT_LT(max_rel_diff(pivoted, lapack_solve(tiny)), 1e-12) << count << " x " << n;
+    const Systems moderate = with_pivot(random_systems(count, n, 78), 29, 1e-5);
+    const std::vector<double> got =
+        tridiagonal_solve(t(moderate.lower), t(moderate.diag), t(moderate.upper), t(moderate.rhs), "i").to_vector();
+    EXPECT_LT(max_rel_diff(got, lapack_solve(moderate)), 1e-9) << count << " x " << n;
+  }
+  // One matrix for every system: its factorisation fails, naming the first system.
+  const Axes row{{"i", 6}};
+  std::vector<double> d(6, 3.0), off(6, 1.0);
+  d[0] = 1e-12;
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] {
+                   (void)tridiagonal_solve(tensor(off, row), tensor(d, row), tensor(off, row),
+                                           uniform(Axes{{"b", 9}, {"i", 6}}, 80, -1, 1), "i");
+                 }),
+                 "the system along 'i' (6 rows) at batch index {b=0}" + fails);
 }
 
 TEST(Tridiagonal, MisuseErrors) {

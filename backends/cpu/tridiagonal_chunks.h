@@ -65,7 +65,7 @@ class ChunkedThomas {
     // x is streamed where every lane's rows start on a vector boundary.
     const bool streamed = reinterpret_cast<uintptr_t>(xbase) % sizeof(V) == 0 &&
                           (n * static_cast<int64_t>(sizeof(T))) % static_cast<int64_t>(sizeof(V)) == 0;
-    V check(T(0));  // NaN iff some pivot is bad (as in ThomasPanel::forward_block)
+    SweepCheck<V> check;
     for (int64_t j = 0; j < q; ++j) {
       const int64_t at = j * n;
       forward(base, at, lane, check);
@@ -75,23 +75,24 @@ class ChunkedThomas {
         backward(xbase + at, lane, [](T* p, const V& v) { v.store_unaligned(p); });
     }
     stream_fence();
-    if (xsimd::any(xsimd::isnan(check))) return first_failed_system<T>(a_, begin, VS * q);
+    if (check.flagged()) return first_failed_system<T>(a_, begin, VS * q);
     return -1;
   }
 
  private:
   // Rows of lane k's system at base[o] + at + k lane, VS rows at a time through a register
   // transpose; c' and d' to the scratch, row-interleaved.
-  void forward(const T* const (&base)[Op::x], int64_t at, int64_t lane, V& check) const {
+  void forward(const T* const (&base)[Op::x], int64_t at, int64_t lane, SweepCheck<V>& check) const {
     const int64_t n = n_;
     const V zero(T(0)), one(T(1));
-    V c = zero, e = zero, chk = check;
+    V c = zero, e = zero;
+    SweepCheck<V> chk = check;
     auto step = [&](int64_t i, const V& l, const V& d, const V& u, const V& r) {
       const V lj = i > 0 ? l : zero;  // lower[0] is outside the matrix
       const V dj = xsimd::fnma(lj, c, d);
       const V inv = one / dj;
-      chk = xsimd::fma(dj, inv, chk);  // NaN iff dj is zero or not finite
       c = i + 1 < n ? u * inv : zero;  // so is upper[n-1]
+      chk.add(dj, inv, c);
       e = xsimd::fnma(lj, e, r) * inv;
       c.store_aligned(cp_ + i * VS);
       e.store_aligned(dp_ + i * VS);

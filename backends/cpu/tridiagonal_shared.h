@@ -45,12 +45,13 @@ bool factor_shared(const TridiagonalArgs& a, T* f) {
   auto upper = [&](int64_t i) { return a.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
   T cprev = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const T l = i > 0 ? lower(i) : T(0);
+    const T l = i > 0 ? lower(i) : T(0), u = i + 1 < n ? upper(i) : T(0);
     const T m = at(Op::diag, i) - l * cprev;
     if (m == T(0) || !std::isfinite(m)) return false;
+    if (std::abs(l * cprev) > kGrowthLimit<T> * (std::abs(l) + std::abs(at(Op::diag, i)) + std::abs(u))) return false;
     lo[i] = l;
     inv[i] = T(1) / m;
-    cprev = cp[i] = i + 1 < n ? upper(i) * inv[i] : T(0);
+    cprev = cp[i] = u * inv[i];
   }
   return true;
 }

@@ -34,9 +34,18 @@ const T* in_ptr(const TridiagonalArgs& a, int o) {
 
 // ---- Thomas, W systems at a time ----
 
-// The first of systems [first, first + count) whose elimination meets a zero or non-finite pivot,
-// in order of system, found again one system at a time in scalar arithmetic; -1 where none does
-// (a vector kernel's check may flag what only its rounding made bad).
+// Thomas without pivoting is accurate while the elimination's growth stays small: row i's
+// multiplier times the previous row's c' (the entry |L||U| adds to row i) at most kGrowthLimit
+// times the row's own size |l_i| + |d_i| + |u_i|, 1 / sqrt(eps) (6.7e7 for float64, 2 896 for
+// float32), so that at least half the digits survive. A larger growth comes from a pivot tiny
+// against its row (docs/decisions.md, "Tiny pivots"); such a system fails like a zero pivot.
+template <class T>
+constexpr T kGrowthLimit = T(1) / (sizeof(T) == 8 ? T(1.4901161193847656e-08) : T(3.4526698300124393e-04));
+
+// The first of systems [first, first + count) whose elimination meets a zero or non-finite pivot
+// or a growth above kGrowthLimit, in order of system, found again one system at a time in scalar
+// arithmetic; -1 where none does (a vector kernel's check may flag what only its rounding made
+// bad, and flags every |c'| above the limit, a necessary condition for the growth to be).
 template <class T>
 int64_t first_failed_system(const TridiagonalArgs& a, int64_t first, int64_t count) {
   for (int64_t s = first; s < first + count; ++s) {
@@ -45,13 +54,33 @@ int64_t first_failed_system(const TridiagonalArgs& a, int64_t first, int64_t cou
     auto upper = [&](int64_t i) { return a.transpose ? at(Op::lower, i + 1) : at(Op::upper, i); };
     T c = T(0);
     for (int64_t i = 0; i < a.n; ++i) {
-      const T d = at(Op::diag, i) - (i > 0 ? lower(i) * c : T(0));
+      const T l = i > 0 ? lower(i) : T(0), u = i + 1 < a.n ? upper(i) : T(0);
+      const T d = at(Op::diag, i) - l * c;
       if (d == T(0) || !std::isfinite(d)) return s;
-      c = i + 1 < a.n ? upper(i) / d : T(0);
+      if (std::abs(l * c) > kGrowthLimit<T> * (std::abs(l) + std::abs(at(Op::diag, i)) + std::abs(u))) return s;
+      c = u / d;
     }
   }
   return -1;
 }
+
+// What a vector sweep sums to find failed systems cheaply: d' (1 / d') per row, NaN exactly where
+// some pivot is zero, infinite or NaN (otherwise about 1, or +inf where 1 / d' overflows: one FMA
+// per row), and c'^2 per row, above kGrowthLimit^2 wherever some |c'| is above kGrowthLimit
+// (needed for too large a growth; two chains, so neither waits for the other).
+template <class V>
+struct SweepCheck {
+  using T = typename V::value_type;
+  V pivots = V(T(0)), growth = V(T(0));
+  void add(const V& d, const V& inv, const V& c) {
+    pivots = xsimd::fma(d, inv, pivots);
+    growth = xsimd::fma(c, c, growth);
+  }
+  // Whether some system may have failed (first_failed_system decides).
+  [[nodiscard]] bool flagged() const {
+    return xsimd::any(xsimd::isnan(pivots)) || xsimd::any(growth > V(kGrowthLimit<T> * kGrowthLimit<T>));
+  }
+};
 
 template <class T>
 class ThomasPanel {
@@ -108,20 +137,21 @@ class ThomasPanel {
     const int64_t n = n_;
     const int nv = (count + VS - 1) / VS;
     const V zero(T(0)), one(T(1));
-    Mask bad = zero != zero;
+    SweepCheck<V> check;
     // Row 0 (lower[0] is outside the matrix).
     for (int v = 0; v < nv; ++v) {
       const V d = load(Op::diag, 0, v);
-      bad = bad | is_bad(d);
       const V inv = one / d;
-      (n > 1 ? upper_at(0, v) * inv : zero).store_aligned(cp_ + v * VS);
+      const V c = n > 1 ? upper_at(0, v) * inv : zero;
+      check.add(d, inv, c);
+      c.store_aligned(cp_ + v * VS);
       (load(Op::rhs, 0, v) * inv).store_aligned(dp_ + v * VS);
     }
     if (all_unit())
-      sweep<true>(nv, bad);
+      sweep<true>(nv, check);
     else
-      sweep<false>(nv, bad);
-    if (xsimd::any(bad)) {
+      sweep<false>(nv, check);
+    if (check.flagged()) {
       const int64_t f = first_bad(first, count);
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
     }
@@ -139,7 +169,6 @@ class ThomasPanel {
   // system's rows contiguous (solve_rows); tile: copied row-interleaved into a tile; none: x not
   // written (the fused reverse rule).
   enum class Mode { unit, broadcast, rows, tile, none };
-  using Mask = typename V::batch_bool_type;
 
   // Whether the sweep's operands (x is only written afterwards) are all runs of adjacent systems.
   [[nodiscard]] bool all_unit() const {
@@ -268,14 +297,14 @@ class ThomasPanel {
   // AVX2, with the lanes' prefetches dropped below: 128 x 100 in cache 2.04 -> 1.89 ns per unknown;
   // 100 000 x 100 from memory 34.3 -> 31.0 ms, min of alternated runs; bench/RESULTS.md.)
   template <bool kDirect, bool kChecks, bool kBackToBack = false>
-  void forward_block(int64_t i0, int groups_in, V& check) {
+  void forward_block(int64_t i0, int groups_in, SweepCheck<V>& check) {
     static_assert(kDirect || !kBackToBack);
     const int groups = kBackToBack ? kRows / VS : groups_in;
     const int64_t n = n_, P = kBackToBack ? int64_t{kRows} : P_;
     T* const cp = cp_;
     T* const dp = dp_;
     const V zero(T(0)), one(T(1));
-    V chk = check;
+    SweepCheck<V> chk = check;
     // A's (i, i-1) and (i, i+1) entries; A^T's are A's (i-1, i) and (i+1, i).
     const int lo = a_.transpose ? Op::upper : Op::lower, up = a_.transpose ? Op::lower : Op::upper;
     const int64_t lo_row = i0 - (a_.transpose ? 1 : 0), up_row = i0 + (a_.transpose ? 1 : 0);
@@ -351,10 +380,8 @@ class ThomasPanel {
         const V lj = !kChecks || i > 0 ? l[j] : zero;  // lower[0] is outside the matrix
         const V dj = d[j] - lj * c;
         const V inv = one / dj;
-        // dj * (1 / dj) is NaN exactly where dj is zero, infinite or NaN (otherwise about 1, or
-        // +inf where 1 / dj overflows), so the sum is NaN iff some pivot is bad: one FMA per row.
-        chk = xsimd::fma(dj, inv, chk);
         c = !kChecks || i + 1 < n ? u[j] * inv : zero;  // so is upper[n-1]
+        chk.add(dj, inv, c);
         e = (r[j] - lj * e) * inv;
         c.store_aligned(cp + i * P + at);
         e.store_aligned(dp + i * P + at);
@@ -385,7 +412,7 @@ class ThomasPanel {
     bool rows[Op::x];  // the operands read system by system (broadcasts come from the caches)
     for (int o = 0; o < Op::x; ++o) rows[o] = mode_[o] == Mode::rows;
     fetch_.plan(a_, next_first_, next_count_, rows, (n_ + VS - 1) / VS * groups);
-    V check(T(0));  // NaN iff some pivot is bad (see forward_block)
+    SweepCheck<V> check;
     bool all_rows = true;
     for (int o = 0; o < Op::x; ++o) all_rows = all_rows && mode_[o] == Mode::rows;
     const bool packed = back_to_back(count);
@@ -404,7 +431,7 @@ class ThomasPanel {
       else
         forward_block<false, true>(i0, groups, check);
     }
-    if (xsimd::any(xsimd::isnan(check))) {
+    if (check.flagged()) {
       const int64_t f = first_bad(first, count);
       if (f >= 0) return f;  // otherwise only padding lanes, which cannot fail
     }
@@ -438,7 +465,7 @@ class ThomasPanel {
   // Rows 1 .. n-1 of the forward elimination. kUnit: every operand is a run of adjacent systems,
   // read through one pointer per row (no per-load dispatch on the operand's mode).
   template <bool kUnit>
-  void sweep(int nv, Mask& bad) {
+  void sweep(int nv, SweepCheck<V>& check) {
     const V zero(T(0)), one(T(1));
     for (int64_t i = 1; i < n_; ++i) {
       const bool last = i + 1 == n_;
@@ -473,14 +500,12 @@ class ThomasPanel {
         const V l = kUnit ? V::load_unaligned(li + v * VS) : lower_at(i, v);
         const V d = (kUnit ? V::load_unaligned(di + v * VS) : load(Op::diag, i, v)) -
                     l * V::load_aligned(cprev + v * VS);
-        bad = bad | is_bad(d);
         const V inv = one / d;
         const V rhs = kUnit ? V::load_unaligned(ri + v * VS) : load(Op::rhs, i, v);
         ((rhs - l * V::load_aligned(dprev + v * VS)) * inv).store_aligned(r + v * VS);
-        if (last)
-          zero.store_aligned(c + v * VS);
-        else
-          ((kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv).store_aligned(c + v * VS);
+        const V cv = last ? zero : (kUnit ? V::load_unaligned(ui + v * VS) : upper_at(i, v)) * inv;
+        check.add(d, inv, cv);
+        cv.store_aligned(c + v * VS);
       }
     }
   }
@@ -519,11 +544,6 @@ class ThomasPanel {
         store(i, v, x);
       }
     }
-  }
-
-  static auto is_bad(const V& d) {
-    // zero, infinite or NaN pivot
-    return (d == V(T(0))) | !(xsimd::abs(d) < V(std::numeric_limits<T>::infinity()));
   }
 
   // The first system of the panel whose elimination meets a bad pivot, found again lane by lane.

@@ -76,7 +76,8 @@ struct KernelCall {
                               std::to_string(args.n) + " rows) at batch index " + batch_index(lanes, bad);
     if (args.pivoting) throw NumericError(where + " is singular (a zero or non-finite pivot in LU)");
     throw NumericError(where +
-                       " has a zero or non-finite pivot in the Thomas algorithm; Tridiagonal::pivoting "
+                       " has a zero, non-finite or tiny pivot in the Thomas algorithm (tiny: the "
+                       "elimination's growth would cost more than half the digits); Tridiagonal::pivoting "
                        "solves matrices that are not diagonally dominant");
   }
 };
