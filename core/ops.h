@@ -103,7 +103,8 @@ enum class Tridiagonal : int { thomas = 0, pivoting = 1 };
 /// Row i of A is lower[i] (column i-1), diag[i], upper[i] (column i+1): LAPACK's and cuSPARSE's
 /// layout stored at full length, lower[0] and upper[n-1] lie outside the matrix and are ignored
 /// (their gradients are zero). x takes rhs's axis order. A zero or non-finite pivot raises
-/// NumericError naming the system's batch index. The gradient solves one system with A^T and
+/// NumericError naming the system's batch index, and so does, for Thomas, a pivot so small against
+/// its row that the elimination would lose more than half the digits (docs/robustness.md). The gradient solves one system with A^T and
 /// stores nothing but x (implicit function theorem). Where lower, diag and upper have no batch
 /// axis (one matrix for every system), the CPU factors that matrix once per call — either
 /// algorithm — and each system reads only its right-hand side, several times faster than the

@@ -1,9 +1,7 @@
-// The attribute spelling of every registered op that reads attributes (test_model checks that the
-// table covers the registry), and the parser from JSON into Attrs.
+// The parser of a node's attributes from JSON into Attrs, driven by the op's AttrSpec list.
 #include "tenax/model/op_attrs.h"
 
 #include <cstring>
-#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -15,42 +13,10 @@ namespace {
 
 using json = nlohmann::json;
 
-const std::map<std::string, std::vector<AttrField>>& table() {
-  static const std::map<std::string, std::vector<AttrField>> t = [] {
-    std::map<std::string, std::vector<AttrField>> m;
-    const std::vector<AttrField> reduce = {{"axes", AttrKind::names, 0, false}};
-    for (const char* op : {"sum", "mean", "max", "logsumexp"}) m[op] = reduce;
-    m["astype"] = {{"dtype", AttrKind::dtype, 0}};
-    m["dot"] = {{"over", AttrKind::names}};
-    m["rename"] = {{"from", AttrKind::names}, {"to", AttrKind::names2, 0, true, 0, true}};
-    m["transpose"] = {{"order", AttrKind::names}};
-    m["slice"] = {{"axis", AttrKind::name},
-                  {"start", AttrKind::integer, 0},
-                  {"stop", AttrKind::integer, 1},
-                  {"step", AttrKind::integer, 2, false, 1}};
-    m["select"] = {{"axis", AttrKind::name}, {"index", AttrKind::integer, 0}};
-    m["broadcast"] = {{"axes", AttrKind::shape}};
-    m["concat"] = {{"axis", AttrKind::name}};
-    m["stack"] = {{"axis", AttrKind::name, 0, true, 0, true}};
-    m["cholesky"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
-    m["logdet"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
-    m["diagonal"] = {{"row", AttrKind::name}, {"col", AttrKind::name}};
-    m["triangular_solve"] = {{"row", AttrKind::name},
-                             {"col", AttrKind::name},
-                             {"lower", AttrKind::boolean, 0, false, 1},
-                             {"transpose", AttrKind::boolean, 1, false, 0}};
-    m["solve"] = {{"row", AttrKind::name}, {"col", AttrKind::name}, {"transpose", AttrKind::boolean, 1, false, 0}};
-    m["linear_recurrence"] = {{"over", AttrKind::name}};
-    m["tridiagonal_solve"] = {{"over", AttrKind::name}, {"pivoting", AttrKind::boolean, 0, false, 0}};
-    return m;
-  }();
-  return t;
-}
-
-std::string expected_keys(const std::vector<AttrField>* fields) {
-  if (!fields || fields->empty()) return "none";
+std::string expected_keys(std::span<const AttrSpec> fields) {
+  if (fields.empty()) return "none";
   std::string s;
-  for (const AttrField& f : *fields) s += (s.empty() ? "" : ", ") + std::string(f.key);
+  for (const AttrSpec& f : fields) s += (s.empty() ? "" : ", ") + std::string(f.key);
   return s;
 }
 
@@ -77,27 +43,20 @@ AxisList axis_list(const json& v, const std::string& pointer, const Axes& declar
 
 }  // namespace
 
-const std::vector<AttrField>* attr_fields(const OpDef& op) {
-  auto it = table().find(op.name);
-  return it == table().end() ? nullptr : &it->second;
-}
-
 ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& pointer, const Axes& declared) {
-  const std::vector<AttrField>* fields = attr_fields(op);
+  const std::span<const AttrSpec> fields = op.attrs;
   ParsedAttrs out;
   if (attrs && !attrs->is_null() && !attrs->is_object())
     throw ModelError(pointer + ": expected an object of attributes, got " + brief(*attrs));
   if (attrs && attrs->is_object())
     for (const auto& [key, value] : attrs->items()) {
       bool known = false;
-      if (fields)
-        for (const AttrField& f : *fields) known = known || key == f.key;
+      for (const AttrSpec& f : fields) known = known || key == f.key;
       if (!known)
         throw ModelError(pointer + "/" + key + ": unknown attribute '" + key + "' of op '" + op.name +
                          "' (expected: " + expected_keys(fields) + ")");
     }
-  if (!fields) return out;
-  for (const AttrField& f : *fields) {
+  for (const AttrSpec& f : fields) {
     const std::string at = pointer + "/" + f.key;
     const json* v = (attrs && attrs->is_object() && attrs->contains(f.key)) ? &(*attrs)[f.key] : nullptr;
     if (!v) {

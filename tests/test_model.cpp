@@ -1,6 +1,8 @@
 // JSON models: the shipped example models against hand-written references, gradients against
 // finite differences, save/load round trips, and one test per class of bad input.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -10,6 +12,7 @@
 
 #include "tenax/backends/kernels.h"
 #include "tenax/model/op_attrs.h"
+#include "tenax/model/op_reference.h"
 #include "tenax/tenax.h"
 
 #include "expect_message.h"
@@ -403,7 +406,7 @@ TEST(Model, EveryRegisteredOpHasItsAttributesSpelled) {
     const bool reads_attrs = s.attrs.axes.size() > 0 || s.attrs.axes2.size() > 0 || s.attrs.shape.rank() > 0 ||
                              s.attrs.i[0] != 0 || s.attrs.i[1] != 0 || s.attrs.i[2] != 0;
     if (reads_attrs) {
-      EXPECT_NE(model_detail::attr_fields(*op), nullptr) << op->name << " reads attributes";
+      EXPECT_FALSE(op->attrs.empty()) << op->name << " reads attributes";
     }
   }
 }
@@ -692,3 +695,48 @@ TEST(ModelErrors, RuntimeFailuresNameTheNode) {
 }
 
 }  // namespace
+
+// ---- the op reference and the schema's op nodes come from the op definitions ----
+// docs/ops.md and model/ops.schema.json must equal what the registry generates;
+// with TENAX_REGENERATE_REFERENCE=1 this test rewrites them instead (then review the diff).
+TEST(OpReference, DocsAndSchemaAreGeneratedFromTheOpDefinitions) {
+  const fs::path root = TENAX_SOURCE_DIR;
+  const std::string markdown = model_detail::op_reference_markdown();
+  const json generated = model_detail::registered_op_schema();
+  const bool regenerate = std::getenv("TENAX_REGENERATE_REFERENCE") != nullptr;
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (regenerate) {
+    std::ofstream(root / "docs/ops.md") << markdown;
+    std::ofstream(root / "model/ops.schema.json") << generated.dump(1) << "\n";
+  }
+  const std::string how = "; regenerate with TENAX_REGENERATE_REFERENCE=1 and the same test filter";
+  EXPECT_EQ(read(root / "docs/ops.md"), markdown) << "docs/ops.md is stale" << how;
+  EXPECT_EQ(json::parse(read(root / "model/ops.schema.json")), generated) << "model/ops.schema.json is stale" << how;
+  // Every op and every attribute is documented.
+  for (const OpDef* op : registered_ops()) {
+    EXPECT_GT(std::strlen(op->doc), 10u) << op->name;
+    for (const AttrSpec& a : op->attrs) EXPECT_GT(std::strlen(a.doc), 5u) << op->name << "/" << a.key;
+  }
+}
+
+// The reference's attribute table and the loader agree: each documented attribute is accepted
+// under its key, and an undocumented one is refused naming the documented ones.
+TEST(OpReference, TheLoaderAcceptsExactlyTheDocumentedAttributes) {
+  for (const OpDef* op : registered_ops()) {
+    json attrs = json::object();
+    attrs["no_such_attribute"] = 1;
+    std::string want = "unknown attribute 'no_such_attribute' of op '" + std::string(op->name) + "' (expected: ";
+    std::string keys;
+    for (const AttrSpec& a : op->attrs) keys += (keys.empty() ? "" : ", ") + std::string(a.key);
+    want += (keys.empty() ? "none" : keys) + ")";
+    try {
+      (void)model_detail::parse_attrs(*op, &attrs, "/graph/0/attrs", Axes{{"i", 2}});
+      ADD_FAILURE() << op->name << " accepted an unknown attribute";
+    } catch (const ModelError& e) {
+      EXPECT_MESSAGE(e.what(), want);
+    }
+  }
+}

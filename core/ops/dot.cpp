@@ -84,7 +84,18 @@ OpSample dot_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
-const OpDef op_dot = {"dot", 2, dot_forward, dot_vjp, dot_jvp, 3u, 0, false, dot_sample};
+constexpr AttrSpec kDotAttrs[] = {{"over", AttrKind::names, "the axes summed over (in both inputs)"}};
+const OpDef op_dot = {.name = "dot",
+                      .arity = 2,
+                      .forward = dot_forward,
+                      .vjp = dot_vjp,
+                      .jvp = dot_jvp,
+                      .saves = 3u,
+                      .sample = dot_sample,
+                      .attrs = kDotAttrs,
+                      .doc =
+                          "Σ_over a b: the `over` axes are summed, other shared axes are batch axes; a's "
+                          "remaining axes, then b's"};
 
 }  // namespace
 

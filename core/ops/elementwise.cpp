@@ -22,8 +22,8 @@ Tensor unary_forward(Inputs in, const Attrs&) {
   const Axes& ax = in[0].axes();
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
-  need(kernels(out.device()).unary[int(U)][float_index(out.dtype(), name)], name, out.device())(
-      loop_dims(ax), args);
+  need(kernels(out.device()).unary[int(U)][float_index(out.dtype(), name)], name, out.device())(loop_dims(ax),
+                                                                                                args);
   return out;
 }
 
@@ -34,8 +34,7 @@ void unary_vjp(VjpContext& c) {
   bool assign = false;
   const Tensor& dst = adjoint_for_pass(c, 0, g.numel(), assign);
   const Axes& ax = g.axes();
-  LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax),
-                     (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
+  LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                      (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
   const KernelTable& k = kernels(g.device());
   (assign ? k.deriv_set : k.deriv_acc)[int(DerivOp::unary_neg) + int(U)][float_index(g.dtype(), "vjp")](
@@ -67,9 +66,7 @@ Tensor binary_forward(Inputs in, const Attrs&) {
   return out;
 }
 
-constexpr int deriv_index(BinaryOp b, int side) {
-  return int(DerivOp::add_a) + 2 * int(b) + side;
-}
+constexpr int deriv_index(BinaryOp b, int side) { return int(DerivOp::add_a) + 2 * int(b) + side; }
 
 template <BinaryOp B, uint32_t S>
 void binary_vjp(VjpContext& c) {
@@ -110,10 +107,18 @@ OpSample unary_sample(UnaryOp u, SampleRng& rng, DType dt) {
   Tensor x;
   switch (u) {
     case UnaryOp::log:
-    case UnaryOp::sqrt: x = random_values(rng, ax, dt, 0.5, 2.0); break;
-    case UnaryOp::log1p: x = random_values(rng, ax, dt, -0.5, 2.0); break;
-    case UnaryOp::abs: x = random_signed(rng, ax, dt, 0.2, 2.0); break;
-    default: x = random_values(rng, ax, dt, -2.0, 2.0); break;
+    case UnaryOp::sqrt:
+      x = random_values(rng, ax, dt, 0.5, 2.0);
+      break;
+    case UnaryOp::log1p:
+      x = random_values(rng, ax, dt, -0.5, 2.0);
+      break;
+    case UnaryOp::abs:
+      x = random_signed(rng, ax, dt, 0.2, 2.0);
+      break;
+    default:
+      x = random_values(rng, ax, dt, -2.0, 2.0);
+      break;
   }
   return {{x}, {}};
 }
@@ -147,29 +152,27 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
   return {{a, x}, {}};
 }
 
-#define TENAX_UNARY(name, f, df, saves)                                                         \
-  const OpDef op_##name = {#name,                                                               \
-                           1,                                                                   \
-                           unary_forward<UnaryOp::name>,                                        \
-                           unary_vjp<UnaryOp::name, kSaves##saves>,                             \
-                           unary_jvp<UnaryOp::name>,                                            \
-                           kSaves##saves,                                                       \
-                           0,                                                                   \
-                           false,                                                               \
-                           [](SampleRng& r, DType d) { return unary_sample(UnaryOp::name, r, d); }, \
-                           true};
+#define TENAX_UNARY(id, f, df, saves_)                                                                    \
+  const OpDef op_##id = {.name = #id,                                                                     \
+                         .arity = 1,                                                                      \
+                         .forward = unary_forward<UnaryOp::id>,                                           \
+                         .vjp = unary_vjp<UnaryOp::id, kSaves##saves_>,                                   \
+                         .jvp = unary_jvp<UnaryOp::id>,                                                   \
+                         .saves = kSaves##saves_,                                                         \
+                         .sample = [](SampleRng& r, DType d) { return unary_sample(UnaryOp::id, r, d); }, \
+                         .attr_free = true,                                                               \
+                         .doc = "elementwise y = " #f "; dy/dx = " #df};
 #include "tenax/core/ops/elementwise.def"
-#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                    \
-  const OpDef op_##name = {#name,                                                                 \
-                           2,                                                                     \
-                           binary_forward<BinaryOp::name>,                                        \
-                           binary_vjp<BinaryOp::name, kSaves##saves>,                             \
-                           binary_jvp<BinaryOp::name>,                                            \
-                           kSaves##saves,                                                         \
-                           0,                                                                     \
-                           false,                                                                 \
-                           [](SampleRng& r, DType d) { return binary_sample(BinaryOp::name, r, d); }, \
-                           true};
+#define TENAX_BINARY(id, f, dfa, dfb, saves_)                                                               \
+  const OpDef op_##id = {.name = #id,                                                                       \
+                         .arity = 2,                                                                        \
+                         .forward = binary_forward<BinaryOp::id>,                                           \
+                         .vjp = binary_vjp<BinaryOp::id, kSaves##saves_>,                                   \
+                         .jvp = binary_jvp<BinaryOp::id>,                                                   \
+                         .saves = kSaves##saves_,                                                           \
+                         .sample = [](SampleRng& r, DType d) { return binary_sample(BinaryOp::id, r, d); }, \
+                         .attr_free = true,                                                                 \
+                         .doc = "elementwise y = " #f "; dy/da = " #dfa ", dy/db = " #dfb};
 #include "tenax/core/ops/elementwise.def"
 
 }  // namespace

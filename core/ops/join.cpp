@@ -149,8 +149,24 @@ OpSample stack_sample(SampleRng& rng, DType dt) {
 }
 
 // Variadic: the JVP needs the inputs for their axes when a tangent is zero; the VJP needs none.
-const OpDef op_concat = {"concat", -1, concat_forward, concat_vjp, concat_jvp, 0, 0, false, concat_sample};
-const OpDef op_stack = {"stack", -1, stack_forward, stack_vjp, stack_jvp, 0, 0, false, stack_sample};
+constexpr AttrSpec kConcatAttrs[] = {{"axis", AttrKind::name, "the axis joined along (every input has it)"}};
+const OpDef op_concat = {.name = "concat",
+                         .arity = -1,
+                         .forward = concat_forward,
+                         .vjp = concat_vjp,
+                         .jvp = concat_jvp,
+                         .sample = concat_sample,
+                         .attrs = kConcatAttrs,
+                         .doc = "joins the inputs along `axis`; every other axis agrees by name and size"};
+constexpr AttrSpec kStackAttrs[] = {{"axis", AttrKind::name, "the new outermost axis", 0, true, 0, true}};
+const OpDef op_stack = {.name = "stack",
+                        .arity = -1,
+                        .forward = stack_forward,
+                        .vjp = stack_vjp,
+                        .jvp = stack_jvp,
+                        .sample = stack_sample,
+                        .attrs = kStackAttrs,
+                        .doc = "stacks inputs with equal axes along a new outermost `axis`"};
 
 Tensor join(const OpDef& op, const std::vector<Tensor>& xs, Name axis) {
   Attrs a;

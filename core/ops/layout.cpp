@@ -211,17 +211,82 @@ OpSample contiguous_sample(SampleRng& rng, DType dt) {
   return {{random_values(rng, random_axes(rng, 1 + int(rng() % 3)), dt, -1, 1)}, {}};
 }
 
-const OpDef op_rename = {"rename", 1, rename_forward, view_vjp, rename_jvp, 0, 0, true, rename_sample};
-const OpDef op_transpose = {"transpose", 1, transpose_forward, view_vjp, transpose_jvp, 0, 0, true,
-                            transpose_sample};
-const OpDef op_slice = {"slice", 1, slice_forward, view_vjp, slice_jvp, 0, 0, true, slice_sample};
-const OpDef op_select = {"select", 1, select_forward, view_vjp, select_jvp, 0, 0, true, select_sample};
-const OpDef op_diagonal = {"diagonal", 1,    diagonal_forward, view_vjp, diagonal_jvp, 0,
-                           0,          true, diagonal_sample};
-const OpDef op_broadcast = {"broadcast", 1, broadcast_forward, view_vjp, broadcast_jvp, 0, 0, true,
-                            broadcast_sample};
-const OpDef op_contiguous = {"contiguous", 1, contiguous_forward, contiguous_vjp, contiguous_jvp, 0, 0, false,
-                             contiguous_sample};
+constexpr AttrSpec kRenameAttrs[] = {
+    {"from", AttrKind::names, "the axes renamed"},
+    {"to", AttrKind::names2, "their new names (simultaneous: a swap is allowed)", 0, true, 0, true}};
+const OpDef op_rename = {.name = "rename",
+                         .arity = 1,
+                         .forward = rename_forward,
+                         .vjp = view_vjp,
+                         .jvp = rename_jvp,
+                         .view = true,
+                         .sample = rename_sample,
+                         .attrs = kRenameAttrs,
+                         .doc = "renames axes `from` to `to` (view)"};
+constexpr AttrSpec kTransposeAttrs[] = {{"order", AttrKind::names, "every axis, in the new order"}};
+const OpDef op_transpose = {.name = "transpose",
+                            .arity = 1,
+                            .forward = transpose_forward,
+                            .vjp = view_vjp,
+                            .jvp = transpose_jvp,
+                            .view = true,
+                            .sample = transpose_sample,
+                            .attrs = kTransposeAttrs,
+                            .doc = "reorders the axes to `order` (view)"};
+constexpr AttrSpec kSliceAttrs[] = {{"axis", AttrKind::name, "the axis sliced"},
+                                    {"start", AttrKind::integer, "first index (0 <= start <= stop)", 0},
+                                    {"stop", AttrKind::integer, "one past the last (<= size)", 1},
+                                    {"step", AttrKind::integer, "stride (>= 1)", 2, false, 1}};
+const OpDef op_slice = {.name = "slice",
+                        .arity = 1,
+                        .forward = slice_forward,
+                        .vjp = view_vjp,
+                        .jvp = slice_jvp,
+                        .view = true,
+                        .sample = slice_sample,
+                        .attrs = kSliceAttrs,
+                        .doc = "elements start, start + step, ... < stop along `axis` (view)"};
+constexpr AttrSpec kSelectAttrs[] = {{"axis", AttrKind::name, "the axis that disappears"},
+                                     {"index", AttrKind::integer, "the element kept", 0}};
+const OpDef op_select = {.name = "select",
+                         .arity = 1,
+                         .forward = select_forward,
+                         .vjp = view_vjp,
+                         .jvp = select_jvp,
+                         .view = true,
+                         .sample = select_sample,
+                         .attrs = kSelectAttrs,
+                         .doc = "the slice at `index` along `axis`, which disappears (view)"};
+constexpr AttrSpec kDiagonalAttrs[] = {{"row", AttrKind::name, "the matrices' row axis (kept)"},
+                                       {"col", AttrKind::name, "their column axis (disappears)"}};
+const OpDef op_diagonal = {
+    .name = "diagonal",
+    .arity = 1,
+    .forward = diagonal_forward,
+    .vjp = view_vjp,
+    .jvp = diagonal_jvp,
+    .view = true,
+    .sample = diagonal_sample,
+    .attrs = kDiagonalAttrs,
+    .doc = "the diagonal (i, i) of the square matrices over (row, col), along `row` (view)"};
+constexpr AttrSpec kBroadcastAttrs[] = {
+    {"axes", AttrKind::shape, "declared axes added, at their declared sizes"}};
+const OpDef op_broadcast = {.name = "broadcast",
+                            .arity = 1,
+                            .forward = broadcast_forward,
+                            .vjp = view_vjp,
+                            .jvp = broadcast_jvp,
+                            .view = true,
+                            .sample = broadcast_sample,
+                            .attrs = kBroadcastAttrs,
+                            .doc = "adds axes with stride 0 after the input's (view, nothing copied)"};
+const OpDef op_contiguous = {.name = "contiguous",
+                             .arity = 1,
+                             .forward = contiguous_forward,
+                             .vjp = contiguous_vjp,
+                             .jvp = contiguous_jvp,
+                             .sample = contiguous_sample,
+                             .doc = "a dense row-major copy (the only layout op that copies)"};
 
 }  // namespace
 

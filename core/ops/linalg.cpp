@@ -324,14 +324,58 @@ OpSample logdet_sample(SampleRng& rng, DType dt) {
   return {{well_conditioned(rng, random_subset(rng, random_axes(rng, 2)), dt)}, mat_attrs(rng, false)};
 }
 
-const OpDef op_cholesky = {"cholesky", 1, cholesky_forward, cholesky_vjp, cholesky_jvp, kSaveOutput, 0, false,
-                           cholesky_sample, false, false};
-const OpDef op_triangular_solve = {"triangular_solve", 2, solve_forward<true>, solve_vjp<true>, solve_jvp<true>,
-                                   1u | kSaveOutput, 0, false, tri_sample, false, false};
-const OpDef op_solve = {"solve", 2, solve_forward<false>, solve_vjp<false>, solve_jvp<false>, 1u | kSaveOutput, 0,
-                        false, solve_sample, false, false};
-const OpDef op_logdet = {"logdet", 1, logdet_forward, logdet_vjp, logdet_jvp, 1u, 0, false, logdet_sample, false,
-                         false};
+constexpr AttrSpec kMatrixAttrs[] = {{"row", AttrKind::name, "the matrices' row axis"},
+                                     {"col", AttrKind::name, "their column axis"}};
+const OpDef op_cholesky = {
+    .name = "cholesky",
+    .arity = 1,
+    .forward = cholesky_forward,
+    .vjp = cholesky_vjp,
+    .jvp = cholesky_jvp,
+    .saves = kSaveOutput,
+    .sample = cholesky_sample,
+    .batched_vjp = false,
+    .attrs = kMatrixAttrs,
+    .doc = "lower Cholesky factor of the SPD matrices over (row, col); reads the lower triangle"};
+constexpr AttrSpec kTriSolveAttrs[] = {
+    {"row", AttrKind::name, "the matrices' row axis"},
+    {"col", AttrKind::name, "their column axis"},
+    {"lower", AttrKind::boolean, "lower (true) or upper (false) triangular", 0, false, 1},
+    {"transpose", AttrKind::boolean, "solve with the transpose", 1, false, 0}};
+const OpDef op_triangular_solve = {.name = "triangular_solve",
+                                   .arity = 2,
+                                   .forward = solve_forward<true>,
+                                   .vjp = solve_vjp<true>,
+                                   .jvp = solve_jvp<true>,
+                                   .saves = 1u | kSaveOutput,
+                                   .sample = tri_sample,
+                                   .batched_vjp = false,
+                                   .attrs = kTriSolveAttrs,
+                                   .doc = "solves T z = b (or T^T z = b) for triangular T over (row, col)"};
+constexpr AttrSpec kSolveAttrs[] = {
+    {"row", AttrKind::name, "the matrices' row axis"},
+    {"col", AttrKind::name, "their column axis"},
+    {"transpose", AttrKind::boolean, "solve with the transpose", 1, false, 0}};
+const OpDef op_solve = {.name = "solve",
+                        .arity = 2,
+                        .forward = solve_forward<false>,
+                        .vjp = solve_vjp<false>,
+                        .jvp = solve_jvp<false>,
+                        .saves = 1u | kSaveOutput,
+                        .sample = solve_sample,
+                        .batched_vjp = false,
+                        .attrs = kSolveAttrs,
+                        .doc = "solves A z = b (or A^T z = b) by LU with partial pivoting over (row, col)"};
+const OpDef op_logdet = {.name = "logdet",
+                         .arity = 1,
+                         .forward = logdet_forward,
+                         .vjp = logdet_vjp,
+                         .jvp = logdet_jvp,
+                         .saves = 1u,
+                         .sample = logdet_sample,
+                         .batched_vjp = false,
+                         .attrs = kMatrixAttrs,
+                         .doc = "log |det A| of the SPD matrices over (row, col), through Cholesky"};
 
 Attrs solve_attrs(Name row, Name col, bool lower, bool transpose, const Axes& of, const char* op) {
   Attrs a;

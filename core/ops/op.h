@@ -3,6 +3,7 @@
 // and forward (JVP) rules, what it saves for the reverse pass, and a sampler for the generic tests.
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "tenax/core/tensor.h"
@@ -92,21 +93,47 @@ using SampleRng = std::mt19937_64;
 /// Which residuals an op keeps for its VJP: bit i for input i, kSaveOutput for the output.
 inline constexpr uint32_t kSaveOutput = 1u << 31;
 
-/// One op. Instances are static and immutable; the registry lists them.
+/// How an attribute is spelled in a model file and where it lands in Attrs.
+enum class AttrKind {
+  names,    ///< list of axis names -> Attrs::axes
+  names2,   ///< list of axis names -> Attrs::axes2
+  name,     ///< one axis name, appended to Attrs::axes (attributes in declaration order)
+  shape,    ///< list of declared axis names -> Attrs::shape with the model's sizes
+  integer,  ///< -> Attrs::i[slot]
+  boolean,  ///< -> Attrs::i[slot] (0 or 1)
+  dtype,    ///< "float64" | "float32" | "int64" | "bool" -> Attrs::i[slot]
+};
+
+/// One attribute of an op as a model file spells it. The model loader parses by these, and the op
+/// reference (docs/ops.md) and the op part of model/schema.json are generated from them.
+struct AttrSpec {
+  const char* key;
+  AttrKind kind;
+  const char* doc;  ///< one line for the reference
+  int slot = 0;
+  bool required = true;
+  int64_t fallback = 0;  ///< integer/boolean default when not required
+  /// The named axes get their size from the op, not from an input (rename's targets, stack's new
+  /// axis): the result must have them at their declared sizes.
+  bool sizes_axes = false;
+};
+
+/// One op. Instances are static and immutable; the registry lists them. Written with designated
+/// initialisers; docs/architecture.md says what each field is for when adding an op.
 struct OpDef {
-  const char* name;
-  int arity;  ///< number of inputs, or -1 for variadic
+  const char* name = "";
+  int arity = 0;  ///< number of inputs, or -1 for variadic
   /// Checks the inputs and attributes, computes the output (view or new buffer).
-  Tensor (*forward)(Inputs inputs, const Attrs& attrs);
+  Tensor (*forward)(Inputs inputs, const Attrs& attrs) = nullptr;
   /// Reverse rule; null when the output is not differentiable (comparisons).
-  void (*vjp)(VjpContext& ctx);
+  void (*vjp)(VjpContext& ctx) = nullptr;
   /// Forward rule: the output tangent; null when the output is not differentiable.
-  Tensor (*jvp)(JvpContext& ctx);
-  uint32_t saves;    ///< residuals for vjp (see kSaveOutput)
-  uint32_t nondiff;  ///< bit i: input i never receives a gradient (conditions, indices)
-  bool view;         ///< the output aliases input 0; its adjoint is forward() of the parent's adjoint
+  Tensor (*jvp)(JvpContext& ctx) = nullptr;
+  uint32_t saves = 0;    ///< residuals for vjp (see kSaveOutput)
+  uint32_t nondiff = 0;  ///< bit i: input i never receives a gradient (conditions, indices)
+  bool view = false;     ///< the output aliases input 0; its adjoint is forward() of the parent's adjoint
   /// Generates a valid random call for the generic VJP/JVP/forward tests.
-  OpSample (*sample)(SampleRng& rng, DType dtype);
+  OpSample (*sample)(SampleRng& rng, DType dtype) = nullptr;
   /// The op reads no attributes, so the tape stores none for it (the hot elementwise ops).
   bool attr_free = false;
   /// The VJP rule accepts a cotangent with batch axes beyond the output's (several VJPs in one
@@ -115,6 +142,10 @@ struct OpDef {
   /// The JVP rule accepts tangents with batch axes beyond their primals' (several JVPs in one
   /// sweep: forward-mode jacobian). Checked for every op by the generic tests.
   bool batched_jvp = true;
+  /// The attributes a model file gives the op (empty: none).
+  std::span<const AttrSpec> attrs = {};
+  /// One line for the op reference (docs/ops.md): what the op computes.
+  const char* doc = "";
 };
 
 /// All registered ops, in registration order. Immutable after first use.

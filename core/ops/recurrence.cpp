@@ -106,8 +106,17 @@ OpSample recurrence_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
-const OpDef op_linear_recurrence = {"linear_recurrence", 2, recurrence_forward, recurrence_vjp, recurrence_jvp,
-                                    1u | kSaveOutput, 0, false, recurrence_sample};
+constexpr AttrSpec kRecurrenceAttrs[] = {{"over", AttrKind::name, "the time axis"}};
+const OpDef op_linear_recurrence = {
+    .name = "linear_recurrence",
+    .arity = 2,
+    .forward = recurrence_forward,
+    .vjp = recurrence_vjp,
+    .jvp = recurrence_jvp,
+    .saves = 1u | kSaveOutput,
+    .sample = recurrence_sample,
+    .attrs = kRecurrenceAttrs,
+    .doc = "x_t = a_t x_{t-1} + b_t along `over` (x_{-1} = 0), elementwise over every other axis"};
 
 }  // namespace
 

@@ -141,15 +141,42 @@ OpSample reduce_sample(SampleRng& rng, DType dt) {
 }
 
 constexpr uint32_t kSaveX = 1;
-const OpDef op_sum = {"sum", 1, reduce_forward<Reduce::sum>, reduce_vjp<Reduce::sum>, reduce_jvp<Reduce::sum>,
-                      0, 0, false, reduce_sample<Reduce::sum>};
-const OpDef op_mean = {"mean", 1, reduce_forward<Reduce::mean>, reduce_vjp<Reduce::mean>,
-                       reduce_jvp<Reduce::mean>, 0, 0, false, reduce_sample<Reduce::mean>};
-const OpDef op_max = {"max", 1, reduce_forward<Reduce::max>, reduce_vjp<Reduce::max>, reduce_jvp<Reduce::max>,
-                      kSaveX | kSaveOutput, 0, false, reduce_sample<Reduce::max>};
-const OpDef op_logsumexp = {"logsumexp", 1, reduce_forward<Reduce::logsumexp>,
-                            reduce_vjp<Reduce::logsumexp>, reduce_jvp<Reduce::logsumexp>,
-                            kSaveX | kSaveOutput, 0, false, reduce_sample<Reduce::logsumexp>};
+constexpr AttrSpec kReduceAttrs[] = {
+    {"axes", AttrKind::names, "the axes reduced (omitted: every axis the tensor shows)", 0, false}};
+const OpDef op_sum = {.name = "sum",
+                      .arity = 1,
+                      .forward = reduce_forward<Reduce::sum>,
+                      .vjp = reduce_vjp<Reduce::sum>,
+                      .jvp = reduce_jvp<Reduce::sum>,
+                      .sample = reduce_sample<Reduce::sum>,
+                      .attrs = kReduceAttrs,
+                      .doc = "Σ over `axes` (0 over an empty axis)"};
+const OpDef op_mean = {.name = "mean",
+                       .arity = 1,
+                       .forward = reduce_forward<Reduce::mean>,
+                       .vjp = reduce_vjp<Reduce::mean>,
+                       .jvp = reduce_jvp<Reduce::mean>,
+                       .sample = reduce_sample<Reduce::mean>,
+                       .attrs = kReduceAttrs,
+                       .doc = "the mean over `axes`"};
+const OpDef op_max = {.name = "max",
+                      .arity = 1,
+                      .forward = reduce_forward<Reduce::max>,
+                      .vjp = reduce_vjp<Reduce::max>,
+                      .jvp = reduce_jvp<Reduce::max>,
+                      .saves = kSaveX | kSaveOutput,
+                      .sample = reduce_sample<Reduce::max>,
+                      .attrs = kReduceAttrs,
+                      .doc = "the maximum over `axes` (the gradient reaches every element equal to it)"};
+const OpDef op_logsumexp = {.name = "logsumexp",
+                            .arity = 1,
+                            .forward = reduce_forward<Reduce::logsumexp>,
+                            .vjp = reduce_vjp<Reduce::logsumexp>,
+                            .jvp = reduce_jvp<Reduce::logsumexp>,
+                            .saves = kSaveX | kSaveOutput,
+                            .sample = reduce_sample<Reduce::logsumexp>,
+                            .attrs = kReduceAttrs,
+                            .doc = "log Σ exp over `axes`, computed stably"};
 
 Tensor reduce(const OpDef& op, const Tensor& x, const AxisList& axes) {
   Attrs a;

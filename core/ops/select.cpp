@@ -54,7 +54,15 @@ OpSample where_sample(SampleRng& rng, DType dt) {
   return {{c, random_values(rng, base, dt, -2, 2), random_values(rng, random_subset(rng, base), dt, -2, 2)}, {}};
 }
 
-const OpDef op_where = {"where", 3, where_forward, where_vjp, where_jvp, 1u, 1u, false, where_sample};
+const OpDef op_where = {.name = "where",
+                        .arity = 3,
+                        .forward = where_forward,
+                        .vjp = where_vjp,
+                        .jvp = where_jvp,
+                        .saves = 1u,
+                        .nondiff = 1u,
+                        .sample = where_sample,
+                        .doc = "cond ? a : b elementwise (cond boolean, not differentiated)"};
 
 // ---- comparisons ----
 template <CompareOp C>
@@ -75,12 +83,30 @@ OpSample compare_sample(SampleRng& rng, DType dt) {
   return {{random_values(rng, base, dt, -1, 1), random_values(rng, random_subset(rng, base), dt, -1, 1)}, {}};
 }
 
-const OpDef op_greater = {"greater", 2, compare_forward<CompareOp::greater>, nullptr, nullptr, 0, 3u, false,
-                          compare_sample};
-const OpDef op_less = {"less", 2, compare_forward<CompareOp::less>, nullptr, nullptr, 0, 3u, false,
-                       compare_sample};
-const OpDef op_equal = {"equal", 2, compare_forward<CompareOp::equal>, nullptr, nullptr, 0, 3u, false,
-                        compare_sample};
+const OpDef op_greater = {.name = "greater",
+                          .arity = 2,
+                          .forward = compare_forward<CompareOp::greater>,
+                          .vjp = nullptr,
+                          .jvp = nullptr,
+                          .nondiff = 3u,
+                          .sample = compare_sample,
+                          .doc = "a > b elementwise, boolean (not differentiable)"};
+const OpDef op_less = {.name = "less",
+                       .arity = 2,
+                       .forward = compare_forward<CompareOp::less>,
+                       .vjp = nullptr,
+                       .jvp = nullptr,
+                       .nondiff = 3u,
+                       .sample = compare_sample,
+                       .doc = "a < b elementwise, boolean (not differentiable)"};
+const OpDef op_equal = {.name = "equal",
+                        .arity = 2,
+                        .forward = compare_forward<CompareOp::equal>,
+                        .vjp = nullptr,
+                        .jvp = nullptr,
+                        .nondiff = 3u,
+                        .sample = compare_sample,
+                        .doc = "a == b elementwise, boolean (not differentiable)"};
 
 // ---- astype: attrs.i[0] is the target DType ----
 Tensor astype_forward(Inputs in, const Attrs& a) {
@@ -111,7 +137,15 @@ OpSample astype_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
-const OpDef op_astype = {"astype", 1, astype_forward, astype_vjp, astype_jvp, 0, 0, false, astype_sample};
+constexpr AttrSpec kAstypeAttrs[] = {{"dtype", AttrKind::dtype, "float64, float32, int64 or bool"}};
+const OpDef op_astype = {.name = "astype",
+                         .arity = 1,
+                         .forward = astype_forward,
+                         .vjp = astype_vjp,
+                         .jvp = astype_jvp,
+                         .sample = astype_sample,
+                         .attrs = kAstypeAttrs,
+                         .doc = "converts to `dtype`"};
 
 }  // namespace
 

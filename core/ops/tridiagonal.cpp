@@ -217,9 +217,19 @@ OpSample tridiagonal_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
+constexpr AttrSpec kTridiagonalAttrs[] = {
+    {"over", AttrKind::name, "the axis the systems lie along"},
+    {"pivoting", AttrKind::boolean, "false: Thomas; true: LU with partial pivoting", 0, false, 0}};
 const OpDef op_tridiagonal_solve = {
-    kOp, 4,     tridiagonal_forward, tridiagonal_vjp, tridiagonal_jvp, 1u | 2u | 4u | kSaveOutput,
-    0,   false, tridiagonal_sample};
+    .name = kOp,
+    .arity = 4,
+    .forward = tridiagonal_forward,
+    .vjp = tridiagonal_vjp,
+    .jvp = tridiagonal_jvp,
+    .saves = 1u | 2u | 4u | kSaveOutput,
+    .sample = tridiagonal_sample,
+    .attrs = kTridiagonalAttrs,
+    .doc = "solves the tridiagonal systems (lower, diag, upper) x = rhs along `over`"};
 
 }  // namespace
 

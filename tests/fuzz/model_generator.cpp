@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "tenax/core/ops/op.h"
-#include "tenax/model/op_attrs.h"
 
 namespace tenax::fuzz {
 namespace {
 
 using json = nlohmann::json;
-using model_detail::AttrKind;
 using AxisNames = std::vector<std::string>;
 
 constexpr const char* kAxisNames[] = {"a", "b", "c", "t"};
@@ -139,7 +137,7 @@ std::string fresh(Doc& d) { return "n" + std::to_string(d.counter++); }
 
 // Attributes from the format's table, mostly naming axes the first input has (one-axis
 // attributes different ones, rename's two lists of one length).
-json attributes(FuzzedDataProvider& p, const Doc& d, const std::vector<model_detail::AttrField>& fields,
+json attributes(FuzzedDataProvider& p, const Doc& d, std::span<const AttrSpec> fields,
                 const AxisNames& input_axes) {
   json attrs = json::object();
   AxisNames named;
@@ -189,8 +187,7 @@ json op_node(FuzzedDataProvider& p, Doc& d) {
     for (const auto& a : axes_of(d, node["inputs"].back()))
       if (std::find(axes.begin(), axes.end(), a) == axes.end()) axes.push_back(a);
   }
-  if (const auto* fields = model_detail::attr_fields(op))
-    node["attrs"] = attributes(p, d, *fields, axes_of(d, node["inputs"][0]));
+  if (!op.attrs.empty()) node["attrs"] = attributes(p, d, op.attrs, axes_of(d, node["inputs"][0]));
   define(d, name, axes);
   return node;
 }
