@@ -2,6 +2,7 @@
 // fusion, the inline calls' planned loops and the fused scalar loops' simplify(), each against the
 // program as written or the kernels' own arithmetic, bit for bit. (Whole scans that replay through
 // them are tested in test_scan.cpp.)
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -375,6 +376,55 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
       ASSERT_EQ(bits(fused.out[s]), bits(as_written.out[s])) << "trial " << trial << " step " << s;
   }
   EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
+}
+
+
+// Every kernel of both tables has a capture rule: each function pointer that the real table holds
+// between its first entry and `transfer` (elementwise, contraction, linear algebra, recurrences,
+// tridiagonal, and any kernel added there later) is another function in the capturing table. A
+// kernel left out would run during capture but be missing from every scan replay, silently. The
+// plan builders are read by the contraction's and the small matrices' capture rules, not replaced.
+TEST(Capture, EveryKernelHasACaptureRule) {
+  using detail::KernelTable;
+  constexpr size_t first = offsetof(KernelTable, unary), last = offsetof(KernelTable, transfer);
+  const std::pair<size_t, const char*> members[] = {
+      {offsetof(KernelTable, unary), "unary"},         {offsetof(KernelTable, binary), "binary"},
+      {offsetof(KernelTable, deriv_acc), "deriv_acc"}, {offsetof(KernelTable, deriv_set), "deriv_set"},
+      {offsetof(KernelTable, compare), "compare"},     {offsetof(KernelTable, where), "where"},
+      {offsetof(KernelTable, copy), "copy"},           {offsetof(KernelTable, acc), "acc"},
+      {offsetof(KernelTable, max_acc), "max_acc"},     {offsetof(KernelTable, scale), "scale"},
+      {offsetof(KernelTable, fill), "fill"},           {offsetof(KernelTable, cast_f64_f32), "cast_f64_f32"},
+      {offsetof(KernelTable, cast_f32_f64), "cast_f32_f64"}, {offsetof(KernelTable, contract), "contract"},
+      {offsetof(KernelTable, contract_plan), "contract_plan"}, {offsetof(KernelTable, cholesky), "cholesky"},
+      {offsetof(KernelTable, cholesky_vjp), "cholesky_vjp"},   {offsetof(KernelTable, tri_solve), "tri_solve"},
+      {offsetof(KernelTable, mat_plan), "mat_plan"},           {offsetof(KernelTable, solve), "solve"},
+      {offsetof(KernelTable, logdet), "logdet"},               {offsetof(KernelTable, recurrence), "recurrence"},
+      {offsetof(KernelTable, recurrence_vjp), "recurrence_vjp"}, {offsetof(KernelTable, tridiagonal), "tridiagonal"}};
+  auto member_at = [&](size_t off) {
+    const char* name = "?";
+    for (const auto& [at, n] : members)
+      if (at <= off) name = n;
+    return std::string(name);
+  };
+  static_assert((last - first) % sizeof(void*) == 0);
+  int checked = 0;
+  for (int dev = 0; dev < 2; ++dev) {
+    const auto* real = reinterpret_cast<const unsigned char*>(&detail::real_kernels(dev));
+    const auto* capturing = reinterpret_cast<const unsigned char*>(&detail::capturing_kernels(dev));
+    for (size_t off = first; off < last; off += sizeof(void*)) {
+      const std::string member = member_at(off);
+      if (member == "contract_plan" || member == "mat_plan") continue;
+      void* r = nullptr;
+      void* c = nullptr;
+      std::memcpy(&r, real + off, sizeof r);
+      std::memcpy(&c, capturing + off, sizeof c);
+      if (!r) continue;
+      ++checked;
+      EXPECT_NE(r, c) << "device kind " << dev << ": the kernel at byte " << off << " of KernelTable (in '"
+                      << member << "') has no capture rule; add one in core/ops/capture.cpp (install)";
+    }
+  }
+  EXPECT_GT(checked, 150);  // the host table alone has this many kernels
 }
 
 }  // namespace

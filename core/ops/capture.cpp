@@ -13,7 +13,6 @@
 namespace tenax::detail {
 namespace {
 
-constexpr int kMaxSlots = 256;
 constexpr int kDeviceKinds = 2;  // 0 host, 1 CUDA
 
 // What a capturing elementwise kernel must copy: how many LoopArgs the kernel reads, and which
@@ -25,7 +24,7 @@ struct SlotInfo {
 
 // Visits every elementwise entry of a table in a fixed order with (entry, arity, scalar arg).
 template <class V>
-void visit_elementwise(KernelTable& t, V&& v) {
+constexpr void visit_elementwise(KernelTable& t, V&& v) {
   for (auto& row : t.unary)
     for (auto& f : row) v(f, 2, -1);
   for (auto& row : t.binary)
@@ -48,6 +47,16 @@ void visit_elementwise(KernelTable& t, V&& v) {
   v(t.cast_f64_f32, 2, -1);
   v(t.cast_f32_f64, 2, -1);
 }
+
+// One capture slot (a trampoline) per elementwise entry of the table, counted at compile time: a
+// kernel added to the table gets its slot with no limit to pass at run time.
+constexpr int count_elementwise_entries() {
+  KernelTable t;
+  int n = 0;
+  visit_elementwise(t, [&n](ElementwiseFn&, int, int) { ++n; });
+  return n;
+}
+constexpr int kMaxSlots = count_elementwise_entries();
 
 struct Tables {
   KernelTable real[kDeviceKinds];
@@ -398,7 +407,6 @@ void install(Tables& t) {
   static constexpr auto tramp = trampolines<Dev>(std::make_index_sequence<kMaxSlots>{});
   int slot = 0;
   visit_elementwise(c, [&](ElementwiseFn& f, int arity, int scalar) {
-    if (slot >= kMaxSlots) throw Error("[capture] internal: more elementwise kernels than capture slots");
     t.slot[slot] = {arity, scalar};
     t.slot_fn[Dev][slot] = f;
     for (int k = 0; f && k < c.n_flat; ++k)
@@ -450,6 +458,7 @@ const Tables& tables() {
 }  // namespace
 
 const KernelTable& real_kernels(int device_kind) { return tables().real[device_kind]; }
+const KernelTable& capturing_kernels(int device_kind) { return tables().capturing[device_kind]; }
 
 namespace {
 const KernelTable::FlatTwin* twins_of(ElementwiseFn fn) {

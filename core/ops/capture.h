@@ -300,6 +300,9 @@ void capture_into(KernelProgram& program, F&& f) {
 
 /// The real (not capturing) kernel table of a device kind: 0 host, 1 CUDA.
 const KernelTable& real_kernels(int device_kind);
+/// The capturing kernel table of a device kind: each kernel of real_kernels replaced by its
+/// capture rule (a trampoline that runs it and records the call).
+const KernelTable& capturing_kernels(int device_kind);
 /// The flat twin of a host elementwise kernel `fn`, or null (none, or not a host kernel).
 FlatFn flat_twin(ElementwiseFn fn);
 /// The scalar twin of a host elementwise kernel `fn`, or null.
