@@ -30,18 +30,10 @@ namespace inline_detail {
 
 using K = ScalarLoop::Kind;
 
-/// o[i] = f(o[i], a[i], b[i]) for kind k.
+/// o[i] = f(o[i], a[i], b[i]) for kind k (scalar_loop.h).
 template <K k>
 inline double apply(double o, double x, double y) {
-  if constexpr (k == K::copy) return x;
-  if constexpr (k == K::acc) return o + x;
-  if constexpr (k == K::neg) return -x;
-  if constexpr (k == K::acc_neg) return o - x;
-  if constexpr (k == K::add) return x + y;
-  if constexpr (k == K::sub) return x - y;
-  if constexpr (k == K::mul) return x * y;
-  if constexpr (k == K::mul_acc) return o + x * y;
-  return 0.0;
+  return apply_form<k>(o, x, y);
 }
 
 /// N contiguous elements (b broadcast when Bcast): every load before any store, so o may be a or

@@ -238,41 +238,41 @@ void ScalarLoop::run(int64_t first, int64_t count, int64_t dir, int64_t offset) 
           c.fn(c.p);
           break;
         case Kind::copy:
-          *f64(c.p[0]) = last = in(1);
+          *f64(c.p[0]) = last = apply_form<Kind::copy>(0, in(1), 0);
           break;
         case Kind::acc:
-          *f64(c.p[0]) = last = in(0) + in(1);
+          *f64(c.p[0]) = last = apply_form<Kind::acc>(in(0), in(1), 0);
           break;
         case Kind::neg:
-          *f64(c.p[0]) = last = -in(1);
+          *f64(c.p[0]) = last = apply_form<Kind::neg>(0, in(1), 0);
           break;
         case Kind::acc_neg:
-          *f64(c.p[0]) = last = in(0) - in(1);
+          *f64(c.p[0]) = last = apply_form<Kind::acc_neg>(in(0), in(1), 0);
           break;
         case Kind::add:
-          *f64(c.p[0]) = last = in(1) + in(2);
+          *f64(c.p[0]) = last = apply_form<Kind::add>(0, in(1), in(2));
           break;
         case Kind::sub:
-          *f64(c.p[0]) = last = in(1) - in(2);
+          *f64(c.p[0]) = last = apply_form<Kind::sub>(0, in(1), in(2));
           break;
         case Kind::mul:
-          *f64(c.p[0]) = last = in(1) * in(2);
+          *f64(c.p[0]) = last = apply_form<Kind::mul>(0, in(1), in(2));
           break;
         case Kind::mul_acc:
-          *f64(c.p[0]) = last = in(0) + in(1) * in(2);
+          *f64(c.p[0]) = last = apply_form<Kind::mul_acc>(in(0), in(1), in(2));
           break;
         case Kind::copy_in:
-          *f64(c.p[0]) = last = *f64(moved(c));
+          *f64(c.p[0]) = last = apply_form<Kind::copy_in>(0, *f64(moved(c)), 0);
           break;
         case Kind::copy_out:
-          *f64(moved(c)) = last = in(1);
+          *f64(moved(c)) = last = apply_form<Kind::copy_out>(0, in(1), 0);
           break;
         case Kind::acc_in:
-          *f64(c.p[0]) = last = in(0) + *f64(moved(c));
+          *f64(c.p[0]) = last = apply_form<Kind::acc_in>(in(0), *f64(moved(c)), 0);
           break;
         case Kind::acc_out: {
           double* o = f64(moved(c));
-          *o = last = *o + in(1);
+          *o = last = apply_form<Kind::acc_out>(*o, in(1), 0);
           break;
         }
         case Kind::call_moving: {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tenax/backends/kernels.h"
+#include "tenax/core/ops/elementwise_scalar.h"
 
 namespace tenax::detail {
 
@@ -83,5 +84,24 @@ class ScalarLoop {
 /// kernel programs one call at a time).
 bool scalar_loops_enabled();
 void set_scalar_loops(bool on);
+
+/// What inline form k writes to o from its operands x and y (and o's old value where it
+/// accumulates): the ops' own expressions from elementwise.def (neg, add, sub, mul), so a replay
+/// inline gives the kernel's bits. ScalarLoop::run and the planned inline calls (inline_call.h)
+/// both compute through this.
+template <ScalarLoop::Kind k>
+inline double apply_form(double o, double x, double y) {
+  namespace e = elementwise_scalar;
+  using K = ScalarLoop::Kind;
+  if constexpr (k == K::copy || k == K::copy_in || k == K::copy_out) return x;
+  if constexpr (k == K::acc || k == K::acc_in || k == K::acc_out) return e::fwd_add(o, x);
+  if constexpr (k == K::neg) return e::fwd_neg(x);
+  if constexpr (k == K::acc_neg) return e::fwd_sub(o, x);
+  if constexpr (k == K::add) return e::fwd_add(x, y);
+  if constexpr (k == K::sub) return e::fwd_sub(x, y);
+  if constexpr (k == K::mul) return e::fwd_mul(x, y);
+  if constexpr (k == K::mul_acc) return e::fwd_add(o, e::fwd_mul(x, y));
+  return 0.0;
+}
 
 }  // namespace tenax::detail
