@@ -54,7 +54,7 @@ struct Node {
   NodeKind kind = NodeKind::op;
   const OpDef* op = nullptr;
   Attrs attrs;
-  bool reduce_all = false;  ///< a reduction with no "axes": every visible axis
+  bool all_axes = false;  ///< Attrs::axes is every axis the first input shows (a reduction with no "axes")
   Axes sized;  ///< axes the op sizes itself (rename targets, stack's axis): declared sizes to check
   std::vector<int> inputs;
   std::vector<int> outputs;

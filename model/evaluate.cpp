@@ -1,6 +1,5 @@
 // Running a parsed graph: ops through the registry, scan / nmap / map with their bodies evaluated
 // on a copy of the value table; every error is tagged with the JSON pointer of its node.
-#include <cstring>
 
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/nmap.h"
@@ -10,6 +9,7 @@
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/model/constraint.h"
 #include "tenax/model/definition.h"
+#include "tenax/named/batching.h"
 
 namespace tenax::model_detail {
 namespace {
@@ -30,12 +30,13 @@ std::vector<Tensor> call(const Graph& body, std::vector<Tensor> local, const std
   return gather(body.results, local);
 }
 
-Tensor reduce_all(const Node& n, const Tensor& x) {
-  const char* op = n.op->name;
-  if (std::strcmp(op, "sum") == 0) return sum(x);
-  if (std::strcmp(op, "mean") == 0) return mean(x);
-  if (std::strcmp(op, "max") == 0) return max(x);
-  return logsumexp(x);
+// The node's op on `in`; where its axes are every axis the first input shows (Node::all_axes),
+// with those axes (mapped axes excluded).
+Tensor apply_op(const Node& n, const std::vector<Tensor>& in) {
+  if (!n.all_axes) return detail::apply(*n.op, in, n.attrs);
+  Attrs a = n.attrs;
+  a.axes = visible_axes(in[0].axes(), detail::g_mapped);
+  return detail::apply(*n.op, in, a);
 }
 
 // An axis the op sized itself must have the size /axes declares (a stack of 3 along an axis
@@ -54,7 +55,7 @@ void run_node(const Node& n, std::vector<Tensor>& env) {
   switch (n.kind) {
     case NodeKind::op: {
       std::vector<Tensor> in = gather(n.inputs, env);
-      Tensor out = n.reduce_all ? reduce_all(n, in[0]) : detail::apply(*n.op, in, n.attrs);
+      Tensor out = apply_op(n, in);
       check_sized(n, out);
       env[size_t(n.outputs[0])] = std::move(out);
       return;

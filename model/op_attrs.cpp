@@ -1,7 +1,6 @@
 // The parser of a node's attributes from JSON into Attrs, driven by the op's AttrSpec list.
 #include "tenax/model/op_attrs.h"
 
-#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -64,7 +63,7 @@ ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& p
         throw ModelError(pointer + ": op '" + std::string(op.name) + "' needs the attribute '" + f.key +
                          "' (attributes: " + expected_keys(fields) + ")");
       if (f.kind == AttrKind::integer || f.kind == AttrKind::boolean) out.attrs.i[f.slot] = f.fallback;
-      if (f.kind == AttrKind::names && std::strcmp(f.key, "axes") == 0) out.reduce_all = true;
+      if (f.all_when_absent) out.all_axes = true;
       continue;
     }
     switch (f.kind) {

@@ -9,10 +9,11 @@
 
 namespace tenax::model_detail {
 
-/// Parsed attributes of one node; `reduce_all` is set for a reduction given no "axes".
+/// Parsed attributes of one node; `all_axes` is set where an attribute that means every axis when
+/// absent (AttrSpec::all_when_absent: a reduction's "axes") is absent.
 struct ParsedAttrs {
   Attrs attrs;
-  bool reduce_all = false;
+  bool all_axes = false;
   /// Axes the result must have at these (declared) sizes, where the result shows them.
   Axes sized;
 };

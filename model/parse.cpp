@@ -610,7 +610,7 @@ class Parser {
       if (out.op->arity < 0 && out.inputs.empty()) fail(at + "/inputs", "op '" + op + "' needs at least one input");
       ParsedAttrs pa = parse_attrs(*out.op, n.contains("attrs") ? &n["attrs"] : nullptr, at + "/attrs", d_.axes);
       out.attrs = pa.attrs;
-      out.reduce_all = pa.reduce_all;
+      out.all_axes = pa.all_axes;
       out.sized = pa.sized;
     }
     // Outputs get their slots only now, so nothing in this node can read them.

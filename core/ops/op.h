@@ -116,6 +116,9 @@ struct AttrSpec {
   /// The named axes get their size from the op, not from an input (rename's targets, stack's new
   /// axis): the result must have them at their declared sizes.
   bool sizes_axes = false;
+  /// A list of axes that, when absent, means every axis the first input shows (mapped axes
+  /// excluded): the reductions' `axes`.
+  bool all_when_absent = false;
 };
 
 /// One op. Instances are static and immutable; the registry lists them. Written with designated

@@ -142,7 +142,7 @@ OpSample reduce_sample(SampleRng& rng, DType dt) {
 
 constexpr uint32_t kSaveX = 1;
 constexpr AttrSpec kReduceAttrs[] = {
-    {"axes", AttrKind::names, "the axes reduced (omitted: every axis the tensor shows)", 0, false}};
+    {"axes", AttrKind::names, "the axes reduced (omitted: every axis the tensor shows)", 0, false, 0, false, true}};
 const OpDef op_sum = {.name = "sum",
                       .arity = 1,
                       .forward = reduce_forward<Reduce::sum>,
