@@ -224,6 +224,97 @@ TEST_P(EveryOp, BatchedJvpEqualsOneJvpPerTangent) {
   }
 }
 
+// A cotangent with a batch axis (what jacobian sends through in one sweep) gives, per index, the
+// gradient a single cotangent gives; ops that cannot take batch axes say so, naming themselves.
+TEST_P(EveryOp, BatchedVjpEqualsOneVjpPerCotangent) {
+  const OpDef& op = *GetParam();
+  if (!op.vjp) GTEST_SKIP() << op.name << " has a bool output: not differentiable by design";
+  const int64_t nb = 3;
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(4700 * c + 13);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in;
+    for (const Tensor& t : s.inputs) in.push_back(scramble(t, rng));
+    Tape tape;
+    std::vector<Tensor> watched, wrt;
+    for (size_t i = 0; i < in.size(); ++i) {
+      watched.push_back(differentiable_input(op, in[i], int(i)) ? tape.watch(in[i]) : in[i]);
+      if (differentiable_input(op, in[i], int(i))) wrt.push_back(watched.back());
+    }
+    if (wrt.empty()) continue;
+    Tensor y = run(op, watched, s.attrs);
+    Axes ax = y.axes();
+    ax.push_back({"__b", nb});
+    Tensor w = scramble(randn(ax, rng()), rng);
+    if (!op.batched_vjp) {
+      EXPECT_MESSAGE(testing::error_message<AutodiffError>([&] { (void)tape.gradient(y, wrt, w); }),
+                     std::string("[grad] the VJP of '") + op.name + "' cannot take the batch axes");
+      continue;
+    }
+    const std::vector<Tensor> together = tape.gradient(y, wrt, w);
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::vector<Tensor> alone = tape.gradient(y, wrt, select(w, "__b", b));
+      for (size_t k = 0; k < wrt.size(); ++k) {
+        ASSERT_TRUE(together[k].has_axis("__b")) << op.name << " input " << k;
+        EXPECT_LE(mismatch(select(together[k], "__b", b), alone[k], 1e-12, 1e-12), 1.0)
+            << op.name << " case " << c << " b " << b << " input " << k;
+      }
+    }
+  }
+}
+
+// Every op inside a compiled scan: the body applies the op to the inputs scaled by the carry (1 at
+// every step), so the later steps replay the captured kernel calls of the first; each step's
+// output, and the gradient through the replayed steps, equals the op run eagerly.
+TEST_P(EveryOp, ReplayedInsideAScanEqualsEager) {
+  const OpDef& op = *GetParam();
+  const int64_t steps = 4;
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(5500 * c + 7);
+    OpSample s = op.sample(rng, DType::f64);
+    const Tensor eager = run(op, s.inputs, s.attrs);
+    auto body = [&](const std::vector<Tensor>& carry, const std::vector<Tensor>&) {
+      std::vector<Tensor> in;
+      for (const Tensor& t : s.inputs) in.push_back(is_floating(t.dtype()) ? t * carry[0] : t);
+      Tensor y = run(op, in, s.attrs);
+      if (y.dtype() == DType::b8) y = where(y, scalar(1.0), scalar(0.0));
+      return std::make_pair(std::vector<Tensor>{carry[0] * 1.0}, std::vector<Tensor>{y});
+    };
+    ScanOptions o;
+    o.length = steps;
+    const ScanResult r = scan(body, {scalar(1.0)}, {}, "__t", o);
+    const Tensor want = eager.dtype() == DType::b8 ? where(eager, scalar(1.0), scalar(0.0)) : eager;
+    for (int64_t k = 0; k < steps; ++k)
+      EXPECT_LE(mismatch(select(r.ys[0], "__t", k), want, 1e-12, 1e-12), 1.0) << op.name << " case " << c
+                                                                              << " step " << k;
+    if (!op.vjp) continue;
+    // d/ds Σ_t Σ y_t(s · inputs) at s = 1, through the replayed reverse steps, against the eager
+    // op's VJP: Σ_t <1, J · inputs> = steps · Σ_i <∇_i Σ y, input_i> over the floating inputs.
+    const Tensor weights = randn(eager.axes(), rng());
+    const Tensor dscan = grad(
+        [&](const std::vector<Tensor>& p) {
+          return sum(scan(body, {p[0]}, {}, "__t", o).ys[0] * weights);
+        },
+        {scalar(1.0)})[0];
+    std::vector<Tensor> floating;
+    std::vector<int> where_floating;
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      if (is_floating(s.inputs[i].dtype())) {
+        floating.push_back(s.inputs[i]);
+        where_floating.push_back(int(i));
+      }
+    const Tensor dscale = grad(
+        [&](const std::vector<Tensor>& p) {
+          std::vector<Tensor> in = s.inputs;
+          for (size_t k = 0; k < floating.size(); ++k) in[size_t(where_floating[k])] = floating[k] * p[0];
+          return sum(run(op, in, s.attrs) * weights);
+        },
+        {scalar(1.0)})[0];
+    EXPECT_NEAR(dscan.item(), double(steps) * dscale.item(), 1e-9 * (1.0 + std::abs(dscan.item())))
+        << op.name << " case " << c;
+  }
+}
+
 // The batching rule through nmap: with an axis "w" mapped, every op on inputs that carry w (or, at
 // random, do not: a per-slice constant) equals the loop over w's slices, stacked.
 TEST_P(EveryOp, NmapEqualsPerSliceLoop) {
