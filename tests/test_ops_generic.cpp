@@ -1,11 +1,15 @@
 // The generic op tests: EVERY registered op is checked here from its own sampler, so an op cannot
-// be added without its forward being checked under random layouts and its VJP and JVP being
-// checked against central finite differences in float64 (DESIGN contract 2).
+// be added without its forward values being checked against an independent reference
+// (op_reference_values.cpp: a new op fails until it has one) and under random layouts, its VJP and
+// JVP against central finite differences in float64, its VJP with a batched cotangent, its JVP
+// with batched tangents, its batching rule under nmap, and its replay inside a compiled scan
+// (DESIGN contract 2; docs/architecture.md).
 #include <cmath>
 #include <string>
 
 #include "expect_message.h"
 #include "op_check.h"
+#include "op_reference_values.h"
 
 namespace tenax {
 namespace {
@@ -53,6 +57,23 @@ TEST(Registry, EveryOpIsCompleteAndUniquelyNamed) {
   }
   for (const char* name : {"add", "dot", "cholesky", "slice", "logsumexp", "where", "stack"})
     EXPECT_NE(find_op(name), nullptr) << name;
+}
+
+// Every op's values against its independent reference (op_reference_values.cpp: plain loops over
+// named indices, sharing no code with the kernels), in float64 on random scrambled layouts.
+TEST_P(EveryOp, ForwardMatchesAnIndependentReference) {
+  const OpDef& op = *GetParam();
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(1500 * c + 29);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<Tensor> in;
+    for (const Tensor& t : s.inputs) in.push_back(scramble(t, rng));
+    const Tensor out = run(op, in, s.attrs);
+    const std::vector<double> got = out.to_vector(), want = testing::reference_values(op, s, out);
+    ASSERT_EQ(got.size(), want.size()) << op.name;
+    for (size_t k = 0; k < got.size(); ++k)
+      EXPECT_NEAR(got[k], want[k], 1e-12 * (1.0 + std::abs(want[k]))) << op.name << " case " << c << " element " << k;
+  }
 }
 
 TEST_P(EveryOp, ForwardIsLayoutInvariant) {

@@ -1,0 +1,319 @@
+// Independent forward references, one per registered op (see op_reference_values.h).
+#include "op_reference_values.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <stdexcept>
+
+namespace tenax::testing {
+namespace {
+
+using Index = std::map<std::string, int64_t>;
+
+// A tensor's values addressed by axis name.
+struct Dense {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  std::vector<double> v;
+  explicit Dense(const Tensor& t) : v(t.to_vector()) {
+    for (int i = 0; i < t.axes().rank(); ++i) {
+      names.push_back(t.axes().name(i).str());
+      sizes.push_back(t.axes().size(i));
+    }
+  }
+  [[nodiscard]] bool has(const std::string& n) const {
+    for (const std::string& m : names)
+      if (m == n) return true;
+    return false;
+  }
+  [[nodiscard]] int64_t size(const std::string& n) const {
+    for (size_t k = 0; k < names.size(); ++k)
+      if (names[k] == n) return sizes[k];
+    throw std::logic_error("reference: no axis " + n);
+  }
+  // The element at `at` (names `at` lacks: an error; extra names: ignored, as broadcasting does).
+  [[nodiscard]] double operator()(const Index& at) const {
+    int64_t flat = 0;
+    for (size_t k = 0; k < names.size(); ++k) {
+      auto it = at.find(names[k]);
+      if (it == at.end()) throw std::logic_error("reference: index lacks axis " + names[k]);
+      flat = flat * sizes[k] + it->second;
+    }
+    return v[static_cast<size_t>(flat)];
+  }
+};
+
+Index with(Index at, const std::string& n, int64_t i) {
+  at[n] = i;
+  return at;
+}
+
+// Calls f on every index of the axes (names, sizes), row-major.
+void each(const std::vector<std::string>& names, const std::vector<int64_t>& sizes, const Index& base,
+          const std::function<void(const Index&)>& f, size_t k = 0) {
+  if (k == names.size()) return f(base);
+  for (int64_t i = 0; i < sizes[k]; ++i) each(names, sizes, with(base, names[k], i), f, k + 1);
+}
+
+// Σ over every index of the axes `over` of x (with the other names from `at`) of f(index).
+double sum_over(const Dense& x, const AxisList& over, const Index& at, const std::function<double(const Index&)>& f) {
+  std::vector<std::string> n;
+  std::vector<int64_t> s;
+  for (Name a : over) {
+    n.push_back(a.str());
+    s.push_back(x.size(a.str()));
+  }
+  double total = 0;
+  each(n, s, at, [&](const Index& i) { total += f(i); });
+  return total;
+}
+
+using Matrix = std::vector<std::vector<double>>;
+
+// Row-reduces [A | b] with partial pivoting and back-substitutes: A^-1 b.
+std::vector<double> gauss(Matrix a, std::vector<double> b) {
+  const size_t n = b.size();
+  for (size_t c = 0; c < n; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
+    std::swap(a[c], a[p]);
+    std::swap(b[c], b[p]);
+    for (size_t r = c + 1; r < n; ++r) {
+      const double m = a[r][c] / a[c][c];
+      for (size_t k = c; k < n; ++k) a[r][k] -= m * a[c][k];
+      b[r] -= m * b[c];
+    }
+  }
+  std::vector<double> x(n);
+  for (size_t i = n; i-- > 0;) {
+    double s = b[i];
+    for (size_t k = i + 1; k < n; ++k) s -= a[i][k] * x[k];
+    x[i] = s / a[i][i];
+  }
+  return x;
+}
+
+// The matrix over (row, col) of x at the other indices of `at`.
+Matrix matrix(const Dense& x, const std::string& row, const std::string& col, const Index& at) {
+  const int64_t n = x.size(row);
+  Matrix m(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(x.size(col))));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < x.size(col); ++j) m[size_t(i)][size_t(j)] = x(with(with(at, row, i), col, j));
+  return m;
+}
+
+// A z = b (A^T z = b when transposed) by Gaussian elimination, component `k` of z; the triangular
+// solve reads only its triangle.
+double linear_solve(const OpSample& s, const Index& at, bool triangular) {
+  const Dense a(s.inputs[0]), b(s.inputs[1]);
+  const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
+  const bool transposed = s.attrs.i[1] != 0, lower = s.attrs.i[0] != 0;
+  Matrix m = matrix(a, row, col, at);
+  const size_t n = m.size();
+  if (triangular)
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j)
+        if (lower ? j > i : j < i) m[i][j] = 0.0;
+  if (transposed)
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < i; ++j) std::swap(m[i][j], m[j][i]);
+  const std::string eq = transposed ? col : row, unknown = transposed ? row : col;
+  std::vector<double> rhs(n);
+  for (size_t i = 0; i < n; ++i) rhs[i] = b(with(at, eq, int64_t(i)));
+  return gauss(m, rhs)[size_t(at.at(unknown))];
+}
+
+double cholesky_at(const OpSample& s, const Index& at) {
+  const Dense a(s.inputs[0]);
+  const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
+  const Matrix m = matrix(a, row, col, at);
+  const size_t n = m.size();
+  Matrix l(n, std::vector<double>(n, 0.0));
+  for (size_t j = 0; j < n; ++j) {
+    double d = m[j][j];
+    for (size_t k = 0; k < j; ++k) d -= l[j][k] * l[j][k];
+    l[j][j] = std::sqrt(d);
+    for (size_t i = j + 1; i < n; ++i) {
+      double v = m[i][j];
+      for (size_t k = 0; k < j; ++k) v -= l[i][k] * l[j][k];
+      l[i][j] = v / l[j][j];
+    }
+  }
+  return l[size_t(at.at(row))][size_t(at.at(col))];
+}
+
+// log |det A| by Gaussian elimination with partial pivoting.
+double logdet_at(const OpSample& s, const Index& at) {
+  const Dense a(s.inputs[0]);
+  Matrix m = matrix(a, s.attrs.axes[0].str(), s.attrs.axes[1].str(), at);
+  const size_t n = m.size();
+  double total = 0;
+  for (size_t c = 0; c < n; ++c) {
+    size_t p = c;
+    for (size_t r = c + 1; r < n; ++r)
+      if (std::abs(m[r][c]) > std::abs(m[p][c])) p = r;
+    std::swap(m[c], m[p]);
+    total += std::log(std::abs(m[c][c]));
+    for (size_t r = c + 1; r < n; ++r) {
+      const double f = m[r][c] / m[c][c];
+      for (size_t k = c; k < n; ++k) m[r][k] -= f * m[c][k];
+    }
+  }
+  return total;
+}
+
+// The tridiagonal system along `over` at the other indices of `at`, solved densely.
+double tridiagonal_at(const OpSample& s, const Index& at) {
+  const Dense l(s.inputs[0]), d(s.inputs[1]), u(s.inputs[2]), r(s.inputs[3]);
+  const std::string over = s.attrs.axes[0].str();
+  const int64_t n = r.size(over);
+  auto get = [&](const Dense& x, int64_t i) { return x.has(over) ? x(with(at, over, i)) : x(at); };
+  Matrix m(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
+  std::vector<double> rhs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    m[size_t(i)][size_t(i)] = get(d, i);
+    if (i > 0) m[size_t(i)][size_t(i - 1)] = get(l, i);
+    if (i + 1 < n) m[size_t(i)][size_t(i + 1)] = get(u, i);
+    rhs[size_t(i)] = get(r, i);
+  }
+  return gauss(m, rhs)[size_t(at.at(over))];
+}
+
+double recurrence_at(const OpSample& s, const Index& at) {
+  const Dense a(s.inputs[0]), b(s.inputs[1]);
+  const std::string over = s.attrs.axes[0].str();
+  double x = 0;
+  for (int64_t t = 0; t <= at.at(over); ++t) {
+    const Index i = with(at, over, t);
+    x = (a.has(over) ? a(i) : a(at)) * x + (b.has(over) ? b(i) : b(at));
+  }
+  return x;
+}
+
+double reduce_at(const std::string& op, const OpSample& s, const Index& at) {
+  const Dense x(s.inputs[0]);
+  const AxisList& over = s.attrs.axes;
+  if (op == "sum") return sum_over(x, over, at, [&](const Index& i) { return x(i); });
+  int64_t count = 1;
+  for (Name a : over) count *= x.size(a.str());
+  if (op == "mean") return sum_over(x, over, at, [&](const Index& i) { return x(i); }) / double(count);
+  double m = -INFINITY;
+  (void)sum_over(x, over, at, [&](const Index& i) {
+    m = std::max(m, x(i));
+    return 0.0;
+  });
+  if (op == "max") return m;
+  return m + std::log(sum_over(x, over, at, [&](const Index& i) { return std::exp(x(i) - m); }));
+}
+
+double elementwise_at(const std::string& op, const OpSample& s, const Index& at) {
+  static const std::map<std::string, std::function<double(double)>> unary = {
+      {"neg", [](double x) { return -x; }},
+      {"square", [](double x) { return x * x; }},
+      {"exp", [](double x) { return std::exp(x); }},
+      {"log", [](double x) { return std::log(x); }},
+      {"log1p", [](double x) { return std::log1p(x); }},
+      {"sqrt", [](double x) { return std::sqrt(x); }},
+      {"tanh", [](double x) { return std::tanh(x); }},
+      {"sigmoid", [](double x) { return 0.5 * (1.0 + std::tanh(0.5 * x)); }},
+      {"softplus", [](double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); }},
+      {"abs", [](double x) { return std::abs(x); }}};
+  static const std::map<std::string, std::function<double(double, double)>> binary = {
+      {"add", [](double a, double b) { return a + b; }},
+      {"sub", [](double a, double b) { return a - b; }},
+      {"mul", [](double a, double b) { return a * b; }},
+      {"div", [](double a, double b) { return a / b; }},
+      {"pow", [](double a, double b) { return std::pow(a, b); }},
+      {"maximum", [](double a, double b) { return std::max(a, b); }},
+      {"minimum", [](double a, double b) { return std::min(a, b); }},
+      {"greater", [](double a, double b) { return a > b ? 1.0 : 0.0; }},
+      {"less", [](double a, double b) { return a < b ? 1.0 : 0.0; }},
+      {"equal", [](double a, double b) { return a == b ? 1.0 : 0.0; }}};
+  if (auto u = unary.find(op); u != unary.end()) return u->second(Dense(s.inputs[0])(at));
+  if (auto b = binary.find(op); b != binary.end()) return b->second(Dense(s.inputs[0])(at), Dense(s.inputs[1])(at));
+  if (op == "where") return Dense(s.inputs[0])(at) != 0.0 ? Dense(s.inputs[1])(at) : Dense(s.inputs[2])(at);
+  throw std::logic_error("reference: no elementwise op " + op);
+}
+
+double astype_at(const OpSample& s, const Index& at) {
+  const double x = Dense(s.inputs[0])(at);
+  switch (static_cast<DType>(s.attrs.i[0])) {
+    case DType::f64: return x;
+    case DType::f32: return static_cast<double>(static_cast<float>(x));
+    case DType::i64: return static_cast<double>(static_cast<int64_t>(x));
+    case DType::b8: return x != 0.0 ? 1.0 : 0.0;
+  }
+  return NAN;
+}
+
+double layout_at(const std::string& op, const OpSample& s, const Index& at) {
+  const Dense x(s.inputs[0]);
+  const AxisList& ax = s.attrs.axes;
+  if (op == "transpose" || op == "broadcast" || op == "contiguous") return x(at);
+  if (op == "rename") {
+    Index src = at;
+    for (int k = 0; k < ax.size(); ++k) src[ax[k].str()] = at.at(s.attrs.axes2[k].str());
+    return x(src);
+  }
+  const std::string a0 = ax[0].str();
+  if (op == "slice") return x(with(at, a0, s.attrs.i[0] + at.at(a0) * s.attrs.i[2]));
+  if (op == "select") return x(with(at, a0, s.attrs.i[0]));
+  if (op == "diagonal") return x(with(at, ax[1].str(), at.at(a0)));
+  throw std::logic_error("reference: no layout op " + op);
+}
+
+double join_at(const std::string& op, const OpSample& s, const Index& at) {
+  const std::string axis = s.attrs.axes[0].str();
+  if (op == "stack") {
+    Index i = at;
+    i.erase(axis);
+    return Dense(s.inputs[size_t(at.at(axis))])(i);
+  }
+  int64_t k = at.at(axis);
+  for (const Tensor& t : s.inputs) {
+    const Dense x(t);
+    if (k < x.size(axis)) return x(with(at, axis, k));
+    k -= x.size(axis);
+  }
+  throw std::logic_error("reference: concat index past the end");
+}
+
+double dot_at(const OpSample& s, const Index& at) {
+  const Dense a(s.inputs[0]), b(s.inputs[1]);
+  return sum_over(a, s.attrs.axes, at, [&](const Index& i) { return a(i) * b(i); });
+}
+
+double value_at(const std::string& op, const OpSample& s, const Index& at) {
+  if (op == "sum" || op == "mean" || op == "max" || op == "logsumexp") return reduce_at(op, s, at);
+  if (op == "dot") return dot_at(s, at);
+  if (op == "astype") return astype_at(s, at);
+  if (op == "concat" || op == "stack") return join_at(op, s, at);
+  if (op == "cholesky") return cholesky_at(s, at);
+  if (op == "triangular_solve") return linear_solve(s, at, true);
+  if (op == "solve") return linear_solve(s, at, false);
+  if (op == "logdet") return logdet_at(s, at);
+  if (op == "linear_recurrence") return recurrence_at(s, at);
+  if (op == "tridiagonal_solve") return tridiagonal_at(s, at);
+  if (op == "rename" || op == "transpose" || op == "slice" || op == "select" || op == "diagonal" ||
+      op == "broadcast" || op == "contiguous")
+    return layout_at(op, s, at);
+  return elementwise_at(op, s, at);
+}
+
+}  // namespace
+
+std::vector<double> reference_values(const OpDef& op, const OpSample& s, const Tensor& actual) {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < actual.axes().rank(); ++i) {
+    names.push_back(actual.axes().name(i).str());
+    sizes.push_back(actual.axes().size(i));
+  }
+  std::vector<double> out;
+  each(names, sizes, {}, [&](const Index& at) { out.push_back(value_at(op.name, s, at)); });
+  return out;
+}
+
+}  // namespace tenax::testing
