@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tenax/core/env.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
@@ -18,10 +19,14 @@ std::atomic<bool> g_check_finite{false};
 
 namespace {
 
-// Reads TENAX_CHECK_FINITE once at start-up (the flag itself is constant-initialised to false).
+// Reads TENAX_CHECK_FINITE once at start-up (the flag itself is constant-initialised to false). An
+// invalid value leaves the checks off here; the first op raises its Error (validate_environment).
 const bool g_from_environment = [] {
-  const char* env = std::getenv("TENAX_CHECK_FINITE");
-  const bool on = env && *env && std::string(env) != "0";
+  bool on = false;
+  try {
+    on = detail::env_flag("TENAX_CHECK_FINITE").value_or(false);
+  } catch (const Error&) {
+  }
   if (on) detail::g_check_finite.store(true, std::memory_order_relaxed);
   return on;
 }();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tenax/core/env.h"
 #include "tenax/core/error.h"
 
 namespace tenax::detail {
@@ -30,8 +31,7 @@ struct LargeCache {
   std::size_t bytes = 0;
   std::size_t limit = 0;
   LargeCache() {
-    const char* env = std::getenv("TENAX_HOST_CACHE_MB");
-    limit = (env ? std::strtoull(env, nullptr, 10) : 1024) << 20;
+    limit = std::size_t(detail::env_integer("TENAX_HOST_CACHE_MB").value_or(1024)) << 20;
   }
 };
 LargeCache& large_cache() {

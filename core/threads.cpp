@@ -8,6 +8,7 @@
 
 #include <tbb/global_control.h>
 
+#include "tenax/core/env.h"
 #include "tenax/core/error.h"
 
 namespace tenax {
@@ -17,15 +18,7 @@ std::mutex g_mutex;
 std::unique_ptr<tbb::global_control> g_limit;  // guarded by g_mutex
 
 // TENAX_NUM_THREADS: 0 when unset or empty; a positive integer; anything else is an Error.
-int environment_limit() {
-  const char* v = std::getenv("TENAX_NUM_THREADS");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1 << 20)
-    throw Error(std::string("[threads] TENAX_NUM_THREADS='") + v + "': expected a positive integer (threads)");
-  return int(n);
-}
+int environment_limit() { return int(detail::env_integer("TENAX_NUM_THREADS").value_or(0)); }
 
 void set_limit(int n) {  // caller holds g_mutex
   g_limit.reset();

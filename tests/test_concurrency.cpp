@@ -244,7 +244,7 @@ TEST(Threads, TheEnvironmentVariableSetsTheDefault) {
         (void)(ones(Axes{{"i", 4}}) * 2.0);
         FAIL() << "no error";
       } catch (const Error& e) {
-        EXPECT_MESSAGE(e.what(), "[threads] TENAX_NUM_THREADS='abc': expected a positive integer");
+        EXPECT_MESSAGE(e.what(), "[environment] TENAX_NUM_THREADS='abc': expected an integer from 1 to 1048576");
       }
     }
     return;

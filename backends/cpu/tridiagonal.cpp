@@ -236,11 +236,8 @@ int64_t last_level_cache_bytes() {
 // 31 MiB, 4.3 without against 3.0 with; from 16 to 24 MiB alike within noise). TENAX_TRIDIAGONAL_FETCH=1 / 0
 // forces it on / off (the tests run it on at small sizes).
 bool fetch_next_panels(const TridiagonalArgs& a, int64_t elem_bytes) {
-  static const int forced = [] {  // -1: by size; 0 / 1: forced off / on
-    const char* v = std::getenv("TENAX_TRIDIAGONAL_FETCH");
-    return v && *v ? (std::strcmp(v, "0") != 0 ? 1 : 0) : -1;
-  }();
-  if (forced >= 0) return forced == 1;
+  static const std::optional<bool> forced = detail::env_flag("TENAX_TRIDIAGONAL_FETCH");
+  if (forced) return *forced;
   return 2 * Op::count * a.systems * a.n * elem_bytes > last_level_cache_bytes();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "tenax/core/env.h"
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/threads.h"
 #include "tenax/named/batching.h"
@@ -31,6 +32,7 @@ const KernelTable& kernels(Device d) {
     return g_capture->table(d);
   if (d.kind == Device::Kind::cpu) {
     static const KernelTable cpu = [] {
+      validate_environment();                 // an invalid variable is an Error at every op
       apply_thread_limit_from_environment();  // before the first parallel loop
       return make_cpu_table();
     }();
