@@ -6,10 +6,20 @@ include(CMakePackageConfigHelpers)
 install(TARGETS tenax tenax_warnings EXPORT tenaxTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# Only the public headers: the umbrella header and what it includes, plus the xtensor interop.
+# Everything else (backends, op definitions, capture, the model's internals) is library-internal;
+# the install test compiles every installed header alone against the installed package, so a
+# public header that includes an internal one fails there.
+set(TENAX_PUBLIC_HEADERS
+  autodiff/associative_scan.h autodiff/grad.h autodiff/jacobian.h autodiff/map.h autodiff/nmap.h
+  autodiff/scan.h autodiff/tape.h
+  core/check_finite.h core/creation.h core/device.h core/dtype.h core/error.h core/ops.h
+  core/ops/elementwise.def core/storage.h core/tensor.h core/threads.h core/transfer.h core/xtensor.h
+  model/model.h named/axes.h named/name.h)
 install(FILES include/tenax/tenax.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax)
-foreach(layer core named autodiff backends model)
-  install(DIRECTORY ${layer}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax/${layer}
-          FILES_MATCHING PATTERN "*.h" PATTERN "*.def")
+foreach(header IN LISTS TENAX_PUBLIC_HEADERS)
+  get_filename_component(dir ${header} DIRECTORY)
+  install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax/${dir})
 endforeach()
 install(EXPORT tenaxTargets NAMESPACE tenax:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tenax)
 configure_package_config_file(cmake/tenaxConfig.cmake.in ${CMAKE_BINARY_DIR}/tenaxConfig.cmake

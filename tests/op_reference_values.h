@@ -8,6 +8,8 @@
 
 #include <tenax/tenax.h>
 
+#include "tenax/core/ops/op.h"
+
 namespace tenax::testing {
 
 /// What `op` should give on `s` at every element of `actual` (the op's output: its axes and order

@@ -4,6 +4,8 @@
 // test with TENAX_CHECK_FINITE=1.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdlib>
 #include <string>
 

@@ -13,7 +13,6 @@
 #include "tenax/core/dtype.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
-#include "tenax/core/ops/op.h"
 #include "tenax/core/storage.h"
 #include "tenax/core/tensor.h"
 #include "tenax/core/threads.h"
