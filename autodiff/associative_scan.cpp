@@ -7,7 +7,8 @@
 namespace tenax {
 
 std::vector<Tensor> associative_scan(const AssociativeFn& combine, const std::vector<Tensor>& elems, Name over,
-                                     bool reverse) {
+                                     ScanDirection direction) {
+  const bool reverse = direction == ScanDirection::reverse;
   if (elems.empty()) throw Error("[associative_scan] no elements to scan");
   int64_t n = -1;
   for (size_t k = 0; k < elems.size(); ++k) {

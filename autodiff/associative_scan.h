@@ -14,14 +14,17 @@ namespace tenax {
 using AssociativeFn =
     std::function<std::vector<Tensor>(const std::vector<Tensor>& a, const std::vector<Tensor>& b)>;
 
-/// result_t = elems_0 ⊕ elems_1 ⊕ ... ⊕ elems_t along `over` (with `reverse`, elems_t ⊕ ... ⊕
-/// elems_{T-1}). Every tensor of `elems` has the axis `over` with the same size; results have the
+/// Which way a prefix runs: from the first index (forward) or from the last (reverse).
+enum class ScanDirection { forward, reverse };
+
+/// result_t = elems_0 ⊕ elems_1 ⊕ ... ⊕ elems_t along `over` (ScanDirection::reverse: elems_t ⊕ ...
+/// ⊕ elems_{T-1}). Every tensor of `elems` has the axis `over` with the same size; results have the
 /// axes of `elems`. Hillis–Steele doubling: ceil(log2 T) levels, each ONE vectorised call of
 /// `combine` over all pairs (large levels run on oneTBB through the kernels), O(T log T) work,
 /// no per-element loop. The operator must be associative; it need not be commutative.
 /// Throws AxisError / ShapeError when an element lacks `over` or sizes disagree, and ShapeError
 /// when `combine` changes the axes of an element.
 std::vector<Tensor> associative_scan(const AssociativeFn& combine, const std::vector<Tensor>& elems, Name over,
-                                     bool reverse = false);
+                                     ScanDirection direction = ScanDirection::forward);
 
 }  // namespace tenax

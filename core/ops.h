@@ -75,12 +75,16 @@ Tensor stack(const std::vector<Tensor>& xs, Name axis);
 /// Lower Cholesky factor of the SPD matrices over (row, col); reads the lower triangle.
 /// Throws NumericError naming the batch index when a matrix is not positive definite.
 Tensor cholesky(const Tensor& a, Name row, Name col);
-/// Solves T z = b for triangular T over (row, col) (transpose: Tᵀ z = b). b has the axis T's
+/// Which triangle of the matrix triangular_solve reads (the other is taken as zero).
+enum class Triangle { lower, upper };
+/// Whether a solve uses the matrix (no) or its transpose (yes).
+enum class Transpose { no, yes };
+/// Solves T z = b for triangular T over (row, col) (Transpose::yes: Tᵀ z = b). b has the axis T's
 /// equations run along (row; col when transposed); z has the other one in its place.
-Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower = true,
-                        bool transpose = false);
+Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, Triangle triangle = Triangle::lower,
+                        Transpose transpose = Transpose::no);
 /// Solves A z = b (LU with partial pivoting); axes as for triangular_solve.
-Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose = false);
+Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, Transpose transpose = Transpose::no);
 /// log |det A| over (row, col); throws NumericError on a singular matrix.
 Tensor logdet(const Tensor& a, Name row, Name col);
 

@@ -244,7 +244,7 @@ TEST(Composite, SmallLinearAlgebraGradientsMatchFiniteDifferencesAtEverySize) {
     const Tensor b = randn(Axes{{"r", n}, {"k", 2}}, 20 + n);
     auto f = [](const std::vector<Tensor>& v) {
       const Tensor l = cholesky(v[0], "r", "c");
-      const Tensor z = triangular_solve(l, v[1], "r", "c", true, false);
+      const Tensor z = triangular_solve(l, v[1], "r", "c", Triangle::lower, Transpose::no);
       return sum(z * z) + sum(l * l * 0.3);
     };
     const std::vector<Tensor> g = grad(f, {a, b});

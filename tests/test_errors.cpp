@@ -63,7 +63,7 @@ TEST(Errors, MatrixOpsNameThemselvesWhenGivenOneAxisTwice) {
   expect_error<AxisError>([&] { (void)logdet(a, "j", "j"); }, {"[logdet]", "both 'j'"});
   expect_error<AxisError>([&] { (void)triangular_solve(a, b, "i", "i"); },
                           {"[triangular_solve]", "both 'i'"});
-  expect_error<AxisError>([&] { (void)solve(a, b, "i", "i", true); }, {"[solve]", "both 'i'"});
+  expect_error<AxisError>([&] { (void)solve(a, b, "i", "i", Transpose::yes); }, {"[solve]", "both 'i'"});
 }
 
 TEST(Errors, OutOfRangeSliceAndIndex) {

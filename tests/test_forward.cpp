@@ -245,7 +245,7 @@ TEST(Linalg, SolvesMatchLapack) {
   for (int i = 0; i < n; ++i)
     for (int k = 0; k < nrhs; ++k) EXPECT_NEAR(z.at({{"c", i}, {"rhs", k}}), bm[size_t(k * n + i)], 1e-12);
   // Transposed solve: Aᵀ z = b with b over "c".
-  Tensor zt = solve(a, rename(b, "r", "c"), "r", "c", true);
+  Tensor zt = solve(a, rename(b, "r", "c"), "r", "c", Transpose::yes);
   Tensor back = dot(a, zt, {"r"});  // (Aᵀ z)[c] = Σ_r A[r, c] z[r]
   EXPECT_LE(mismatch(back, rename(b, "r", "c"), 1e-12, 1e-12), 1.0);
   // Triangular solves in all four variants reproduce their right-hand side, at every size in and
@@ -258,7 +258,8 @@ TEST(Linalg, SolvesMatchLapack) {
       for (bool tr : {false, true}) {
         const Tensor& t = lower ? l : u;
         Tensor rhs = tr ? rename(rhs_m, "r", "c") : rhs_m;
-        Tensor sol = triangular_solve(t, rhs, "r", "c", lower, tr);
+        Tensor sol = triangular_solve(t, rhs, "r", "c", lower ? Triangle::lower : Triangle::upper,
+                                      tr ? Transpose::yes : Transpose::no);
         Tensor re = tr ? dot(t, sol, {"r"}) : dot(t, sol, {"c"});
         EXPECT_LE(mismatch(re, rhs, 1e-12, 1e-12), 1.0)
             << "n=" << m << " lower=" << lower << " transposed=" << tr;
@@ -282,7 +283,8 @@ TEST(Linalg, SolvesOverRightHandSideAxesTheMatrixLacksEqualSliceBySlice) {
     for (bool tr : {false, true}) {
       const Tensor& m = general ? a : l;
       Tensor rhs = tr ? rename(b, "r", "c") : b;
-      Tensor z = general ? solve(m, rhs, "r", "c", tr) : triangular_solve(m, rhs, "r", "c", true, tr);
+      const Transpose how = tr ? Transpose::yes : Transpose::no;
+      Tensor z = general ? solve(m, rhs, "r", "c", how) : triangular_solve(m, rhs, "r", "c", Triangle::lower, how);
       const Name in = tr ? "c" : "r", out = tr ? "r" : "c";
       for (int s = 0; s < 2; ++s)
         for (int p = 0; p < 2; ++p)
@@ -290,7 +292,7 @@ TEST(Linalg, SolvesOverRightHandSideAxesTheMatrixLacksEqualSliceBySlice) {
             Tensor ms = select(m, "s", s);
             Tensor col = select(select(select(rhs, "s", s), "p", p), "q", q);
             Tensor want =
-                general ? solve(ms, col, "r", "c", tr) : triangular_solve(ms, col, "r", "c", true, tr);
+                general ? solve(ms, col, "r", "c", how) : triangular_solve(ms, col, "r", "c", Triangle::lower, how);
             Tensor got = select(select(select(z, "s", s), "p", p), "q", q);
             EXPECT_LE(mismatch(got, want, 1e-13, 1e-13), 1.0)
                 << "general=" << general << " transposed=" << tr << " s=" << s << " p=" << p << " q=" << q;

@@ -477,8 +477,9 @@ TEST(Scan, CompiledStepsReplayCholeskyAndTriangularSolvesOfEverySize) {
           Tensor l = cholesky(a, "j", "k");
           Tensor t = lower ? l : rename(l, {"j", "k"}, {"k", "j"});
           Tensor rhs = c[1];                                         // (j, m)
-          Tensor z = triangular_solve(t, rhs, "j", "k", lower);      // (k, m)
-          Tensor w = triangular_solve(t, z, "j", "k", lower, true);  // (j, m)
+          const Triangle tri = lower ? Triangle::lower : Triangle::upper;
+          Tensor z = triangular_solve(t, rhs, "j", "k", tri);                  // (k, m)
+          Tensor w = triangular_solve(t, z, "j", "k", tri, Transpose::yes);  // (j, m)
           Tensor next = tanh(w * 0.5 + rhs * 0.5);
           return std::make_pair(std::vector<Tensor>{s * 0.9, next}, std::vector<Tensor>{sum(z)});
         };
@@ -689,7 +690,7 @@ TEST(AssociativeScan, PrefixSumsMatchTheLoopForwardsAndInReverse) {
     return std::vector<Tensor>{a[0] + b[0]};
   };
   for (bool rev : {false, true}) {
-    Tensor r = associative_scan(add_fn, {x}, "t", rev)[0];
+    Tensor r = associative_scan(add_fn, {x}, "t", rev ? ScanDirection::reverse : ScanDirection::forward)[0];
     EXPECT_TRUE(r.axes().same_set(x.axes()));
     for (int j = 0; j < 2; ++j) {
       double acc = 0;

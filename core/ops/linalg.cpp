@@ -184,8 +184,9 @@ Tensor solve_forward(Inputs in, const Attrs& attrs) {
 }
 
 Tensor solve_again(bool triangular, const Tensor& t, const Tensor& b, const Attrs& a, bool flip) {
-  return triangular ? triangular_solve(t, b, a.axes[0], a.axes[1], a.i[0] != 0, (a.i[1] != 0) != flip)
-                    : solve(t, b, a.axes[0], a.axes[1], (a.i[1] != 0) != flip);
+  const Transpose tr = (a.i[1] != 0) != flip ? Transpose::yes : Transpose::no;
+  return triangular ? triangular_solve(t, b, a.axes[0], a.axes[1], a.i[0] != 0 ? Triangle::lower : Triangle::upper, tr)
+                    : solve(t, b, a.axes[0], a.axes[1], tr);
 }
 
 // Shared axes of b̄ and z that the matrix lacks are summed when forming the matrix adjoint.
@@ -400,13 +401,15 @@ Tensor cholesky(const Tensor& a, Name row, Name col) {
   at.axes = detail::matrix_axes(row, col, a.axes(), "cholesky");
   return detail::apply(detail::op_cholesky, a, at);
 }
-Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, bool lower, bool transpose) {
+Tensor triangular_solve(const Tensor& t, const Tensor& b, Name row, Name col, Triangle triangle,
+                        Transpose transpose) {
   return detail::apply(detail::op_triangular_solve, t, b,
-                       detail::solve_attrs(row, col, lower, transpose, t.axes(), "triangular_solve"));
+                       detail::solve_attrs(row, col, triangle == Triangle::lower, transpose == Transpose::yes,
+                                           t.axes(), "triangular_solve"));
 }
-Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, bool transpose) {
+Tensor solve(const Tensor& a, const Tensor& b, Name row, Name col, Transpose transpose) {
   return detail::apply(detail::op_solve, a, b,
-                       detail::solve_attrs(row, col, true, transpose, a.axes(), "solve"));
+                       detail::solve_attrs(row, col, true, transpose == Transpose::yes, a.axes(), "solve"));
 }
 Tensor logdet(const Tensor& a, Name row, Name col) {
   Attrs at;
