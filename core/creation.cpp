@@ -3,9 +3,11 @@
 
 #include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/transfer.h"
 
 namespace tenax {
 namespace {
@@ -61,20 +63,29 @@ Tensor full(const Axes& axes, double value, DType dtype, Device device) {
 
 Tensor zeros(const Axes& axes, DType dtype, Device device) { return full(axes, 0.0, dtype, device); }
 Tensor ones(const Axes& axes, DType dtype, Device device) { return full(axes, 1.0, dtype, device); }
-Tensor scalar(double value, DType dtype) { return full(Axes{}, value, dtype); }
+Tensor scalar(double value, DType dtype, Device device) { return full(Axes{}, value, dtype, device); }
 
-Tensor tensor(const std::vector<double>& values, const Axes& axes) { return from_values(values, axes); }
-Tensor tensor(const std::vector<float>& values, const Axes& axes) { return from_values(values, axes); }
+namespace {
+// A tensor made on the host, on `device`.
+Tensor on(Tensor host, Device device) { return device.kind == Device::Kind::cpu ? host : to(host, device); }
+}  // namespace
 
-Tensor tensor(std::initializer_list<double> values, const Axes& axes) {
-  return from_values(std::vector<double>(values), axes);
+Tensor tensor(const std::vector<double>& values, const Axes& axes, Device device) {
+  return on(from_values(values, axes), device);
+}
+Tensor tensor(const std::vector<float>& values, const Axes& axes, Device device) {
+  return on(from_values(values, axes), device);
 }
 
-Tensor tensor(std::initializer_list<double> values, Name axis) {
-  return from_values(std::vector<double>(values), Axes{{axis, static_cast<int64_t>(values.size())}});
+Tensor tensor(std::initializer_list<double> values, const Axes& axes, Device device) {
+  return on(from_values(std::vector<double>(values), axes), device);
 }
 
-Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col) {
+Tensor tensor(std::initializer_list<double> values, Name axis, Device device) {
+  return on(from_values(std::vector<double>(values), Axes{{axis, static_cast<int64_t>(values.size())}}), device);
+}
+
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col, Device device) {
   const int64_t n_rows = static_cast<int64_t>(rows.size());
   const int64_t n_cols = n_rows ? static_cast<int64_t>(rows.begin()->size()) : 0;
   std::vector<double> v;
@@ -87,7 +98,7 @@ Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name ro
     v.insert(v.end(), line.begin(), line.end());
     ++r;
   }
-  return from_values(v, Axes{{row, n_rows}, {col, n_cols}});
+  return on(from_values(v, Axes{{row, n_rows}, {col, n_cols}}), device);
 }
 
 namespace {
@@ -109,21 +120,26 @@ Tensor sample(const Axes& axes, uint64_t seed, DType dtype, Dist dist, const cha
 }
 }  // namespace
 
-Tensor randn(const Axes& axes, uint64_t seed, DType dtype) {
-  return sample(axes, seed, dtype, std::normal_distribution<double>(0.0, 1.0), "randn");
+Tensor randn(const Axes& axes, uint64_t seed, DType dtype, Device device) {
+  return on(sample(axes, seed, dtype, std::normal_distribution<double>(0.0, 1.0), "randn"), device);
 }
 
-Tensor uniform(const Axes& axes, uint64_t seed, double lo, double hi, DType dtype) {
+Tensor uniform(const Axes& axes, uint64_t seed, double lo, double hi, DType dtype, Device device) {
   if (!(lo < hi)) throw Error("[uniform] needs lo < hi, got " + std::to_string(lo) + ", " + std::to_string(hi));
-  return sample(axes, seed, dtype, std::uniform_real_distribution<double>(lo, hi), "uniform");
+  return on(sample(axes, seed, dtype, std::uniform_real_distribution<double>(lo, hi), "uniform"), device);
 }
 
-Tensor arange(Name axis, int64_t n) {
+Tensor arange(Name axis, int64_t n, DType dtype, Device device) {
   if (n < 0) throw ShapeError("[arange] needs a size >= 0 for axis '" + axis.str() + "', got " + std::to_string(n));
-  Tensor t = empty(Axes{{axis, n}}, DType::f64);
-  auto* p = static_cast<double*>(t.data_ptr());
-  for (int64_t i = 0; i < n; ++i) p[i] = static_cast<double>(i);
-  return t;
+  if (dtype == DType::b8) throw DTypeError("[arange] needs float64, float32 or int64, got bool");
+  Tensor t = empty(Axes{{axis, n}}, dtype);
+  auto fill = [n](auto* p) {
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<std::remove_pointer_t<decltype(p)>>(i);
+  };
+  if (dtype == DType::f64) fill(static_cast<double*>(t.data_ptr()));
+  else if (dtype == DType::f32) fill(static_cast<float*>(t.data_ptr()));
+  else fill(static_cast<int64_t*>(t.data_ptr()));
+  return on(t, device);
 }
 
 }  // namespace tenax

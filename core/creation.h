@@ -1,5 +1,7 @@
 #pragma once
-// Making tensors: from C++ containers with axis names, constants, and seeded random fills.
+// Making tensors: from C++ containers with axis names, constants, and seeded random fills. Every
+// creation function takes the device last (default: the host); values made on the host (from C++
+// containers, random draws) are copied there, so a seed gives the same values on every device.
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -17,25 +19,26 @@ Tensor ones(const Axes& axes, DType dtype = DType::f64, Device device = Device::
 /// Every element `value`.
 Tensor full(const Axes& axes, double value, DType dtype = DType::f64, Device device = Device::cpu());
 /// A rank-0 tensor.
-Tensor scalar(double value, DType dtype = DType::f64);
+Tensor scalar(double value, DType dtype = DType::f64, Device device = Device::cpu());
 /// Copies `values` (row-major over `axes`) into a new float64 tensor; throws ShapeError when the
 /// count differs from the product of the sizes.
-Tensor tensor(const std::vector<double>& values, const Axes& axes);
+Tensor tensor(const std::vector<double>& values, const Axes& axes, Device device = Device::cpu());
 /// Copies float32 `values` into a new float32 tensor.
-Tensor tensor(const std::vector<float>& values, const Axes& axes);
+Tensor tensor(const std::vector<float>& values, const Axes& axes, Device device = Device::cpu());
 /// A braced list of float64 values over `axes` (`tensor({x}, Axes{{"i", 1}})`: without this
 /// overload one value is ambiguous between the two vectors).
-Tensor tensor(std::initializer_list<double> values, const Axes& axes);
+Tensor tensor(std::initializer_list<double> values, const Axes& axes, Device device = Device::cpu());
 /// A 1-D float64 tensor along `axis`.
-Tensor tensor(std::initializer_list<double> values, Name axis);
+Tensor tensor(std::initializer_list<double> values, Name axis, Device device = Device::cpu());
 /// A 2-D float64 tensor from rows: axes (row, col). Throws ShapeError on ragged rows.
-Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col);
+Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col,
+              Device device = Device::cpu());
 /// Standard normal samples from a seeded generator (same seed and standard library, same values).
-Tensor randn(const Axes& axes, uint64_t seed, DType dtype = DType::f64);
+Tensor randn(const Axes& axes, uint64_t seed, DType dtype = DType::f64, Device device = Device::cpu());
 /// Uniform samples in [lo, hi) from a seeded generator.
-Tensor uniform(const Axes& axes, uint64_t seed, double lo = 0.0, double hi = 1.0,
-               DType dtype = DType::f64);
-/// 0, 1, ..., n-1 along `axis` (float64).
-Tensor arange(Name axis, int64_t n);
+Tensor uniform(const Axes& axes, uint64_t seed, double lo = 0.0, double hi = 1.0, DType dtype = DType::f64,
+               Device device = Device::cpu());
+/// 0, 1, ..., n-1 along `axis`.
+Tensor arange(Name axis, int64_t n, DType dtype = DType::f64, Device device = Device::cpu());
 
 }  // namespace tenax

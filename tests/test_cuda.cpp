@@ -45,6 +45,18 @@ TEST_F(Cuda, TensorsMoveToTheDeviceAndBackUnchanged) {
   EXPECT_EQ(to(to(x32, gpu), Device::cpu()).to_vector(), x32.to_vector());
 }
 
+// Creation on the device gives the host's values (random draws too: the same seed, the same values).
+TEST_F(Cuda, CreationFunctionsMakeTheHostsValuesOnTheDevice) {
+  const Device gpu = Device::cuda(0);
+  const Axes ax{{"i", 6}, {"j", 3}};
+  auto host = [](const Tensor& t) { return to(t, Device::cpu()).to_vector(); };
+  EXPECT_EQ(host(randn(ax, 5, DType::f64, gpu)), randn(ax, 5).to_vector());
+  EXPECT_EQ(host(uniform(ax, 5, -1, 1, DType::f32, gpu)), uniform(ax, 5, -1, 1, DType::f32).to_vector());
+  EXPECT_EQ(host(arange("i", 6, DType::f64, gpu)), arange("i", 6).to_vector());
+  EXPECT_EQ(host(tensor({1.0, 2.0}, "i", gpu)), (std::vector<double>{1, 2}));
+  EXPECT_EQ(scalar(3.0, DType::f64, gpu).device(), gpu);
+}
+
 TEST_F(Cuda, MixedDevicesFailLoudlyAndResultsStayOnTheDevice) {
   const Tensor h = randn(Axes{{"i", 4}}, 1);
   const Tensor g = to(h, Device::cuda(0));

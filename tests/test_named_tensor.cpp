@@ -77,6 +77,23 @@ TEST(Creation, OneBracedValueOverAxes) {
       "[tensor] 2 values do not fill axes (i=3)");
 }
 
+// Every creation function takes a dtype where it makes sense and the device last; arange counts in
+// any numeric dtype.
+TEST(Creation, ArangeInEveryNumericDtypeAndTheHostAsAnExplicitDevice) {
+  for (DType d : {DType::f64, DType::f32, DType::i64}) {
+    const Tensor a = arange("i", 4, d, Device::cpu());
+    EXPECT_EQ(a.dtype(), d);
+    EXPECT_EQ(a.to_vector(), (std::vector<double>{0, 1, 2, 3}));
+  }
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([] { (void)arange("i", 4, DType::b8); }),
+                 "[arange] needs float64, float32 or int64, got bool");
+  const Axes ax{{"i", 5}};
+  EXPECT_EQ(randn(ax, 7, DType::f64, Device::cpu()).to_vector(), randn(ax, 7).to_vector());
+  EXPECT_EQ(uniform(ax, 7, 0, 1, DType::f64, Device::cpu()).to_vector(), uniform(ax, 7).to_vector());
+  EXPECT_EQ(tensor({1.0, 2.0}, "i", Device::cpu()).to_vector(), (std::vector<double>{1, 2}));
+  EXPECT_EQ(scalar(2.0, DType::f32, Device::cpu()).dtype(), DType::f32);
+}
+
 TEST(Random, SeededAndDistinct) {
   Axes ax{{"i", 1000}};
   EXPECT_EQ(randn(ax, 42).to_vector(), randn(ax, 42).to_vector());
