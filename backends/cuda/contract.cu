@@ -19,7 +19,7 @@
 #include "tenax/backends/cuda/contract_index.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using cuda::group_offsets;
@@ -230,9 +230,9 @@ void contract(const ContractArgs& a) {
 
 }  // namespace
 
-void register_cuda_contract(KernelTable& t) {
+void register_contract(KernelTable& t) {
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

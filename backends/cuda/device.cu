@@ -17,7 +17,7 @@
 #include "tenax/core/error.h"
 #include "tenax/core/storage.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 void check(cudaError_t e, const char* what, Device d) {
@@ -98,6 +98,10 @@ void transfer(void* dst, Device dst_device, const void* src, Device src_device, 
 }
 
 }  // namespace
+}  // namespace tenax::detail::cuda
+
+// The backend's entry points (backends/kernels.h).
+namespace tenax::detail {
 
 std::atomic<int64_t> cuda::g_launches{0};
 std::atomic<int64_t> cuda::g_kernels{0};
@@ -125,24 +129,24 @@ int cuda_device_count() {
 }
 
 Allocator* default_cuda_allocator(int index) {
-  static std::array<std::unique_ptr<CudaAllocator>, 16> allocators;
+  static std::array<std::unique_ptr<cuda::CudaAllocator>, 16> allocators;
   static std::mutex mutex;
   if (index < 0 || index >= 16 || index >= cuda_device_count()) return nullptr;
   std::lock_guard<std::mutex> lock(mutex);
   auto& a = allocators[size_t(index)];
-  if (!a) a = std::make_unique<CudaAllocator>(index);
+  if (!a) a = std::make_unique<cuda::CudaAllocator>(index);
   return a.get();
 }
 
 void register_cuda_kernels(KernelTable& t) {
-  t.transfer = transfer;
-  register_cuda_elementwise(t);
-  register_cuda_contract(t);
-  register_cuda_linalg(t);
-  register_cuda_recurrence(t);
-  register_cuda_tridiagonal(t);
-  register_cuda_programs(t);
-  register_cuda_fusion(t);  // after the elementwise kernels: it looks them up
+  t.transfer = cuda::transfer;
+  cuda::register_elementwise(t);
+  cuda::register_contract(t);
+  cuda::register_linalg(t);
+  cuda::register_recurrence(t);
+  cuda::register_tridiagonal(t);
+  cuda::register_programs(t);
+  cuda::register_fusion(t);  // after the elementwise kernels: it looks them up
 }
 
 }  // namespace tenax::detail

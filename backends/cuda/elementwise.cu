@@ -17,7 +17,7 @@
 #include "tenax/backends/cuda/elementwise_functors.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 // How a kernel puts its value into the destination.
@@ -331,7 +331,7 @@ void compare(const LoopDims& d, const LoopArg* a) {
 
 }  // namespace
 
-void register_cuda_elementwise(KernelTable& t) {
+void register_elementwise(KernelTable& t) {
 #define TENAX_UNARY(name, f, df, saves)                                         \
   t.unary[int(UnaryOp::name)][0] = unary<Fwd_##name, double>;                   \
   t.unary[int(UnaryOp::name)][1] = unary<Fwd_##name, float>;                    \
@@ -388,4 +388,4 @@ void register_cuda_elementwise(KernelTable& t) {
   t.compare[2][1] = compare<Equal, float>;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

@@ -20,7 +20,7 @@
 #include "tenax/backends/cuda/fusion.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using namespace cuda;  // the functors, the contraction's index arithmetic
@@ -484,12 +484,12 @@ void know(ElementwiseFn fn, Code code, int arity, bool acc, int dtype, int scala
 
 }  // namespace
 
-void cuda::set_chain_index(cudaGraphExec_t exec, const MovingNode& m, int64_t index) {
+void set_chain_index(cudaGraphExec_t exec, const MovingNode& m, int64_t index) {
   Launch l(*static_cast<const Chain*>(m.chain), index);
   check(cudaGraphExecKernelNodeSetParams(exec, m.node, &l.params), "fused chain");
 }
 
-void register_cuda_fusion(KernelTable& t) {
+void register_fusion(KernelTable& t) {
   known().clear();
   for (int dt = 0; dt < 2; ++dt) {
 #define TENAX_UNARY(name, f, df, saves)                                            \
@@ -521,4 +521,4 @@ void register_cuda_fusion(KernelTable& t) {
   t.program.destroy_fused = destroy_fused;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

@@ -12,7 +12,7 @@
 #include "tenax/backends/cuda/fusion.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using cuda::check;
@@ -111,7 +111,7 @@ void destroy_graph(void* g) {
 
 }  // namespace
 
-void register_cuda_programs(KernelTable& t) {
+void register_programs(KernelTable& t) {
   t.program.upload = upload;
   t.program.release = release;
   t.program.read_word = read_word;
@@ -120,4 +120,4 @@ void register_cuda_programs(KernelTable& t) {
   t.program.destroy_graph = destroy_graph;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

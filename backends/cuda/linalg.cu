@@ -17,7 +17,7 @@
 #include "tenax/backends/cuda/register.h"
 #include "tenax/backends/small_linalg.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using cuda::check;
@@ -270,7 +270,7 @@ void cholesky_vjp(MatView l, MatView lbar, MatView abar, const MatBatch& batch) 
 
 }  // namespace
 
-void register_cuda_linalg(KernelTable& t) {
+void register_linalg(KernelTable& t) {
   t.cholesky[0] = cholesky<double>;
   t.cholesky[1] = cholesky<float>;
   t.cholesky_vjp[0] = cholesky_vjp<double>;
@@ -283,4 +283,4 @@ void register_cuda_linalg(KernelTable& t) {
   t.logdet[1] = logdet<float>;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

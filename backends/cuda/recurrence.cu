@@ -9,7 +9,7 @@
 #include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using cuda::use_device_of;
@@ -99,11 +99,11 @@ void recurrence_vjp(const RecurrenceVjpArgs& r) {
 
 }  // namespace
 
-void register_cuda_recurrence(KernelTable& t) {
+void register_recurrence(KernelTable& t) {
   t.recurrence[0] = recurrence<double>;
   t.recurrence[1] = recurrence<float>;
   t.recurrence_vjp[0] = recurrence_vjp<double>;
   t.recurrence_vjp[1] = recurrence_vjp<float>;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda

@@ -19,7 +19,7 @@
 #include "tenax/backends/cuda/common.h"
 #include "tenax/backends/cuda/register.h"
 
-namespace tenax::detail {
+namespace tenax::detail::cuda {
 namespace {
 
 using Op = TridiagonalArgs::Operand;
@@ -269,9 +269,9 @@ int64_t tridiagonal(const TridiagonalArgs& a) {
 
 }  // namespace
 
-void register_cuda_tridiagonal(KernelTable& t) {
+void register_tridiagonal(KernelTable& t) {
   t.tridiagonal[0] = tridiagonal<double>;
   t.tridiagonal[1] = tridiagonal<float>;
 }
 
-}  // namespace tenax::detail
+}  // namespace tenax::detail::cuda
