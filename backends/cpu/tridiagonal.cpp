@@ -230,11 +230,9 @@ int64_t last_level_cache_bytes() {
 
 // Whether rows-inner panels prefetch the next panel's operands (tridiagonal_fetch.h):
 // where the call's arrays are more than half the last-level cache. From the caches the solve is
-// faster without (at 2 048 x 100, 8 MB in all, 1.9 against 2.6 ns per unknown on the Zen 3; at
-// 100 000 x 100 from memory, 31 ms with it in session 36, 57-60 without in session 35). Half, not
-// all of it: a shared LLC does not hold a whole call's arrays (on the Zen 3 VM at 8 000 x 100,
-// 31 MiB, 4.3 without against 3.0 with; from 16 to 24 MiB alike within noise). TENAX_TRIDIAGONAL_FETCH=1 / 0
-// forces it on / off (the tests run it on at small sizes).
+// faster without, from memory much faster with; half, not all of the cache, because a shared LLC
+// does not hold a whole call's arrays (docs/archive/tuning.md, "Fetching the next panel: when").
+// TENAX_TRIDIAGONAL_FETCH=1 / 0 forces it on / off (the tests run it on at small sizes).
 bool fetch_next_panels(const TridiagonalArgs& a, int64_t elem_bytes) {
   static const std::optional<bool> forced = detail::env_flag("TENAX_TRIDIAGONAL_FETCH");
   if (forced) return *forced;

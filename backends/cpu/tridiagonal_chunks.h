@@ -3,13 +3,12 @@
 // back to back ((sys, i) tensors, the usual layout): a range of systems is cut into VS chunks and
 // lane k solves chunk k's systems one after another, so each lane reads every operand as one long
 // run in address order and writes x the same way — 4 operands x 4 lanes = 16 read streams (4
-// doubles per AVX2 vector, 4 floats per SSE one), which the hardware prefetchers follow (up to 16 measured at
-// full speed on the Zen 3, 24 and more at a third of it). The panels of tridiagonal_thomas.h read 128 runs of
+// doubles per AVX2 vector, 4 floats per SSE one), which the hardware prefetchers follow (16 streams
+// measured at full speed, more at a fraction of it). The panels of tridiagonal_thomas.h read 128 runs of
 // one system each, which no prefetcher follows: there the next panel is fetched with software prefetches,
-// whose own cost held that path near 70% of the roofline (bench/RESULTS.md, sessions 35 to 40). The price
-// here: one division chain per lane instead of eight groups', so the sweep is bound by the chain's latency
-// (about 20 cycles a row) where the panels were not — on the Zen 3 about 2 ns per unknown, under what memory
-// allows for float64 (float32, whose panels took 5 ns per unknown, is chain-bound here at 2.3). Only where
+// whose own cost held that path well below the roofline. The price here: one division chain per lane
+// instead of eight groups', so the sweep is bound by the chain's latency (about 20 cycles a row) where the
+// panels were not, still under what memory allows (docs/archive/tuning.md, "Chunked lanes"). Only where
 // the call's arrays are larger than the caches (fetch_next_panels), not pivoting, not the fused reverse rule.
 // Included only by tridiagonal_avx2.cpp, in an anonymous namespace like the panels.
 #include <algorithm>

@@ -3,16 +3,15 @@
 // that header, included only by it and in an anonymous namespace: one copy per instruction set.
 //
 // A rows-inner panel reads each operand as one stream per system, a row of the batch apart, which
-// no hardware prefetcher follows; the lanes' own prefetches then miss to memory a line at a time.
-// Measured at 100 000 x 100 on the 2-core Zen 3 (bench/RESULTS.md, BM_RowsReadOrder), merely
-// reading the operands in that order took ~50 ms against ~26-30 ms for the same bytes in address
-// order. So while a panel is eliminated, the next panel's operands are prefetched in address
+// no hardware prefetcher follows; the lanes' own prefetches then miss to memory a line at a time,
+// and merely reading the operands in that order takes far longer than the same bytes in address
+// order (bench/bench_tridiagonal.cpp BM_RowsReadOrder; docs/archive/tuning.md, "Fetching the next
+// panel: why"). So while a panel is eliminated, the next panel's operands are prefetched in address
 // order, system after system, a few lines per step (spread so the last comes by the end of the
 // forward sweep); the lanes' prefetches then find them in the caches. Where every operand's next
 // systems are one run of the same length (back to back, the usual (sys, i) tensors), one offset
 // walks all runs (step_runs): the general cursors' bookkeeping took as many instructions per step
-// as the prefetches themselves (without it the library came 6-13% closer to a replica of the
-// panel loop in the same process; bench/RESULTS.md, session 38).
+// as the prefetches themselves (docs/archive/tuning.md, "Fetching the next panel: one offset").
 #include <algorithm>
 #include <cstdint>
 

@@ -65,10 +65,8 @@ class SharedSolve {
   static constexpr bool kRowBlocks = ThomasPanel<T>::kRowBlocks;
   // The rows-contiguous layout runs kGroups groups of VS systems together, row by row, so as
   // many recurrence chains are in flight (each row's is a multiply-add then a multiply). 8 systems
-  // (AVX2: 2 groups of 4 doubles) measured best on the Zen 3: at 100 000 x 100, 1.25-1.32 ns per
-  // unknown against 1.37-1.41 for 4 systems, 1.34-1.38 for 16 and 1.6 for 32 (in cache, 4 096
-  // systems: 0.80 against 1.2, 0.86 and 1.0). At least 2 groups: AVX2 float32 with one group of 8
-  // measured 1.11-1.15 against 0.90-0.98 with two (in cache 0.79 against 0.52).
+  // measured best, from memory and in cache, and at least 2 groups (docs/archive/tuning.md,
+  // "Shared matrix: systems per block").
   static constexpr int kGroups = std::max(2, 8 / VS);
   static constexpr int kLanes = kGroups * VS;
   // Adjacent systems go as many at a time as keep d' within kWideScratch bytes (in L2).
@@ -189,14 +187,14 @@ class SharedSolve {
       }
     };
     // The next block's right-hand sides fetched in address order, spread over the row blocks
-    // (tridiagonal_fetch.h): no hardware prefetcher follows kLanes streams a system apart (at
-    // 100 000 x 100 on the Zen 3, 2.1-2.9 -> 1.3-1.4 ns per unknown).
+    // (tridiagonal_fetch.h): no hardware prefetcher follows kLanes streams a system apart
+    // (docs/archive/tuning.md, "Shared matrix: fetching the right-hand sides").
     const int64_t blocks = std::max<int64_t>(1, whole / VS);
     constexpr bool kRhsOnly[NextPanelFetch<T>::kOperands] = {false, false, false, true};
     fetch_.plan(a_, s + kLanes, static_cast<int>(std::clamp<int64_t>(a_.systems - s - kLanes, 0, kLanes)),
                 kRhsOnly, blocks);
     // The reverse rule reads this block's forward solution after the sweep: fetched meanwhile
-    // (value + gradient at 100 000 x 100: median 68.8 -> 64.0 ms).
+    // (docs/archive/tuning.md, "Shared matrix: fetching the forward solution").
     const char* xs = nullptr;
     int64_t xs_bytes = 0, xs_fetched = 0, xs_per_block = 0;
     if (a_.vjp && sums_) {

@@ -90,9 +90,9 @@ class ThomasPanel {
   // Panel widths (systems per panel, multiples of VS). Systems adjacent in memory go up to 4096
   // at a time, as many as keep c' and d' within 800 KiB (in L2; float64 at n = 100: 512 systems).
   // Each row of a panel is then a run of 4 KB, too short for the hardware prefetchers (they
-  // restart at every row), hence the sweep's own prefetches (kAhead); without them wide panels
-  // kept c' and d' in L3 to get 32 KB runs (26-28 ms at n = 100; with prefetches and L2-sized
-  // panels 16-17 ms). Systems copied into tiles go 32 at a time (16 and 64 measured slower).
+  // restart at every row), hence the sweep's own prefetches (kAhead), which made L2-sized panels
+  // faster than wide ones in L3. Systems copied into tiles go 32 at a time (16 and 64 measured
+  // slower; docs/archive/tuning.md, "Thomas panels: widths").
   static constexpr int kWide = 4096;
   static constexpr int64_t kWideScratch = 800 << 10;
   static constexpr int kNarrow = 32;
@@ -107,17 +107,15 @@ class ThomasPanel {
 #endif
   // Systems whose rows are contiguous go 8 groups of VS at a time: 16 doubles (32 floats) in the
   // baseline build, 32 doubles (64 floats) in the AVX2 one. Since the panels fetch the next panel's operands
-  // (tridiagonal_fetch.h), a smaller panel keeps both panels and c', d' within L2: at 100 000 x 100 on the
-  // Zen 3, AVX2, 32 systems measured 38.7-45.2 ms (min) against 41.7-61.1 for 64 in four sittings, alike in
-  // cache; 16 mixed; the baseline's 16 and 32 alike. (Before the fetch, 16 groups were best: AVX2 69 -> 55 ms
-  // from 32 to 64 systems.)
+  // (tridiagonal_fetch.h), a smaller panel keeps both panels and c', d' within L2 (docs/archive/tuning.md,
+  // "Thomas panels: rows-inner width").
   static constexpr int kRows = kRowBlocks ? 8 * VS : kNarrow;
   static constexpr int64_t kLineRows = 64 / sizeof(T);  // rows per cache line of one system
   static constexpr int64_t kFetchRows = 2 * kLineRows;
   // The sweep over a run of adjacent systems fetches the operands of row i + kAhead while it
   // works on row i, one cache line at a time: the rows of a panel lie a whole row of the batch
-  // apart in memory, where the hardware prefetchers restart at every row (26 -> 19 ms at 100 000
-  // x 100 with the then 4096-wide panels; see bench/RESULTS.md).
+  // apart in memory, where the hardware prefetchers restart at every row (docs/archive/tuning.md,
+  // "Thomas panels: prefetching ahead").
   static constexpr int64_t kAhead = 2;
   static constexpr int kVectorsPerLine = std::max<int>(1, 64 / (VS * static_cast<int>(sizeof(T))));
 
@@ -293,9 +291,8 @@ class ThomasPanel {
   // lower[0] and upper[n-1] (outside the matrix) count as zero. kBackToBack (with kDirect): a full
   // panel (kRows systems, P_ == kRows) whose every operand holds its systems back to back, n
   // apart, so lane w's rows start at lane w = 0's plus w * n: addresses computed, not read from
-  // the lane tables, and the group count and panel width known at compile time. (On the Zen 3,
-  // AVX2, with the lanes' prefetches dropped below: 128 x 100 in cache 2.04 -> 1.89 ns per unknown;
-  // 100 000 x 100 from memory 34.3 -> 31.0 ms, min of alternated runs; bench/RESULTS.md.)
+  // the lane tables, and the group count and panel width known at compile time
+  // (docs/archive/tuning.md, "Thomas panels: back to back").
   template <bool kDirect, bool kChecks, bool kBackToBack = false>
   void forward_block(int64_t i0, int groups_in, SweepCheck<V>& check) {
     static_assert(kDirect || !kBackToBack);
@@ -311,8 +308,8 @@ class ThomasPanel {
     // Each lane's rows are a stream of their own, too many for the hardware prefetchers: every
     // cache line's worth of rows, fetch the lines kFetchRows on. Not while the next panel is
     // fetched (tridiagonal_fetch.h), which has brought these lines to the caches already: there
-    // the lanes' prefetches only took load slots (3.38 -> 3.20 ns per unknown, back to back).
-    // (Each branch below prefetches its own way: one loop for all three measured ~10% slower.)
+    // the lanes' prefetches only took load slots. (Each branch below prefetches its own way: one
+    // loop for all three measured slower; docs/archive/tuning.md, "Thomas panels: lanes' prefetches".)
     const bool ahead = !fetch_.active() && i0 % kLineRows == 0 && i0 + kFetchRows < n;
     // Back to back: the rows this block reads of lane 0 of each operand.
     const T* const lb = kBackToBack ? lane_[lo][0] + lo_row : nullptr;
