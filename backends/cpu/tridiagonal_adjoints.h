@@ -30,8 +30,8 @@ inline bool adjoint_rows_contiguous(const detail::TridiagonalArgs& a) {
 // c', spent by now); then each adjoint is written one array at a time, system after system, each
 // row computed into `tmp` (n values) and streamed out. The panel's systems are usually adjacent,
 // so each array is one sequential stream. (The generic loop, accumulate_adjoints, wrote all four
-// arrays a system at a time from λ's strided column: 30% of the rows-inner gradient at 100 000 x
-// 100 — see bench/RESULTS.md.) An adjoint flagged `assign` is written (its lower[0] / upper[n-1]
+// arrays a system at a time from λ's strided column, a large share of the rows-inner gradient;
+// docs/archive/results_history.md.) An adjoint flagged `assign` is written (its lower[0] / upper[n-1]
 // entries set to zero), otherwise accumulated.
 template <class T, class V, bool kRowBlocks>
 void accumulate_rows(const detail::TridiagonalArgs& a, int64_t first, int count, const T* lam_rows, int64_t P,
