@@ -542,221 +542,272 @@ std::vector<Tensor> shared_checkpoints(const ScanPlan& plan, const std::vector<T
   return ck;
 }
 
-ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
-                     Name over, const ScanOptions& options, const std::vector<Tensor>* captures,
-                     const std::shared_ptr<detail::ScanCache>* cache) {
-  const int64_t steps = check_scan(init, xs, over, options);
-
-  auto run = std::make_shared<ScanRun>();
-  run->init = init;
-  run->xs = xs;
-  run->over = over;
-  run->steps = steps;
-  run->opt = options;
-  detail::Recorder* outer = detail::g_record_state.recorder;
-  const uint32_t outer_serial = outer ? detail::g_record_state.serial : 0;
-
-  // A call through a ScanCache whose kept plan and program fit: no trace, every step replayed.
-  if (cache) {
-    std::unique_ptr<detail::ScanCache::Entry> e = (*cache)->take();
-    if (e && matches(*e, init, xs, over, steps, options, *captures, outer_serial)) {
-      (*cache)->count(true);
-      run->plan = e->plan;
-      run->program = std::move(e->program);
-      for (size_t k = 0; k < init.size(); ++k)
-        if (e->widen[k].rank() > 0) {
-          detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
-          run->init[k] = broadcast(init[k], e->widen[k]);
-        }
-      for (int i : e->param_capture) run->params.push_back((*captures)[static_cast<size_t>(i)]);
-      run->program->rebind(xs, run->params);
-      run->entry = std::move(e);
-      run->cache = *cache;
-    } else {
-      (*cache)->count(false);
-    }
+// One call of scan: the steps run forwards (traced, then replayed) and, when anything is tracked,
+// the ScanRun recorded for the reverse pass. Each phase is a member; run() calls them in order.
+class ScanCall {
+ public:
+  ScanCall(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
+           const ScanOptions& options, const std::vector<Tensor>* captures,
+           const std::shared_ptr<detail::ScanCache>* cache)
+      : body_(body), init_(init), xs_(xs), over_(over), options_(options), captures_(captures), cache_(cache),
+        steps_(check_scan(init, xs, over, options)), run_(std::make_shared<ScanRun>()),
+        outer_(detail::g_record_state.recorder), outer_serial_(outer_ ? detail::g_record_state.serial : 0) {
+    run_->init = init;
+    run_->xs = xs;
+    run_->over = over;
+    run_->steps = steps_;
+    run_->opt = options;
   }
-  const bool replay_all = run->program != nullptr;
 
-  std::vector<Tensor> carry = init, next, y;
-  std::vector<Tensor> ys, ys_pre;  // ys_pre: outputs whose buffer holds a carry's checkpoints too
-  // Per carry: its checkpoints are a view of an output's stacked buffer (shared_checkpoints),
-  // which the forward pass fills through that output, so they are not copied again.
-  std::vector<char> ck_in_ys;
-  // Per carry with shared checkpoints: the whole buffer, carry s in slot s (the program may read
-  // the carry from it in place: StepProgram::read_carries_from).
-  std::vector<Tensor> carry_slots;
-  auto x_at = [&](int64_t s) {
-    std::vector<Tensor> x;
-    for (const Tensor& t : xs) x.push_back(select(t, over, run->index(s)));
-    return x;
-  };
-  // Output j's stacked tensor, for a step's output t: the one made with a carry's checkpoints,
-  // or a buffer of its own.
-  auto stacked = [&](size_t j, const Tensor& t) {
-    if (j < ys_pre.size() && ys_pre[j].defined()) return ys_pre[j];
-    Axes ax{{over, steps}};
-    for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
-    return empty(ax, t.dtype(), t.device());
-  };
-  auto store_y = [&](const std::vector<Tensor>& yt, int64_t s) {
-    if (s == 0)
-      for (const Tensor& t : yt) ys.push_back(stacked(ys.size(), t));
-    if (yt.size() != ys.size())
-      throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " + std::to_string(s) +
-                       " but " + std::to_string(ys.size()) + " at step 0");
-    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys[k], over, run->index(s)), yt[k]);
-  };
+  ScanResult run() {
+    if (cache_) reuse_cached();
+    replay_all_ = run_->program != nullptr;
+    carry_ = init_;
+    if (!replay_all_) trace_first_step();
+    record_ = decide_recording();
+    if (record_) plan_residuals();
+    {
+      detail::PauseRecording pause;
+      const int64_t first = replay_all_ ? start_replayed() : run_traced_steps();
+      if (steps_ > first) replay_steps(first);
+    }
+    run_->complete = true;
+    return result();
+  }
 
-  if (!replay_all) {
-    // Step 0 and step 1 are traced; the plans must agree. Later steps replay the plan.
+ private:
+  // A call through a ScanCache whose kept plan and program fit: no trace, every step replayed.
+  void reuse_cached() {
+    std::unique_ptr<detail::ScanCache::Entry> e = (*cache_)->take();
+    if (!e || !matches(*e, init_, xs_, over_, steps_, options_, *captures_, outer_serial_)) {
+      (*cache_)->count(false);
+      return;
+    }
+    (*cache_)->count(true);
+    run_->plan = e->plan;
+    run_->program = std::move(e->program);
+    for (size_t k = 0; k < init_.size(); ++k)
+      if (e->widen[k].rank() > 0) {
+        detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
+        run_->init[k] = broadcast(init_[k], e->widen[k]);
+      }
+    for (int i : e->param_capture) run_->params.push_back((*captures_)[static_cast<size_t>(i)]);
+    run_->program->rebind(xs_, run_->params);
+    run_->entry = std::move(e);
+    run_->cache = *cache_;
+  }
+
+  // Step 0 traced into the plan (again with a widened init where the carry picks up mapped axes).
+  void trace_first_step() {
     {
       detail::LoopPositionScope where("scan step", 0);
-      run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+      run_->plan = ScanPlan::trace(body_, carry_, x_at(0), outer_serial_, next_, y_);
     }
     // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
     // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
-    if (widen_to_mapped(run->init, next)) {
-      carry = run->init;
+    if (widen_to_mapped(run_->init, next_)) {
+      carry_ = run_->init;
       detail::LoopPositionScope where("scan step", 0);
-      run->plan = ScanPlan::trace(body, carry, x_at(0), outer_serial, next, y);
+      run_->plan = ScanPlan::trace(body_, carry_, x_at(0), outer_serial_, next_, y_);
     }
-    check_carry(run->init, next, 0);
-    run->params = run->plan->params();
-    if (cache && steps > 2) {
-      run->entry = new_entry(*run, init, *captures, outer_serial);
-      run->cache = *cache;
+    check_carry(run_->init, next_, 0);
+    run_->params = run_->plan->params();
+    if (cache_ && steps_ > 2) {
+      run_->entry = new_entry(*run_, init_, *captures_, outer_serial_);
+      run_->cache = *cache_;
     }
   }
-  const std::vector<Tensor>& init_w = run->init;
-  bool record = !run->params.empty();
-  for (const Tensor& t : init_w) record |= detail::is_tracked(t);
-  for (const Tensor& t : xs) record |= detail::is_tracked(t);
-  record &= outer != nullptr;
 
-  int64_t residual_budget = 0;  // bytes the forward pass may keep of the steps' intermediates
-  if (record) {
+  [[nodiscard]] bool decide_recording() const {
+    bool record = !run_->params.empty();
+    for (const Tensor& t : run_->init) record |= detail::is_tracked(t);
+    for (const Tensor& t : xs_) record |= detail::is_tracked(t);
+    return record && outer_ != nullptr;
+  }
+
+  // What the forward pass keeps for the reverse one: bisection under a tight memory budget, else
+  // checkpoints every k steps (in an output's buffer where a carry is also an output) and up to
+  // residual_budget_ bytes of the steps' intermediates.
+  void plan_residuals() {
+    const std::vector<Tensor>& init_w = run_->init;
     // A checkpoint interval past the length is one checkpoint (and keeps the arithmetic below
     // within int64 for any option).
-    run->opt.checkpoint_every = std::min(run->opt.checkpoint_every, std::max<int64_t>(steps, 1));
+    run_->opt.checkpoint_every = std::min(run_->opt.checkpoint_every, std::max<int64_t>(steps_, 1));
     int64_t carry_bytes = 0;
     for (const Tensor& t : init_w) carry_bytes += detail::bytes_of(t);
     int64_t all_carries = 0;  // carry_bytes * steps, saturated
-    if (__builtin_mul_overflow(carry_bytes, steps, &all_carries)) all_carries = INT64_MAX;
-    residual_budget = options.memory_budget > 0 ? options.memory_budget - all_carries : options.residual_budget;
-    if (options.memory_budget > 0 && all_carries > options.memory_budget) {
-      const int64_t slots = options.memory_budget / std::max<int64_t>(carry_bytes, 1);
-      const auto need = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
-      if (slots < need)
-        throw MemoryError("[scan] memory_budget " + std::to_string(options.memory_budget) + " bytes holds " +
-                          std::to_string(slots) + " carries of " + std::to_string(carry_bytes) + " bytes; " +
-                          std::to_string(steps) + " steps need at least " + std::to_string(need) + " (" +
-                          std::to_string(need * carry_bytes) + " bytes)");
-      run->bisection = true;
-    } else {
-      if (options.memory_budget > 0) run->opt.checkpoint_every = 1;
-      const int64_t n_ck = (steps + run->opt.checkpoint_every - 1) / run->opt.checkpoint_every;
-      run->checkpoints = shared_checkpoints(*run->plan, init_w, over, steps, run->opt.checkpoint_every,
-                                            options.reverse, ys_pre, carry_slots);
-      for (size_t c = 0; c < init_w.size(); ++c) {
-        ck_in_ys.push_back(run->checkpoints[c].defined() ? 1 : 0);
-        if (run->checkpoints[c].defined()) continue;
-        const Tensor& t = init_w[c];
-        Axes ax{{kCheckpointAxis, n_ck}};
-        for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
-        run->checkpoints[c] = empty(ax, t.dtype(), t.device());
-      }
+    if (__builtin_mul_overflow(carry_bytes, steps_, &all_carries)) all_carries = INT64_MAX;
+    residual_budget_ = options_.memory_budget > 0 ? options_.memory_budget - all_carries : options_.residual_budget;
+    if (options_.memory_budget > 0 && all_carries > options_.memory_budget) {
+      plan_bisection(carry_bytes);
+      return;
+    }
+    if (options_.memory_budget > 0) run_->opt.checkpoint_every = 1;
+    const int64_t n_ck = (steps_ + run_->opt.checkpoint_every - 1) / run_->opt.checkpoint_every;
+    run_->checkpoints = shared_checkpoints(*run_->plan, init_w, over_, steps_, run_->opt.checkpoint_every,
+                                           options_.reverse, ys_pre_, carry_slots_);
+    for (size_t c = 0; c < init_w.size(); ++c) {
+      ck_in_ys_.push_back(run_->checkpoints[c].defined() ? 1 : 0);
+      if (run_->checkpoints[c].defined()) continue;
+      const Tensor& t = init_w[c];
+      Axes ax{{kCheckpointAxis, n_ck}};
+      for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
+      run_->checkpoints[c] = empty(ax, t.dtype(), t.device());
     }
   }
-  auto checkpoint = [&](const std::vector<Tensor>& c, int64_t s) {
-    if (!record || run->bisection || s % run->opt.checkpoint_every != 0) return;
-    for (size_t k = 0; k < c.size(); ++k) detail::copy_into(select(run->checkpoints[k], kCheckpointAxis, s / run->opt.checkpoint_every), c[k]);
-  };
 
-  {
-    detail::PauseRecording pause;
-    int64_t first = 0;  // the first step the compiled program runs
-    if (replay_all) {
-      carry = init_w;
-    } else {
-      checkpoint(carry, 0);
-      store_y(y, 0);
-      carry = next;
-      first = 1;
-      if (steps > 1) {
-        checkpoint(carry, 1);
-        std::shared_ptr<const ScanPlan> again;
-        {
-          detail::LoopPositionScope where("scan step", 1);
-          again = ScanPlan::trace(body, carry, x_at(1), outer_serial, next, y);
-        }
-        std::string diff = run->plan->difference(*again);
-        if (!diff.empty())
-          throw Error(
-              "[scan] the body ran different ops at step 1 than at step 0 (" + diff +
-              "); a scan body must run the same ops every step: branch with where(), not with C++ control "
-              "flow on values or on the step");
-        check_carry(init_w, next, 1);
-        store_y(y, 1);
-        carry = next;
-        first = 2;
-      }
-    }
-    if (steps > first) {
-      // The steps from `first` replay the kernels of the plan (captured at step 2 of a traced run)
-      // on fixed buffers.
-      detail::StepProgram& p = run->compiled();
-      p.set_carry(carry);
-      p.read_carries_from(carry_slots, over);
-      const bool store_ck = record && !run->bisection;
-      const int64_t k = run->opt.checkpoint_every;
-      // ck stores every carry (step 0); ck_new not those an output's store fills (steps > 0).
-      ScanRun::CarrySlots ck, ck_new;
-      if (store_ck) {
-        ck = ScanRun::CarrySlots(run->checkpoints, p.carry());
-        ck_new = ScanRun::CarrySlots(run->checkpoints, p.carry(), &ck_in_ys);
-      }
-      std::vector<detail::SliceCopy> y_store;
-      bool keep = false;
-      for (int64_t s = first; s < steps; ++s) {
-        if (s == first + 1) {
-          if (run->fused_forward(ck_new, store_ck, y_store, s)) break;
-          // Steps that do not fuse (more than single elements): with every carry stored, the
-          // reverse pass reads each step's intermediates instead of recomputing the step, where
-          // they fit the budget (ScanOptions::residual_budget).
-          keep = store_ck && k == 1 && p.keep_residuals(residual_budget);
-        }
-        if (store_ck && s % k == 0 && !keep)
-          (s == 0 ? ck : ck_new).from_carry(s / k);  // a kept step keeps its carry
-        p.forward(s);
-        if (s == first) {
-          for (size_t j = 0; j < run->plan->y_out().size(); ++j) {
-            if (replay_all) ys.push_back(stacked(j, p.y(j)));
-            y_store.emplace_back(p.y(j), ys[j], over, false, false);
-          }
-        }
-        if (keep) p.save(s);
-        for (auto& c : y_store) c.run(run->index(s));
-        p.next_carry();
-      }
-      p.finish();
-      p.load_carries(steps);
-      for (size_t j = 0; j < carry.size(); ++j) carry[j] = detail::copy_of(p.carry()[j]);
-    }
+  void plan_bisection(int64_t carry_bytes) {
+    const int64_t slots = options_.memory_budget / std::max<int64_t>(carry_bytes, 1);
+    const auto need = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps_)))) + 1;
+    if (slots < need)
+      throw MemoryError("[scan] memory_budget " + std::to_string(options_.memory_budget) + " bytes holds " +
+                        std::to_string(slots) + " carries of " + std::to_string(carry_bytes) + " bytes; " +
+                        std::to_string(steps_) + " steps need at least " + std::to_string(need) + " (" +
+                        std::to_string(need * carry_bytes) + " bytes)");
+    run_->bisection = true;
   }
-  run->complete = true;
 
-  ScanResult result{carry, ys};
-  if (record) {
-    std::vector<Tensor> inputs = run->init, outputs = result.carry;
-    inputs.insert(inputs.end(), xs.begin(), xs.end());
-    inputs.insert(inputs.end(), run->params.begin(), run->params.end());
+  // A cached call: the program replays from step 0.
+  int64_t start_replayed() {
+    carry_ = run_->init;
+    return 0;
+  }
+
+  // Steps 0 and 1 of a traced call: step 0's results stored, step 1 traced again and checked to
+  // run the same ops. Returns the first step the compiled program runs.
+  int64_t run_traced_steps() {
+    checkpoint(carry_, 0);
+    store_y(y_, 0);
+    carry_ = next_;
+    if (steps_ <= 1) return 1;
+    checkpoint(carry_, 1);
+    std::shared_ptr<const ScanPlan> again;
+    {
+      detail::LoopPositionScope where("scan step", 1);
+      again = ScanPlan::trace(body_, carry_, x_at(1), outer_serial_, next_, y_);
+    }
+    const std::string diff = run_->plan->difference(*again);
+    if (!diff.empty())
+      throw Error("[scan] the body ran different ops at step 1 than at step 0 (" + diff +
+                  "); a scan body must run the same ops every step: branch with where(), not with C++ control "
+                  "flow on values or on the step");
+    check_carry(run_->init, next_, 1);
+    store_y(y_, 1);
+    carry_ = next_;
+    return 2;
+  }
+
+  // The steps from `first` replay the kernels of the plan (captured at step 2 of a traced run) on
+  // fixed buffers, storing checkpoints, kept intermediates and outputs as they go.
+  void replay_steps(int64_t first) {
+    detail::StepProgram& p = run_->compiled();
+    p.set_carry(carry_);
+    p.read_carries_from(carry_slots_, over_);
+    const bool store_ck = record_ && !run_->bisection;
+    const int64_t k = run_->opt.checkpoint_every;
+    // ck stores every carry (step 0); ck_new not those an output's store fills (steps > 0).
+    ScanRun::CarrySlots ck, ck_new;
+    if (store_ck) {
+      ck = ScanRun::CarrySlots(run_->checkpoints, p.carry());
+      ck_new = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &ck_in_ys_);
+    }
+    std::vector<detail::SliceCopy> y_store;
+    bool keep = false;
+    for (int64_t s = first; s < steps_; ++s) {
+      if (s == first + 1) {
+        if (run_->fused_forward(ck_new, store_ck, y_store, s)) break;
+        // Steps that do not fuse (more than single elements): with every carry stored, the
+        // reverse pass reads each step's intermediates instead of recomputing the step, where
+        // they fit the budget (ScanOptions::residual_budget).
+        keep = store_ck && k == 1 && p.keep_residuals(residual_budget_);
+      }
+      if (store_ck && s % k == 0 && !keep) (s == 0 ? ck : ck_new).from_carry(s / k);  // a kept step keeps its carry
+      p.forward(s);
+      if (s == first)
+        for (size_t j = 0; j < run_->plan->y_out().size(); ++j) {
+          if (replay_all_) ys_.push_back(stacked(j, p.y(j)));
+          y_store.emplace_back(p.y(j), ys_[j], over_, false, false);
+        }
+      if (keep) p.save(s);
+      for (auto& c : y_store) c.run(run_->index(s));
+      p.next_carry();
+    }
+    p.finish();
+    p.load_carries(steps_);
+    for (size_t j = 0; j < carry_.size(); ++j) carry_[j] = detail::copy_of(p.carry()[j]);
+  }
+
+  // The final carry and the stacked outputs; recorded as one node when anything is tracked.
+  ScanResult result() {
+    ScanResult result{carry_, ys_};
+    if (!record_) return result;
+    std::vector<Tensor> inputs = run_->init, outputs = result.carry;
+    inputs.insert(inputs.end(), xs_.begin(), xs_.end());
+    inputs.insert(inputs.end(), run_->params.begin(), run_->params.end());
     outputs.insert(outputs.end(), result.ys.begin(), result.ys.end());
-    outer->record_custom(run, inputs, outputs);
-    result.carry.assign(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(init.size()));
-    result.ys.assign(outputs.begin() + static_cast<std::ptrdiff_t>(init.size()), outputs.end());
+    outer_->record_custom(run_, inputs, outputs);
+    result.carry.assign(outputs.begin(), outputs.begin() + static_cast<std::ptrdiff_t>(init_.size()));
+    result.ys.assign(outputs.begin() + static_cast<std::ptrdiff_t>(init_.size()), outputs.end());
+    return result;
   }
-  return result;
+
+  [[nodiscard]] std::vector<Tensor> x_at(int64_t s) const {
+    std::vector<Tensor> x;
+    for (const Tensor& t : xs_) x.push_back(select(t, over_, run_->index(s)));
+    return x;
+  }
+
+  // Output j's stacked tensor, for a step's output t: the one made with a carry's checkpoints,
+  // or a buffer of its own.
+  [[nodiscard]] Tensor stacked(size_t j, const Tensor& t) const {
+    if (j < ys_pre_.size() && ys_pre_[j].defined()) return ys_pre_[j];
+    Axes ax{{over_, steps_}};
+    for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
+    return empty(ax, t.dtype(), t.device());
+  }
+
+  void store_y(const std::vector<Tensor>& yt, int64_t s) {
+    if (s == 0)
+      for (const Tensor& t : yt) ys_.push_back(stacked(ys_.size(), t));
+    if (yt.size() != ys_.size())
+      throw ShapeError("[scan] the body returned " + std::to_string(yt.size()) + " outputs at step " +
+                       std::to_string(s) + " but " + std::to_string(ys_.size()) + " at step 0");
+    for (size_t k = 0; k < yt.size(); ++k) detail::copy_into(select(ys_[k], over_, run_->index(s)), yt[k]);
+  }
+
+  void checkpoint(const std::vector<Tensor>& c, int64_t s) {
+    if (!record_ || run_->bisection || s % run_->opt.checkpoint_every != 0) return;
+    for (size_t k = 0; k < c.size(); ++k)
+      detail::copy_into(select(run_->checkpoints[k], kCheckpointAxis, s / run_->opt.checkpoint_every), c[k]);
+  }
+
+  const ScanBody& body_;
+  const std::vector<Tensor>& init_;
+  const std::vector<Tensor>& xs_;
+  Name over_;
+  const ScanOptions& options_;
+  const std::vector<Tensor>* captures_;
+  const std::shared_ptr<detail::ScanCache>* cache_;
+  int64_t steps_;
+  std::shared_ptr<ScanRun> run_;
+  detail::Recorder* outer_;
+  uint32_t outer_serial_;
+  bool replay_all_ = false, record_ = false;
+  int64_t residual_budget_ = 0;  // bytes the forward pass may keep of the steps' intermediates
+  std::vector<Tensor> carry_, next_, y_;
+  std::vector<Tensor> ys_, ys_pre_;  // ys_pre_: outputs whose buffer holds a carry's checkpoints too
+  // Per carry: its checkpoints are a view of an output's stacked buffer (shared_checkpoints),
+  // which the forward pass fills through that output, so they are not copied again.
+  std::vector<char> ck_in_ys_;
+  // Per carry with shared checkpoints: the whole buffer, carry s in slot s (the program may read
+  // the carry from it in place: StepProgram::read_carries_from).
+  std::vector<Tensor> carry_slots_;
+};
+
+ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
+                     Name over, const ScanOptions& options, const std::vector<Tensor>* captures,
+                     const std::shared_ptr<detail::ScanCache>* cache) {
+  return ScanCall(body, init, xs, over, options, captures, cache).run();
 }
 
 }  // namespace
