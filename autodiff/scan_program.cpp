@@ -560,127 +560,161 @@ void StepProgram::make_slice_copies() {
 void StepProgram::backward(int64_t s) {
   LoopPositionScope where("scan step", s);
   const bool host = on_host();
-  if (backward_built_) {
-    if (host) {
-      for (size_t k = 0; k < x_load_.size(); ++k)
-        if (x_load_back_[k]) x_load_[k].run(index(s));
-      for (size_t k = 0; k < carry_.size(); ++k)
-        if (carry_load_back_[k] && carry_slots_[k].defined()) carry_load_[k].run(s);
-    }
-    seed_.run("scan step", s, s);
-    if (host)
-      for (SliceCopy& c : y_seed_) c.run(index(s));
-    vjp_.run("scan step", s, s);
-  } else {
-    const ScanPlan& p = *plan_;
-    // The reverse programs are captured from x_t and the carries in their buffers
-    // (read_x_in_place_back then decides how their replays read them).
-    if (host) {
-      for (size_t k = 0; k < x_load_.size(); ++k)
-        if (x_in_place_[k]) x_load_[k].run(index(s));
-      for (size_t k = 0; k < carry_.size(); ++k)
-        if (carry_in_place_[k]) carry_load_[k].run(s);
-    }
-    // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
-    // zeroed: each stays flagged fresh until its first writer, and is zero-filled only where
-    // something accumulates into it first (most adjoints are written whole by one rule). Then
-    // the cotangent of the carry after this step, and of y_t.
-    std::vector<char> fresh(p.n_vars(), 0);
-    // The adjoint of an intermediate handed on as carry k, which this step would start as a copy
-    // of carry_bar_[k], is carry_bar_[k] itself where it has the same layout: only this step's
-    // rules read or add to it before the step's last calls write carry_bar_ afresh from the carry
-    // inputs' adjoints (which are never aliased so: a carry handed on unchanged keeps its copy).
-    std::vector<char> aliased(carry_.size(), 0);
-    for (size_t k = 0; k < carry_.size(); ++k) {
-      const int32_t v = p.carry_out()[k].var;
-      if (v < 0 || !needs_[static_cast<size_t>(v)] || adjoints_[static_cast<size_t>(v)].defined()) continue;
-      if (p.var(v).kind != VarKind::op || p.view_parent(v) >= 0) continue;
-      const Tensor& bar = carry_bar_[k];
-      const Tensor& value = values_[static_cast<size_t>(v)];
-      Axes ax = p.var(v).axes;
-      for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
-      if (!(ax == bar.axes()) || p.var(v).dtype != bar.dtype() || value.device() != bar.device() ||
-          !bar.is_contiguous())
-        continue;
-      adjoints_[static_cast<size_t>(v)] = bar;
-      aliased[k] = 1;
-    }
-    capture_into(seed_, [&] {
-      for (size_t v = 0; v < p.n_vars(); ++v)
-        if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);
-      for (size_t k = 0; k < carry_.size(); ++k) {
-        const auto v = static_cast<size_t>(p.carry_out()[k].var);
-        if (p.carry_out()[k].var < 0 || !needs_[v] || aliased[k]) continue;
-        if (fresh[v]) {
-          copy_into(adjoints_[v], carry_bar_[k]);  // same axes: covers it
-          fresh[v] = 0;
-        } else {
-          accumulate(p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh), carry_bar_[k]);
-        }
-      }
-      for (size_t k = 0; k < ys_bar_.size(); ++k) {
-        const auto v = static_cast<size_t>(p.y_out()[k].var);
-        if (ys_bar_[k].defined() && p.y_out()[k].var >= 0 && needs_[v] && !fresh[v])
-          (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_,
-                          &fresh);  // zero a fresh parent
-      }
-    });
-    y_seed_of_.assign(ys_bar_.size(), {-1, false});
-    for (size_t k = 0; k < ys_bar_.size(); ++k) {
-      const auto v = static_cast<size_t>(p.y_out()[k].var);
-      if (!ys_bar_[k].defined() || p.y_out()[k].var < 0 || !needs_[v]) continue;
-      // A fresh y adjoint is written by the slice copy (it covers it); otherwise added to.
-      y_seed_of_[k] = {p.y_out()[k].var, !fresh[v]};
-      fresh[v] = 0;
-    }
-    x_adj_of_.assign(xs_adj_.size(), -1);
-    for (size_t k = 0; k < xs_adj_.size(); ++k)
-      if (xs_adj_[k].defined()) x_adj_of_[k] = p.n_carry() + static_cast<int32_t>(k);
-    make_slice_copies();
-    if (host)
-      for (SliceCopy& c : y_seed_) c.run(index(s));
-    capture_into(vjp_, [&] {
-      if (!host)
-        for (SliceCopy& c : y_seed_) c.run_or_record(s, origin(), dir());
-      p.backward(values_, adjoints_, needs_, batch_, &fresh);
-      // What the step hands on must be defined: a carry or x adjoint no rule wrote is zero.
-      for (size_t k = 0; k < carry_.size(); ++k) {
-        if (adjoints_[k].defined()) {
-          copy_into(carry_bar_[k], p.adjoint(values_, adjoints_, static_cast<int32_t>(k), batch_, &fresh));
-        } else {
-          fill_zero(carry_bar_[k]);
-        }
-      }
-      for (size_t k = 0; k < xs_adj_.size(); ++k) {
-        const auto v = static_cast<int32_t>(p.n_carry() + static_cast<int>(k));
-        if (xs_adj_[k].defined()) (void)p.adjoint(values_, adjoints_, v, batch_, &fresh);
-      }
-      if (!host)
-        for (SliceCopy& c : x_adj_store_) c.run_or_record(s, origin(), dir());
-    });
-    // Only this program reads its temporaries (the reverse rules' scratch), the adjoints of the
-    // step's intermediates (allocated by the seed program) and those of the carries into the step
-    // (it copies them into carry_bar_ itself); the adjoints of new carries and outputs (the seed
-    // program writes them), of inputs x_t and of parameters are read or written elsewhere too.
-    // Replays may skip or fuse copies into the former (KernelProgram::allow_copy_forwarding).
-    if (host) {
-      std::vector<char> shared(p.n_vars(), 0);
-      for (size_t v = 0; v < p.n_vars(); ++v) {
-        const VarKind kind = p.var(static_cast<int32_t>(v)).kind;
-        shared[v] = kind == VarKind::x || kind == VarKind::param;
-      }
-      for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
-        for (const PlanRef& r : *refs)
-          if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
-      BufferSplit b = split_buffers(adjoints_, shared);
-      for (const Tensor& t : carry_bar_) b.shared.push_back(t.storage());
-      vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
-      read_x_in_place_back();
-    }
-    backward_built_ = true;
-  }
+  if (backward_built_)
+    replay_backward(s);
+  else
+    build_backward(s);
   if (host)
     for (SliceCopy& c : x_adj_store_) c.run(index(s));
+}
+
+void StepProgram::replay_backward(int64_t s) {
+  const bool host = on_host();
+  if (host) {
+    for (size_t k = 0; k < x_load_.size(); ++k)
+      if (x_load_back_[k]) x_load_[k].run(index(s));
+    for (size_t k = 0; k < carry_.size(); ++k)
+      if (carry_load_back_[k] && carry_slots_[k].defined()) carry_load_[k].run(s);
+  }
+  seed_.run("scan step", s, s);
+  if (host)
+    for (SliceCopy& c : y_seed_) c.run(index(s));
+  vjp_.run("scan step", s, s);
+}
+
+void StepProgram::build_backward(int64_t s) {
+  const bool host = on_host();
+  // The reverse programs are captured from x_t and the carries in their buffers
+  // (read_x_in_place_back then decides how their replays read them).
+  if (host) {
+    for (size_t k = 0; k < x_load_.size(); ++k)
+      if (x_in_place_[k]) x_load_[k].run(index(s));
+    for (size_t k = 0; k < carry_.size(); ++k)
+      if (carry_in_place_[k]) carry_load_[k].run(s);
+  }
+  // Adjoints of every variable that can carry a gradient (views alias their parent's), NOT
+  // zeroed: each stays flagged fresh until its first writer, and is zero-filled only where
+  // something accumulates into it first (most adjoints are written whole by one rule). Then
+  // the cotangent of the carry after this step, and of y_t.
+  std::vector<char> fresh(plan_->n_vars(), 0);
+  capture_seed(fresh, alias_carry_adjoints());
+  plan_slice_copies(fresh);
+  if (host)
+    for (SliceCopy& c : y_seed_) c.run(index(s));
+  capture_vjp(s, fresh);
+  if (host) allow_forwarding_back();
+  backward_built_ = true;
+}
+
+// The adjoint of an intermediate handed on as carry k, which this step would start as a copy of
+// carry_bar_[k], is carry_bar_[k] itself where it has the same layout: only this step's rules read
+// or add to it before the step's last calls write carry_bar_ afresh from the carry inputs'
+// adjoints (which are never aliased so: a carry handed on unchanged keeps its copy).
+std::vector<char> StepProgram::alias_carry_adjoints() {
+  const ScanPlan& p = *plan_;
+  std::vector<char> aliased(carry_.size(), 0);
+  for (size_t k = 0; k < carry_.size(); ++k) {
+    const int32_t v = p.carry_out()[k].var;
+    if (v < 0 || !needs_[static_cast<size_t>(v)] || adjoints_[static_cast<size_t>(v)].defined()) continue;
+    if (p.var(v).kind != VarKind::op || p.view_parent(v) >= 0) continue;
+    const Tensor& bar = carry_bar_[k];
+    const Tensor& value = values_[static_cast<size_t>(v)];
+    Axes ax = p.var(v).axes;
+    for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
+    if (!(ax == bar.axes()) || p.var(v).dtype != bar.dtype() || value.device() != bar.device() ||
+        !bar.is_contiguous())
+      continue;
+    adjoints_[static_cast<size_t>(v)] = bar;
+    aliased[k] = 1;
+  }
+  return aliased;
+}
+
+// The seed program: allocates the adjoints and starts those of the new carries from carry_bar_.
+void StepProgram::capture_seed(std::vector<char>& fresh, const std::vector<char>& aliased) {
+  const ScanPlan& p = *plan_;
+  capture_into(seed_, [&] {
+    for (size_t v = 0; v < p.n_vars(); ++v)
+      if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);
+    for (size_t k = 0; k < carry_.size(); ++k) {
+      const auto v = static_cast<size_t>(p.carry_out()[k].var);
+      if (p.carry_out()[k].var < 0 || !needs_[v] || aliased[k]) continue;
+      if (fresh[v]) {
+        copy_into(adjoints_[v], carry_bar_[k]);  // same axes: covers it
+        fresh[v] = 0;
+      } else {
+        accumulate(p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh), carry_bar_[k]);
+      }
+    }
+    for (size_t k = 0; k < ys_bar_.size(); ++k) {
+      const auto v = static_cast<size_t>(p.y_out()[k].var);
+      if (ys_bar_[k].defined() && p.y_out()[k].var >= 0 && needs_[v] && !fresh[v])
+        (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(v), batch_, &fresh);  // zero a fresh parent
+    }
+  });
+}
+
+// Which adjoint each output's cotangent seeds (written where fresh: the slice copy covers it;
+// otherwise added to) and which adjoint each input's store reads; then the slice copies.
+void StepProgram::plan_slice_copies(std::vector<char>& fresh) {
+  const ScanPlan& p = *plan_;
+  y_seed_of_.assign(ys_bar_.size(), {-1, false});
+  for (size_t k = 0; k < ys_bar_.size(); ++k) {
+    const auto v = static_cast<size_t>(p.y_out()[k].var);
+    if (!ys_bar_[k].defined() || p.y_out()[k].var < 0 || !needs_[v]) continue;
+    y_seed_of_[k] = {p.y_out()[k].var, !fresh[v]};
+    fresh[v] = 0;
+  }
+  x_adj_of_.assign(xs_adj_.size(), -1);
+  for (size_t k = 0; k < xs_adj_.size(); ++k)
+    if (xs_adj_[k].defined()) x_adj_of_[k] = p.n_carry() + static_cast<int32_t>(k);
+  make_slice_copies();
+}
+
+// The reverse program: every rule of the step, then the carries' cotangents for the step before
+// (zero where no rule wrote one) and the inputs' adjoints.
+void StepProgram::capture_vjp(int64_t s, std::vector<char>& fresh) {
+  const ScanPlan& p = *plan_;
+  const bool host = on_host();
+  capture_into(vjp_, [&] {
+    if (!host)
+      for (SliceCopy& c : y_seed_) c.run_or_record(s, origin(), dir());
+    p.backward(values_, adjoints_, needs_, batch_, &fresh);
+    for (size_t k = 0; k < carry_.size(); ++k) {
+      if (adjoints_[k].defined()) {
+        copy_into(carry_bar_[k], p.adjoint(values_, adjoints_, static_cast<int32_t>(k), batch_, &fresh));
+      } else {
+        fill_zero(carry_bar_[k]);
+      }
+    }
+    for (size_t k = 0; k < xs_adj_.size(); ++k) {
+      const auto v = static_cast<int32_t>(p.n_carry() + static_cast<int>(k));
+      if (xs_adj_[k].defined()) (void)p.adjoint(values_, adjoints_, v, batch_, &fresh);
+    }
+    if (!host)
+      for (SliceCopy& c : x_adj_store_) c.run_or_record(s, origin(), dir());
+  });
+}
+
+// Host: only the reverse program reads its temporaries (the reverse rules' scratch), the adjoints
+// of the step's intermediates (allocated by the seed program) and those of the carries into the
+// step (it copies them into carry_bar_ itself); the adjoints of new carries and outputs (the seed
+// program writes them), of inputs x_t and of parameters are read or written elsewhere too.
+// Replays may skip or fuse copies into the former (KernelProgram::allow_copy_forwarding).
+void StepProgram::allow_forwarding_back() {
+  const ScanPlan& p = *plan_;
+  std::vector<char> shared(p.n_vars(), 0);
+  for (size_t v = 0; v < p.n_vars(); ++v) {
+    const VarKind kind = p.var(static_cast<int32_t>(v)).kind;
+    shared[v] = kind == VarKind::x || kind == VarKind::param;
+  }
+  for (const std::vector<PlanRef>* refs : {&p.carry_out(), &p.y_out()})
+    for (const PlanRef& r : *refs)
+      if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
+  BufferSplit b = split_buffers(adjoints_, shared);
+  for (const Tensor& t : carry_bar_) b.shared.push_back(t.storage());
+  vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
+  read_x_in_place_back();
 }
 
 }  // namespace tenax::detail

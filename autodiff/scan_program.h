@@ -166,6 +166,15 @@ class StepProgram {
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
   /// forward(s) the first time: runs step s capturing the forward program.
   void build_forward(int64_t s);
+  /// backward(s) once built: loads what the reverse programs read, runs them.
+  void replay_backward(int64_t s);
+  /// backward(s) the first time: captures the seed and reverse programs while running step s.
+  void build_backward(int64_t s);
+  std::vector<char> alias_carry_adjoints();
+  void capture_seed(std::vector<char>& fresh, const std::vector<char>& aliased);
+  void plan_slice_copies(std::vector<char>& fresh);
+  void capture_vjp(int64_t s, std::vector<char>& fresh);
+  void allow_forwarding_back();
   /// Host, once the forward program is captured: the inputs x_t that only its loop calls read
   /// are read in place, from the scanned tensor (x_in_place_).
   void read_x_in_place();
