@@ -183,6 +183,10 @@ class KernelProgram {
   void note_uses(PassState& st, size_t k) const;  // likewise
   void forward_copies(PassState& st) const;
   void fuse_contractions(PassState& st) const;
+  bool fuse_copy_then_contraction(PassState& st, size_t k) const;        // contraction_fusion.cpp
+  const InlineCall* sole_reader(PassState& st, size_t k, size_t& j) const;
+  bool fuse_contraction_then_copy(PassState& st, size_t k) const;
+  bool fuse_contraction_then_add(PassState& st, size_t k) const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
