@@ -110,7 +110,10 @@ struct MapRun final : detail::CustomNode {
 
 }  // namespace
 
-std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Tensor>& args, const MapOptions& o) {
+namespace {
+
+// The options and arguments checked; the mapped axis's size.
+int64_t check_map(Name over, const std::vector<Tensor>& args, const MapOptions& o) {
   if (o.batch_size < 0) throw Error("[map] batch_size must be >= 0, got " + std::to_string(o.batch_size));
   if (o.memory_budget < 0) throw Error("[map] memory_budget must be >= 0 bytes");
   if (o.parallel_chunks < 1) throw Error("[map] parallel_chunks must be >= 1, got " + std::to_string(o.parallel_chunks));
@@ -126,50 +129,84 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
   }
   if (steps < 0) throw AxisError("[map] no argument has the mapped axis '" + over.str() + "'");
   if (steps == 0) throw ShapeError("[map] the axis '" + over.str() + "' is empty");
+  return steps;
+}
 
-  detail::Recorder* outer = detail::g_record_state.recorder;
-  bool record = false;
-  for (const Tensor& a : args) record |= detail::is_tracked(a);
-  record &= outer != nullptr && !detail::g_record_state.trace;
-  const bool remat = record && o.rematerialize;
-  const uint32_t outer_serial = detail::g_record_state.serial;
-  ClosureGuard guard;
+// One call of map: chunks run through nmap, their results stacked (or, recorded without
+// rematerialisation, joined at the end), and with rematerialisation one MapRun recorded.
+class MapCall {
+ public:
+  MapCall(const MultiFunction& f, Name over, const std::vector<Tensor>& args, const MapOptions& o)
+      : f_(f), over_(over), args_(args), o_(o), steps_(check_map(over, args, o)),
+        outer_(detail::g_record_state.recorder), outer_serial_(detail::g_record_state.serial) {
+    bool record = false;
+    for (const Tensor& a : args) record |= detail::is_tracked(a);
+    record_ = record && outer_ != nullptr && !detail::g_record_state.trace;
+    remat_ = record_ && o.rematerialize;
+    // Chunks recorded on the tape (no rematerialisation) are joined at the end; otherwise each is
+    // copied into the stacked outputs as it comes and dropped, and computed on plain values under a
+    // guard (an op reading a tensor the tape tracks would lose its gradient in the copy).
+    keep_chunks_ = record_ && !remat_;
+    plain_ = args;
+    for (Tensor& t : plain_) detail::TensorAccess::set_var(t, -1, 0);
+  }
 
-  // Chunks recorded on the tape (no rematerialisation) are joined at the end; otherwise each is
-  // copied into the stacked outputs as it comes and dropped, and computed on plain values under a
-  // guard (an op reading a tensor the tape tracks would lose its gradient in the copy).
-  const bool keep_chunks = record && !remat;
-  std::vector<Tensor> plain = args;
-  for (Tensor& t : plain) detail::TensorAccess::set_var(t, -1, 0);
-  auto run_chunk = [&](int64_t s, int64_t e) {
+  std::vector<Tensor> run() {
+    int64_t batch = o_.batch_size > 0 ? o_.batch_size : steps_;
+    int64_t start = 0;
+    if (o_.batch_size == 0 && o_.memory_budget > 0) {
+      batch = batch_from_one_slice();
+      start = 1;
+    }
+    // A batch past the axis is the whole axis (and keeps the chunk arithmetic within int64 for any
+    // batch_size or memory_budget).
+    batch = std::min(batch, std::max<int64_t>(steps_, 1));
+    if (keep_chunks_ || start == 0) {
+      // The first chunk runs here: it fixes the stacked outputs' shapes (and is the only place
+      // recorded chunks may run).
+      const int64_t e = std::min(start + batch, steps_);
+      keep(run_chunk(start, e), start, e);
+      start = e;
+    }
+    const int64_t parallel = keep_chunks_ ? 1 : o_.parallel_chunks;
+    for_chunks(start, steps_, batch, parallel, [&](int64_t s, int64_t e) {
+      std::vector<Tensor> part = run_chunk(s, e);
+      detail::PauseRecording pause;
+      keep(part, s, e);
+    });
+    if (keep_chunks_) return joined();
+    if (remat_) record(batch);
+    return outs_;
+  }
+
+ private:
+  std::vector<Tensor> run_chunk(int64_t s, int64_t e) {
     detail::LoopPositionScope where("the map chunk starting at slice", s);
     detail::DeviceLoopScope loop;  // device waits here cost one round trip per chunk: warned
-    if (keep_chunks) return nmap(f, {over}, chunk_args(args, over, s, e));
-    if (!outer) return nmap(f, {over}, chunk_args(plain, over, s, e));
-    GuardScope scope(&guard, outer_serial);
-    return nmap(f, {over}, chunk_args(plain, over, s, e));
-  };
-  std::vector<std::vector<Tensor>> recorded;
-  std::vector<Tensor> outs;
-  auto keep = [&](const std::vector<Tensor>& part, int64_t s, int64_t e) {
-    if (keep_chunks) {
-      recorded.push_back(part);
+    if (keep_chunks_) return nmap(f_, {over_}, chunk_args(args_, over_, s, e));
+    if (!outer_) return nmap(f_, {over_}, chunk_args(plain_, over_, s, e));
+    GuardScope scope(&guard_, outer_serial_);
+    return nmap(f_, {over_}, chunk_args(plain_, over_, s, e));
+  }
+
+  void keep(const std::vector<Tensor>& part, int64_t s, int64_t e) {
+    if (keep_chunks_) {
+      recorded_.push_back(part);
       return;
     }
-    if (outs.empty())
+    if (outs_.empty())
       for (const Tensor& p : part) {
-        Axes ax{{over, steps}};
+        Axes ax{{over_, steps_}};
         for (int i = 0; i < p.rank(); ++i)
-          if (p.axes().name(i) != over) ax.push_back(p.axes()[i]);
-        outs.push_back(empty(ax, p.dtype(), p.device()));
+          if (p.axes().name(i) != over_) ax.push_back(p.axes()[i]);
+        outs_.push_back(empty(ax, p.dtype(), p.device()));
       }
-    for (size_t k = 0; k < part.size(); ++k) detail::copy_into(slice(outs[k], over, s, e), part[k]);
-  };
+    for (size_t k = 0; k < part.size(); ++k) detail::copy_into(slice(outs_[k], over_, s, e), part[k]);
+  }
 
-  int64_t batch = o.batch_size > 0 ? o.batch_size : steps;
-  int64_t start = 0;
-  if (o.batch_size == 0 && o.memory_budget > 0) {
-    // Measure one slice: the peak bytes allocated while computing it (results and temporaries).
+  // Runs slice 0 measuring the peak bytes allocated while computing it (results and temporaries):
+  // the batch the memory budget allows.
+  int64_t batch_from_one_slice() {
     detail::AllocationMeter meter;
     detail::AllocationMeter* previous = detail::g_meter;
     detail::g_meter = &meter;
@@ -181,46 +218,48 @@ std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Ten
       throw;
     }
     detail::g_meter = previous;
-    batch = std::max<int64_t>(1, o.memory_budget / std::max<int64_t>(meter.peak, 1));
     keep(first, 0, 1);
-    start = 1;
+    return std::max<int64_t>(1, o_.memory_budget / std::max<int64_t>(meter.peak, 1));
   }
-  // A batch past the axis is the whole axis (and keeps the chunk arithmetic within int64 for any
-  // batch_size or memory_budget).
-  batch = std::min(batch, std::max<int64_t>(steps, 1));
-  if (keep_chunks || start == 0) {
-    // The first chunk runs here: it fixes the stacked outputs' shapes (and is the only place
-    // recorded chunks may run).
-    const int64_t e = std::min(start + batch, steps);
-    keep(run_chunk(start, e), start, e);
-    start = e;
-  }
-  const int64_t parallel = keep_chunks ? 1 : o.parallel_chunks;
-  for_chunks(start, steps, batch, parallel, [&](int64_t s, int64_t e) {
-    std::vector<Tensor> part = run_chunk(s, e);
-    detail::PauseRecording pause;
-    keep(part, s, e);
-  });
-  if (keep_chunks) {
-    std::vector<Tensor> joined;
-    for (size_t k = 0; k < recorded.front().size(); ++k) {
+
+  std::vector<Tensor> joined() const {
+    std::vector<Tensor> out;
+    for (size_t k = 0; k < recorded_.front().size(); ++k) {
       std::vector<Tensor> pieces;
-      for (const auto& part : recorded) pieces.push_back(part[k]);
-      joined.push_back(pieces.size() == 1 ? pieces[0] : concat(pieces, over));
+      for (const auto& part : recorded_) pieces.push_back(part[k]);
+      out.push_back(pieces.size() == 1 ? pieces[0] : concat(pieces, over_));
     }
-    return joined;
+    return out;
   }
-  if (remat) {
+
+  void record(int64_t batch) {
     auto run = std::make_shared<MapRun>();
-    run->f = f;
-    run->over = over;
-    run->args = plain;  // untracked: the backward chunks watch them on their own tapes (any thread)
-    run->steps = steps;
+    run->f = f_;
+    run->over = over_;
+    run->args = plain_;  // untracked: the backward chunks watch them on their own tapes (any thread)
+    run->steps = steps_;
     run->batch = batch;
-    run->parallel = o.parallel_chunks;
-    outer->record_custom(run, args, outs);
+    run->parallel = o_.parallel_chunks;
+    outer_->record_custom(run, args_, outs_);
   }
-  return outs;
+
+  const MultiFunction& f_;
+  Name over_;
+  const std::vector<Tensor>& args_;
+  const MapOptions& o_;
+  int64_t steps_;
+  detail::Recorder* outer_;
+  uint32_t outer_serial_;
+  bool record_ = false, remat_ = false, keep_chunks_ = false;
+  std::vector<Tensor> plain_, outs_;
+  std::vector<std::vector<Tensor>> recorded_;
+  ClosureGuard guard_;
+};
+
+}  // namespace
+
+std::vector<Tensor> map(const MultiFunction& f, Name over, const std::vector<Tensor>& args, const MapOptions& o) {
+  return MapCall(f, over, args, o).run();
 }
 
 }  // namespace tenax
