@@ -318,51 +318,16 @@ void KernelProgram::finish(const char* what) const {
 
 int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase* base) {
   const auto* first = static_cast<const char*>(lo);
-  auto inside = [&](const void* p) {
-    const auto* c = static_cast<const char*>(p);
-    return c >= first && c < first + bytes;
-  };
   // First every call's verdict (the operand to redirect, -1: none; an `other` call's fields to
   // move), then the changes.
   std::vector<int8_t> operand(calls_.size(), -1);
   std::vector<std::vector<int>> fields(calls_.size());
   int redirected = 0;
   for (size_t k = 0; k < calls_.size(); ++k) {
-    const Call& c = calls_[k];
-    int hits = 0, at = -1;
-    auto note = [&](const void* p, int i) {
-      if (p && inside(p)) {
-        ++hits;
-        at = i;
-      }
-    };
-    if (c.other && c.touches >= 0 && !c.describe) {  // an `other` call naming its tensors
-      for (int t = 0; t < c.touches; ++t) {
-        if (!inside(c.touch[t])) continue;
-        if (!c.field[t] || c.field_base[t]) return -1;  // written, or not movable, or moved already
-        fields[k].push_back(t);
-      }
-      if (!fields[k].empty()) ++redirected;
-      continue;
-    }
-    const bool loop_call = c.fn && !c.flat && c.moving < 0 && c.arity > 0;
-    if (c.fn || c.flat) {
-      const size_t n = static_cast<size_t>(c.arity);
-      for (size_t i = 0; i < n; ++i)
-        note(c.flat ? flat_args_[static_cast<size_t>(c.first_arg) + i].data
-                    : args_[static_cast<size_t>(c.first_arg) + i].data,
-             static_cast<int>(i));
-    } else if (c.plan >= 0) {
-      const ContractPlan& pl = plans_[static_cast<size_t>(c.plan)];
-      for (const void* p : {pl.x, pl.y, pl.base, static_cast<const void*>(pl.z)}) note(p, 0);
-    } else if (c.touches >= 0 && !c.describe) {  // a matrix call (it names its tensors)
-      for (int t = 0; t < c.touches; ++t) note(c.touch[t], 0);
-    } else {
-      return -1;  // an `other` call whose tensors are not known (or a finite check)
-    }
-    if (hits == 0) continue;
-    if (!loop_call || hits > 1 || at == 0) return -1;
-    operand[k] = static_cast<int8_t>(at);
+    const int v = in_place_verdict(calls_[k], first, bytes, fields[k]);
+    if (v == kRefuse) return -1;
+    if (v == kUntouched) continue;
+    if (v >= 0) operand[k] = static_cast<int8_t>(v);
     ++redirected;
   }
   for (size_t k = 0; k < calls_.size(); ++k) {
@@ -378,6 +343,48 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
   }
   if (redirected > 0) planned_ = false;
   return redirected;
+}
+
+// What read_in_place may do with call c for the bytes [first, first + bytes): kRefuse (it cannot
+// be redirected: nothing is), kUntouched, kFields (an `other` call's movable fields, in `fields`),
+// or the operand of a loop call to redirect.
+int KernelProgram::in_place_verdict(const Call& c, const char* first, int64_t bytes, std::vector<int>& fields) const {
+  auto inside = [&](const void* p) {
+    const auto* q = static_cast<const char*>(p);
+    return q >= first && q < first + bytes;
+  };
+  if (c.other && c.touches >= 0 && !c.describe) {  // an `other` call naming its tensors
+    for (int t = 0; t < c.touches; ++t) {
+      if (!inside(c.touch[t])) continue;
+      if (!c.field[t] || c.field_base[t]) return kRefuse;  // written, or not movable, or moved already
+      fields.push_back(t);
+    }
+    return fields.empty() ? kUntouched : kFields;
+  }
+  int hits = 0, at = -1;
+  auto note = [&](const void* p, int i) {
+    if (p && inside(p)) {
+      ++hits;
+      at = i;
+    }
+  };
+  if (c.fn || c.flat) {
+    for (int i = 0; i < c.arity; ++i)
+      note(c.flat ? flat_args_[static_cast<size_t>(c.first_arg + i)].data
+                  : args_[static_cast<size_t>(c.first_arg + i)].data,
+           i);
+  } else if (c.plan >= 0) {
+    const ContractPlan& pl = plans_[static_cast<size_t>(c.plan)];
+    for (const void* p : {pl.x, pl.y, pl.base, static_cast<const void*>(pl.z)}) note(p, 0);
+  } else if (c.touches >= 0 && !c.describe) {  // a matrix call (it names its tensors)
+    for (int t = 0; t < c.touches; ++t) note(c.touch[t], 0);
+  } else {
+    return kRefuse;  // an `other` call whose tensors are not known (or a finite check)
+  }
+  if (hits == 0) return kUntouched;
+  const bool loop_call = c.fn && !c.flat && c.moving < 0 && c.arity > 0;
+  if (!loop_call || hits > 1 || at == 0) return kRefuse;
+  return at;
 }
 
 void KernelProgram::append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving,
