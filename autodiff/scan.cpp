@@ -253,68 +253,87 @@ struct ScanRun final : detail::CustomNode {
   // segment slot, then steps e-1..c backwards, each from its slot. The first chunk builds the
   // reverse programs step by step; the others run as fused loops when the step fuses (the reverse
   // loop's recomputation trimmed to what the reverse rules read).
+  // The fused forms of the reverse sweep, built once the first chunk has built the programs.
+  struct ReverseLoops {
+    std::unique_ptr<detail::ScalarLoop> forwards, backwards;
+    // On a device with every carry kept: the checkpoint, x_t, the step and its reverse step as one
+    // program per step (one graph launch).
+    std::unique_ptr<detail::KernelProgram> device;
+    bool fused = false, tried = false;
+  };
+
   void reverse_chunks(CarrySlots& ck, int64_t k) {
     detail::StepProgram& p = compiled();
     CarrySlots segment;
     if (k > 1) segment = CarrySlots(new_slots(k), p.carry());
     // With k = 1 the checkpoints are the slots (slot index = step); else the segment (step - c).
     CarrySlots& slots = k > 1 ? segment : ck;
-    std::unique_ptr<detail::ScalarLoop> forwards, backwards;
-    // On a device with every carry kept: the checkpoint, x_t, the step and its reverse step as one
-    // program per step (one graph launch), once the first chunk has built the programs.
-    std::unique_ptr<detail::KernelProgram> device_backwards;
-    bool fused = false, tried = false;
+    ReverseLoops loops;
     for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
       const int64_t e = std::min(c + k, steps);
-      if (device_backwards) {
-        for (int64_t s = c; s >= 0; --s) device_backwards->run("scan step", s, s);
+      if (loops.device) {
+        for (int64_t s = c; s >= 0; --s) loops.device->run("scan step", s, s);
         break;
       }
-      if (fused && k == 1) {  // every remaining step in one run, each from its checkpoint
-        backwards->run(c, c + 1, -1);
+      if (loops.fused && k == 1) {  // every remaining step in one run, each from its checkpoint
+        loops.backwards->run(c, c + 1, -1);
         break;
       }
       if (k == 1 && p.restore(c)) {  // the step's carry, x_t and intermediates as the forward pass kept them
         p.backward(c);
       } else {
         ck.to_carry(c / k);
-        if (fused) {
-          forwards->run(c, e - 1 - c, 1, c);
+        if (loops.fused) {
+          loops.forwards->run(c, e - 1 - c, 1, c);
           segment.from_carry(e - 1 - c);
-          backwards->run(e - 1, e - c, -1, c);
+          loops.backwards->run(e - 1, e - c, -1, c);
           continue;
         }
-        for (int64_t s = c; s + 1 < e; ++s) {
-          segment.from_carry(s - c);
-          p.forward(s);
-          p.next_carry();
-        }
-        for (int64_t s = e - 1; s >= c; --s) {
-          if (s + 1 < e) segment.to_carry(s - c);
-          p.forward(s);
-          p.backward(s);
-        }
+        reverse_chunk_step_by_step(segment, c, e);
       }
-      if (tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
-      tried = true;
-      if (!p.on_host()) {
-        if (k != 1 || !detail::cuda_fusion_enabled()) continue;
-        device_backwards = std::make_unique<detail::KernelProgram>();
-        for (const auto& l : slots.load) l.append_to(*device_backwards, 0, 1);
-        if (!p.append_forward(*device_backwards) || !p.append_backward(*device_backwards))
-          device_backwards.reset();
-        continue;
-      }
-      if (k > 1)
-        forwards = fuse([&](detail::ScalarLoop& l) {
-          return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
-        });
-      if (k == 1 || forwards)
-        backwards = fuse([&](detail::ScalarLoop& l) {
-          return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
-        });
-      fused = backwards != nullptr;
+      if (loops.tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
+      loops.tried = true;
+      build_reverse_loops(loops, slots, segment, k);
     }
+  }
+
+  // Chunk [c, e) from the carry at c: steps c..e-2 recomputed forwards, each carry stored in the
+  // segment, then steps e-1..c backwards, each from its slot.
+  void reverse_chunk_step_by_step(CarrySlots& segment, int64_t c, int64_t e) {
+    detail::StepProgram& p = compiled();
+    for (int64_t s = c; s + 1 < e; ++s) {
+      segment.from_carry(s - c);
+      p.forward(s);
+      p.next_carry();
+    }
+    for (int64_t s = e - 1; s >= c; --s) {
+      if (s + 1 < e) segment.to_carry(s - c);
+      p.forward(s);
+      p.backward(s);
+    }
+  }
+
+  // Once the programs are built: on a device, one program per step (k = 1, fusion on); on the
+  // host, the fused scalar loops where the step fuses (the reverse loop's recomputation trimmed to
+  // what the reverse rules read).
+  void build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarrySlots& segment, int64_t k) {
+    detail::StepProgram& p = compiled();
+    if (!p.on_host()) {
+      if (k != 1 || !detail::cuda_fusion_enabled()) return;
+      loops.device = std::make_unique<detail::KernelProgram>();
+      for (const auto& l : slots.load) l.append_to(*loops.device, 0, 1);
+      if (!p.append_forward(*loops.device) || !p.append_backward(*loops.device)) loops.device.reset();
+      return;
+    }
+    if (k > 1)
+      loops.forwards = fuse([&](detail::ScalarLoop& l) {
+        return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
+      });
+    if (k == 1 || loops.forwards)
+      loops.backwards = fuse([&](detail::ScalarLoop& l) {
+        return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
+      });
+    loops.fused = loops.backwards != nullptr;
   }
 
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
