@@ -362,48 +362,10 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   a_.adjoints.assign(a_.vars.size(), Tensor());
   a_.lent.assign(a_.vars.size(), 0);
   adjoint_buffers_ = adjoint_bytes_ = 0;
-  const bool tracked = output.defined() && output.var() >= 0 && output.tape_serial() == serial_;
-  batch_ = Axes();
-  if (cotangent.defined()) {
-    bool covers = output.defined();
-    for (int i = 0; covers && i < output.rank(); ++i) {
-      const int j = cotangent.axes().index_of(output.axes().name(i));
-      covers = j >= 0 && cotangent.axes().size(j) == output.axes().size(i);
-    }
-    if (!covers)
-      throw ShapeError("[grad] the cotangent " + cotangent.axes().describe() + " must have the output's axes " +
-                       output.axes().describe() + " (and may add batch axes)");
-    for (int i = 0; i < cotangent.rank(); ++i)
-      if (!output.axes().contains(cotangent.axes().name(i))) batch_.push_back(cotangent.axes()[i]);
-  } else if (!output.defined() || output.numel() != 1) {
-    throw AutodiffError("[grad] the output " + output.axes().describe() +
-                        " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
-  }
-  if (tracked) {
-    // The seed is lent (nothing copied; a rule that would add to it copies it first).
-    const VarInfo& out = var(output.var());
-    const Tensor seed =
-        cotangent.defined() ? astype(cotangent, out.dtype) : full(output.axes(), 1.0, out.dtype, out.device);
-    if (!lend_adjoint(output.var(), seed)) accumulate(adjoint(output.var()), seed);
-    for (size_t k = a_.records.size(); k-- > 0;) {
-      const Record& r = a_.records[k];
-      try {
-        if (r.op == &kCustomOp) {
-          run_custom(r);
-          continue;
-        }
-        if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
-        if (batch_.rank() > 0 && !r.op->batched_vjp)
-          throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
-                              batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
-        SweepContext ctx(*this, r, keep_all_, nullptr);
-        r.op->vjp(ctx);
-        if (check_finite_enabled()) check_adjoints(r);
-      } catch (const NumericError&) {
-        if (a_.sources.empty()) throw;
-        rethrow_with_source(static_cast<int32_t>(k));
-      }
-    }
+  batch_ = cotangent_batch_axes(output, cotangent);
+  if (output.defined() && output.var() >= 0 && output.tape_serial() == serial_) {
+    seed(output, cotangent);
+    sweep();
   }
   std::vector<Tensor> out;
   for (int32_t v : wrt_vars) {
@@ -415,6 +377,61 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   a_.lent.clear();
   batch_ = Axes();
   return out;
+}
+
+// The cotangent's axes beyond the output's (one VJP per index of them); checks the cotangent
+// covers the output, or that there is none for a one-element output.
+Axes TapeImpl::cotangent_batch_axes(const Tensor& output, const Tensor& cotangent) {
+  Axes batch;
+  if (!cotangent.defined()) {
+    if (!output.defined() || output.numel() != 1)
+      throw AutodiffError("[grad] the output " + output.axes().describe() +
+                          " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
+    return batch;
+  }
+  bool covers = output.defined();
+  for (int i = 0; covers && i < output.rank(); ++i) {
+    const int j = cotangent.axes().index_of(output.axes().name(i));
+    covers = j >= 0 && cotangent.axes().size(j) == output.axes().size(i);
+  }
+  if (!covers)
+    throw ShapeError("[grad] the cotangent " + cotangent.axes().describe() + " must have the output's axes " +
+                     output.axes().describe() + " (and may add batch axes)");
+  for (int i = 0; i < cotangent.rank(); ++i)
+    if (!output.axes().contains(cotangent.axes().name(i))) batch.push_back(cotangent.axes()[i]);
+  return batch;
+}
+
+// The output's adjoint: the cotangent, or 1 — lent (nothing copied; a rule that would add to it
+// copies it first).
+void TapeImpl::seed(const Tensor& output, const Tensor& cotangent) {
+  const VarInfo& out = var(output.var());
+  const Tensor seed =
+      cotangent.defined() ? astype(cotangent, out.dtype) : full(output.axes(), 1.0, out.dtype, out.device);
+  if (!lend_adjoint(output.var(), seed)) accumulate(adjoint(output.var()), seed);
+}
+
+// Every record's reverse rule, last first; a NumericError names the model node that made the op.
+void TapeImpl::sweep() {
+  for (size_t k = a_.records.size(); k-- > 0;) {
+    const Record& r = a_.records[k];
+    try {
+      if (r.op == &kCustomOp) {
+        run_custom(r);
+        continue;
+      }
+      if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
+      if (batch_.rank() > 0 && !r.op->batched_vjp)
+        throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
+                            batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
+      SweepContext ctx(*this, r, keep_all_, nullptr);
+      r.op->vjp(ctx);
+      if (check_finite_enabled()) check_adjoints(r);
+    } catch (const NumericError&) {
+      if (a_.sources.empty()) throw;
+      rethrow_with_source(static_cast<int32_t>(k));
+    }
+  }
 }
 
 Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,

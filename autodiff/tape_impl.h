@@ -102,6 +102,10 @@ class TapeImpl final : public Recorder {
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
+  // gradient(): the batch axes of a cotangent, the seed, the sweep over the records.
+  static Axes cotangent_batch_axes(const Tensor& output, const Tensor& cotangent);
+  void seed(const Tensor& output, const Tensor& cotangent);
+  void sweep();
 
   /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
   Tensor& own_adjoint(int32_t v, bool zeroed);
