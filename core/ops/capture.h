@@ -21,6 +21,7 @@ namespace tenax::detail {
 
 void keep_for_capture(Storage* s);
 struct PassState;
+class Extents;
 
 /// The kernel calls of one capture, replayable in order.
 class KernelProgram {
@@ -182,6 +183,10 @@ class KernelProgram {
   void each_operand(Hot& h, F&& f) const;         // core/ops/program_analysis.h
   void note_uses(PassState& st, size_t k) const;  // likewise
   void forward_copies(PassState& st) const;
+  static constexpr size_t kNotForwardable = ~size_t{0};
+  size_t last_redirectable_read(const PassState& st, size_t k, int bd) const;  // copy_forwarding.cpp
+  bool known_extents(Extents& ext) const;                                      // program_analysis.cpp
+  void copy_rewritable_arguments() const;
   void fuse_contractions(PassState& st) const;
   static constexpr int kRefuse = -2, kUntouched = -1, kFields = -3;  // read_in_place's verdicts
   int in_place_verdict(const Call& c, const char* first, int64_t bytes, std::vector<int>& fields) const;

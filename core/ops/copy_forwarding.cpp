@@ -16,8 +16,7 @@ namespace tenax::detail {
 // Then every read of D after k reads S at the same offset, and k is dropped.
 void KernelProgram::forward_copies(PassState& st) const {
   const Extents& ext = st.ext;
-  const size_t n_hot = hot_.size();
-  for (size_t k = 0; k < n_hot; ++k) {
+  for (size_t k = 0; k < hot_.size(); ++k) {
     const InlineCall* cp = hot_[k].inl;
     if (!cp || cp->kind != ScalarLoop::Kind::copy || cp->outer != 1 || cp->so != 1 || cp->sa != 1 ||
         cp->n <= 0)
@@ -29,21 +28,10 @@ void KernelProgram::forward_copies(PassState& st) const {
     if (bd < 0) continue;
     const int bs = ext.find(s);
     if (bs == bd || (bs >= 0 && ext[bs].hi - s < bytes)) continue;
-    bool ok = true;
-    for (size_t j = 0; j < k && ok; ++j) ok = st.dropped[j] || !st.in(j, bd);
-    size_t last_read = k;
-    for (size_t j = k + 1; j < n_hot && ok; ++j) {
-      const RecordUses& r = st.uses[j];
-      for (int i = 0; i < r.n; ++i) {
-        if (r.use[i].buffer != bd) continue;
-        if (r.use[i].written || !r.use[i].redirectable) ok = false;
-        last_read = j;
-      }
-    }
+    const size_t last_read = last_redirectable_read(st, k, bd);
     // When S lies in a buffer the analysis does not know (-1), nothing up to the last read may
     // write outside the known ones.
-    ok = ok && !st.written_between(bs, k, last_read + 1);
-    if (!ok) continue;
+    if (last_read == kNotForwardable || st.written_between(bs, k, last_read + 1)) continue;
     for (size_t j = k + 1; j <= last_read; ++j) {
       each_operand(hot_[j], [&](auto& p, bool, bool redirectable) {
         if (redirectable && p && ext.find(p) == bd) {
@@ -56,6 +44,23 @@ void KernelProgram::forward_copies(PassState& st) const {
     st.dropped[k] = 1;
     ++forwarded_;
   }
+}
+
+// The last record reading buffer bd after copy k, where nothing before k touches bd and every
+// record after it only reads bd through redirectable operands; kNotForwardable otherwise.
+size_t KernelProgram::last_redirectable_read(const PassState& st, size_t k, int bd) const {
+  for (size_t j = 0; j < k; ++j)
+    if (!st.dropped[j] && st.in(j, bd)) return kNotForwardable;
+  size_t last_read = k;
+  for (size_t j = k + 1; j < hot_.size(); ++j) {
+    const RecordUses& r = st.uses[j];
+    for (int i = 0; i < r.n; ++i) {
+      if (r.use[i].buffer != bd) continue;
+      if (r.use[i].written || !r.use[i].redirectable) return kNotForwardable;
+      last_read = j;
+    }
+  }
+  return last_read;
 }
 
 }  // namespace tenax::detail

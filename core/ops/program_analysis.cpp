@@ -13,19 +13,39 @@ void KernelProgram::plan_host_passes() const {
     if (c.moved()) return;  // its touches no longer say where it reads (read_in_place)
   }
   Extents ext;
+  if (!known_extents(ext)) return;
+  copy_rewritable_arguments();
+  PassState st{ext, std::vector<RecordUses>(hot_.size()), std::vector<char>(hot_.size(), 0)};
+  for (size_t k = 0; k < hot_.size(); ++k) note_uses(st, k);
+  forward_copies(st);
+  fuse_contractions(st);
+  if (forwarded_ + fused_ == 0) return;
+  size_t w = 0;
+  for (size_t k = 0; k < hot_.size(); ++k)
+    if (!st.dropped[k]) hot_[w++] = hot_[k];
+  hot_.resize(w);
+}
+
+// The buffers the passes know: this program's (its own where only it holds them), the
+// neighbour's and the shared ones, then the declared owned and shared pointers. False where two
+// known buffers overlap (the passes then do nothing).
+bool KernelProgram::known_extents(Extents& ext) const {
   for (const StoragePtr& b : buffers_) ext.add(b, b->use_count() == 1);
   if (neighbour_)
     for (const StoragePtr& b : neighbour_->buffers_) ext.add(b, false);
   for (const StoragePtr& b : shared_) ext.add(b, false);
   ext.sort();
-  if (ext.nested()) return;
+  if (ext.nested()) return false;
   for (const void* p : owned_)
     if (const int b = ext.find(p); b >= 0) ext.set_own(b, true);
   for (const StoragePtr& s : shared_)
     if (const int b = s && s->bytes() > 0 ? ext.find(s->data()) : -1; b >= 0) ext.set_own(b, false);
+  return true;
+}
 
-  // The records get their own plans and flat arguments, which the passes may rewrite. Reserved to
-  // their upper bounds first: the records point into them.
+// The records get their own plans and flat arguments, which the passes may rewrite. Reserved to
+// their upper bounds first: the records point into them.
+void KernelProgram::copy_rewritable_arguments() const {
   hot_plans_.clear();
   hot_plans_.reserve(plans_.size());
   hot_args_.clear();
@@ -42,16 +62,6 @@ void KernelProgram::plan_host_passes() const {
       h.args = &hot_args_[at];
     }
   }
-
-  PassState st{ext, std::vector<RecordUses>(hot_.size()), std::vector<char>(hot_.size(), 0)};
-  for (size_t k = 0; k < hot_.size(); ++k) note_uses(st, k);
-  forward_copies(st);
-  fuse_contractions(st);
-  if (forwarded_ + fused_ == 0) return;
-  size_t w = 0;
-  for (size_t k = 0; k < hot_.size(); ++k)
-    if (!st.dropped[k]) hot_[w++] = hot_[k];
-  hot_.resize(w);
 }
 
 }  // namespace tenax::detail
