@@ -190,6 +190,7 @@ class KernelProgram {
   void fuse_contractions(PassState& st) const;
   static constexpr int kRefuse = -2, kUntouched = -1, kFields = -3;  // read_in_place's verdicts
   int in_place_verdict(const Call& c, const char* first, int64_t bytes, std::vector<int>& fields) const;
+  static int other_verdict(const Call& c, const std::function<bool(const void*)>& inside, std::vector<int>& fields);
   bool fuse_copy_then_contraction(PassState& st, size_t k) const;        // contraction_fusion.cpp
   const InlineCall* sole_reader(PassState& st, size_t k, size_t& j) const;
   bool fuse_contraction_then_copy(PassState& st, size_t k) const;

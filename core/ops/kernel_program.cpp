@@ -345,6 +345,18 @@ int KernelProgram::read_in_place(const void* lo, int64_t bytes, const MovingBase
   return redirected;
 }
 
+// An `other` call naming its tensors: the fields that point into the bytes, each of which must be a
+// read it can move and has not moved already.
+int KernelProgram::other_verdict(const Call& c, const std::function<bool(const void*)>& inside,
+                                 std::vector<int>& fields) {
+  for (int t = 0; t < c.touches; ++t) {
+    if (!inside(c.touch[t])) continue;
+    if (!c.field[t] || c.field_base[t]) return kRefuse;  // written, or not movable, or moved already
+    fields.push_back(t);
+  }
+  return fields.empty() ? kUntouched : kFields;
+}
+
 // What read_in_place may do with call c for the bytes [first, first + bytes): kRefuse (it cannot
 // be redirected: nothing is), kUntouched, kFields (an `other` call's movable fields, in `fields`),
 // or the operand of a loop call to redirect.
@@ -353,14 +365,7 @@ int KernelProgram::in_place_verdict(const Call& c, const char* first, int64_t by
     const auto* q = static_cast<const char*>(p);
     return q >= first && q < first + bytes;
   };
-  if (c.other && c.touches >= 0 && !c.describe) {  // an `other` call naming its tensors
-    for (int t = 0; t < c.touches; ++t) {
-      if (!inside(c.touch[t])) continue;
-      if (!c.field[t] || c.field_base[t]) return kRefuse;  // written, or not movable, or moved already
-      fields.push_back(t);
-    }
-    return fields.empty() ? kUntouched : kFields;
-  }
+  if (c.other && c.touches >= 0 && !c.describe) return other_verdict(c, inside, fields);
   int hits = 0, at = -1;
   auto note = [&](const void* p, int i) {
     if (p && inside(p)) {
