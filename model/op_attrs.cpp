@@ -40,73 +40,79 @@ AxisList axis_list(const json& v, const std::string& pointer, const Axes& declar
   return out;
 }
 
+// Every key of `attrs` is one of the op's attributes.
+void check_keys(const OpDef& op, const json* attrs, const std::string& pointer) {
+  if (attrs && !attrs->is_null() && !attrs->is_object())
+    throw ModelError(pointer + ": expected an object of attributes, got " + brief(*attrs));
+  if (!attrs || !attrs->is_object()) return;
+  for (const auto& [key, value] : attrs->items()) {
+    bool known = false;
+    for (const AttrSpec& f : op.attrs) known = known || key == f.key;
+    if (!known)
+      throw ModelError(pointer + "/" + key + ": unknown attribute '" + key + "' of op '" + op.name +
+                       "' (expected: " + expected_keys(op.attrs) + ")");
+  }
+}
+
+DType dtype_of(const json& v, const std::string& at) {
+  const std::string s = v.is_string() ? v.get<std::string>() : "";
+  if (s == "float64") return DType::f64;
+  if (s == "float32") return DType::f32;
+  if (s == "int64") return DType::i64;
+  if (s == "bool") return DType::b8;
+  throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + brief(v));
+}
+
+// Attribute f given as v (at pointer `at`) into `out`.
+void parse_field(const OpDef& op, const AttrSpec& f, const json& v, const std::string& at, const Axes& declared,
+                 ParsedAttrs& out) {
+  switch (f.kind) {
+    case AttrKind::names: out.attrs.axes = axis_list(v, at, declared); break;
+    case AttrKind::names2:
+      out.attrs.axes2 = axis_list(v, at, declared);
+      if (f.sizes_axes)
+        for (Name n : out.attrs.axes2) out.sized.push_back({n, declared.size_of(n)});
+      break;
+    case AttrKind::name: {
+      const Name n = axis_name(v, at, declared);
+      if (out.attrs.axes.contains(n))
+        throw ModelError(at + ": axis '" + n.str() + "' is already given to op '" + op.name +
+                         "' by another attribute; name two different axes");
+      out.attrs.axes.push_back(n);
+      if (f.sizes_axes) out.sized.push_back({n, declared.size_of(n)});
+      break;
+    }
+    case AttrKind::shape:
+      for (Name n : axis_list(v, at, declared)) out.attrs.shape.push_back({n, declared.size_of(n)});
+      break;
+    case AttrKind::integer:
+      if (!v.is_number_integer()) throw ModelError(at + ": expected an integer, got " + brief(v));
+      out.attrs.i[f.slot] = v.get<int64_t>();
+      break;
+    case AttrKind::boolean:
+      if (!v.is_boolean()) throw ModelError(at + ": expected true or false, got " + brief(v));
+      out.attrs.i[f.slot] = v.get<bool>() ? 1 : 0;
+      break;
+    case AttrKind::dtype: out.attrs.i[f.slot] = static_cast<int64_t>(dtype_of(v, at)); break;
+  }
+}
+
 }  // namespace
 
 ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& pointer, const Axes& declared) {
-  const std::span<const AttrSpec> fields = op.attrs;
+  check_keys(op, attrs, pointer);
   ParsedAttrs out;
-  if (attrs && !attrs->is_null() && !attrs->is_object())
-    throw ModelError(pointer + ": expected an object of attributes, got " + brief(*attrs));
-  if (attrs && attrs->is_object())
-    for (const auto& [key, value] : attrs->items()) {
-      bool known = false;
-      for (const AttrSpec& f : fields) known = known || key == f.key;
-      if (!known)
-        throw ModelError(pointer + "/" + key + ": unknown attribute '" + key + "' of op '" + op.name +
-                         "' (expected: " + expected_keys(fields) + ")");
-    }
-  for (const AttrSpec& f : fields) {
-    const std::string at = pointer + "/" + f.key;
+  for (const AttrSpec& f : op.attrs) {
     const json* v = (attrs && attrs->is_object() && attrs->contains(f.key)) ? &(*attrs)[f.key] : nullptr;
-    if (!v) {
-      if (f.required)
-        throw ModelError(pointer + ": op '" + std::string(op.name) + "' needs the attribute '" + f.key +
-                         "' (attributes: " + expected_keys(fields) + ")");
-      if (f.kind == AttrKind::integer || f.kind == AttrKind::boolean) out.attrs.i[f.slot] = f.fallback;
-      if (f.all_when_absent) out.all_axes = true;
+    if (v) {
+      parse_field(op, f, *v, pointer + "/" + f.key, declared, out);
       continue;
     }
-    switch (f.kind) {
-      case AttrKind::names: out.attrs.axes = axis_list(*v, at, declared); break;
-      case AttrKind::names2:
-        out.attrs.axes2 = axis_list(*v, at, declared);
-        if (f.sizes_axes)
-          for (Name n : out.attrs.axes2) out.sized.push_back({n, declared.size_of(n)});
-        break;
-      case AttrKind::name: {
-        const Name n = axis_name(*v, at, declared);
-        if (out.attrs.axes.contains(n))
-          throw ModelError(at + ": axis '" + n.str() + "' is already given to op '" + op.name +
-                           "' by another attribute; name two different axes");
-        out.attrs.axes.push_back(n);
-        if (f.sizes_axes) out.sized.push_back({n, declared.size_of(n)});
-        break;
-      }
-      case AttrKind::shape: {
-        AxisList names = axis_list(*v, at, declared);
-        for (Name n : names) out.attrs.shape.push_back({n, declared.size_of(n)});
-        break;
-      }
-      case AttrKind::integer:
-        if (!v->is_number_integer()) throw ModelError(at + ": expected an integer, got " + brief(*v));
-        out.attrs.i[f.slot] = v->get<int64_t>();
-        break;
-      case AttrKind::boolean:
-        if (!v->is_boolean()) throw ModelError(at + ": expected true or false, got " + brief(*v));
-        out.attrs.i[f.slot] = v->get<bool>() ? 1 : 0;
-        break;
-      case AttrKind::dtype: {
-        const std::string s = v->is_string() ? v->get<std::string>() : "";
-        DType d{};
-        if (s == "float64") d = DType::f64;
-        else if (s == "float32") d = DType::f32;
-        else if (s == "int64") d = DType::i64;
-        else if (s == "bool") d = DType::b8;
-        else throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + brief(*v));
-        out.attrs.i[f.slot] = static_cast<int64_t>(d);
-        break;
-      }
-    }
+    if (f.required)
+      throw ModelError(pointer + ": op '" + std::string(op.name) + "' needs the attribute '" + f.key +
+                       "' (attributes: " + expected_keys(op.attrs) + ")");
+    if (f.kind == AttrKind::integer || f.kind == AttrKind::boolean) out.attrs.i[f.slot] = f.fallback;
+    if (f.all_when_absent) out.all_axes = true;
   }
   return out;
 }
