@@ -421,7 +421,7 @@ TEST(Capture, EveryKernelHasACaptureRule) {
       if (!r) continue;
       ++checked;
       EXPECT_NE(r, c) << "device kind " << dev << ": the kernel at byte " << off << " of KernelTable (in '"
-                      << member << "') has no capture rule; add one in core/ops/capture.cpp (install)";
+                      << member << "') has no capture rule; add one beside the kernel family (install_<family>_capture, core/ops/capture_rules.h)";
     }
   }
   EXPECT_GT(checked, 150);  // the host table alone has this many kernels

@@ -2,6 +2,9 @@
 // and appends the call (with deep copies of its argument blocks) to the active program.
 #include "tenax/core/ops/capture.h"
 
+#include "tenax/core/ops/capture_rules.h"
+#include "tenax/core/ops/families.h"
+
 #include <climits>
 #include <memory>
 #include <string>
@@ -111,72 +114,10 @@ constexpr std::array<ElementwiseFn, sizeof...(S)> trampolines(std::index_sequenc
   return {&elementwise_trampoline<Dev, static_cast<int>(S)>...};
 }
 
-// Offsets arrays of a batched matrix call, owned by the recorded call.
-struct BatchCopy {
-  std::vector<int64_t> a, b, c;
-  int64_t count = 0;
-  explicit BatchCopy(const MatBatch& m) : count(m.count) {
-    auto take = [&](const int64_t* p, std::vector<int64_t>& v) {
-      if (p) v.assign(p, p + m.count);
-    };
-    take(m.offsets_a, a);
-    take(m.offsets_b, b);
-    take(m.offsets_c, c);
-  }
-  [[nodiscard]] MatBatch view() const {
-    return {count, a.empty() ? nullptr : a.data(), b.empty() ? nullptr : b.data(), c.empty() ? nullptr : c.data()};
-  }
-};
+}  // namespace
 
-// Lane offsets of a recurrence call (and of its VJP's cotangent and adjoints), owned by the
-// recorded call.
-struct LaneCopy {
-  std::vector<int64_t> v[6];
-  void take(int k, const int64_t* p, int64_t n) {
-    if (p) v[k].assign(p, p + n);
-  }
-  [[nodiscard]] const int64_t* at(int k) const { return v[k].empty() ? nullptr : v[k].data(); }
-  void take_forward(const RecurrenceArgs& r) {
-    take(0, r.off_a, r.lanes);
-    take(1, r.off_b, r.lanes);
-    take(2, r.off_x, r.lanes);
-  }
-  void bind_forward(RecurrenceArgs& r) const {
-    r.off_a = at(0);
-    r.off_b = at(1);
-    r.off_x = at(2);
-  }
-};
-
-template <int Dev, int Dt>
-void contract_trampoline(const ContractArgs& a) {
-  const ContractFn fn = tables().real[Dev].contract[Dt];
-  const ContractPlanFn plan_of = tables().real[Dev].contract_plan[Dt];
-  ContractPlan plan;
-  if (Dev == 0 && plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
-    g_capture->contract(plan);
-    return;
-  }
-  if constexpr (Dev == 1) {
-    g_capture->device_contract(fn, a, Dt);
-  } else {
-    g_capture->other(
-        [fn, a] {
-          fn(a);
-          return int64_t{-1};
-        },
-        "dot");
-  }
-}
-
-// A device batch for replays: the offsets and a failure word (LLONG_MAX: none) in device memory
-// owned by the recorded call; the word is registered with the program (KernelProgram::finish).
-struct DeviceBatch {
-  std::shared_ptr<void> block;
-  MatBatch view;
-};
 DeviceBatch device_batch(const MatBatch& b, const void* near, const char* kernel) {
-  const DeviceProgramFns& fns = tables().real[1].program;
+  const DeviceProgramFns& fns = real_kernels(1).program;
   std::vector<int64_t> host;
   const int64_t* parts[3] = {b.offsets_a, b.offsets_b, b.offsets_c};
   for (const int64_t* p : parts)
@@ -198,175 +139,7 @@ DeviceBatch device_batch(const MatBatch& b, const void* near, const char* kernel
   return d;
 }
 
-// Records a batched matrix call: on the host with its own copy of the offsets; on a device as a
-// deferred, graph-safe call on device offsets. `call(batch)` runs the kernel.
-// `touched`: the base pointers of its tensors (KernelCapture::touches).
-template <int Dev, class Call>
-int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kernel, Call call,
-                           std::initializer_list<const void*> touched) {
-  if constexpr (Dev == 1) {
-    auto d = device_batch(b, near, kernel);
-    return g_capture->other([&] { return call(b); }, kernel, true, near, [call, d] { return call(d.view); });
-  } else {
-    const int64_t r = g_capture->other([call, bc = BatchCopy(b)] { return call(bc.view()); }, kernel);
-    g_capture->touches(touched);
-    return r;
-  }
-}
-
-// A host call on ONE matrix that the backend resolves (MatPlan): its matrix offsets folded into
-// the views (a, r and b, c by the batch's offsets a, b, c), run and recorded as such. False:
-// the backend has no resolved form (or the call is batched, or on a device): record the call.
-template <int Dev, int Dt>
-bool record_matrix_plan(MatKind kind, MatPlan p, const MatBatch& b, const char* kernel,
-                        std::initializer_list<const void*> touched, int64_t& result) {
-  if constexpr (Dev == 1) {
-    return false;
-  } else {
-    const MatPlanFn plan_of = tables().real[0].mat_plan[Dt];
-    if (!plan_of || b.count != 1) return false;
-    const auto item = static_cast<int64_t>(itemsize(Dt == 0 ? DType::f64 : DType::f32));  // float_index order
-    auto shift = [&](void*& data, const int64_t* offsets) {
-      if (offsets && data) data = static_cast<char*>(data) + offsets[0] * item;
-    };
-    shift(p.a.data, b.offsets_a);
-    shift(p.b.data, b.offsets_b);
-    shift(p.c.data, b.offsets_c);
-    shift(p.r.data, b.offsets_b);
-    if (!plan_of(kind, p)) return false;
-    result = g_capture->matrix(p, kernel, touched);
-    return true;
-  }
-}
-
-template <int Dev, int Dt>
-int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
-  MatPlan p;
-  p.a = a;
-  p.b = l;
-  int64_t r = -1;
-  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky, p, b, "cholesky", {a.data, l.data}, r)) return r;
-  const CholeskyFn fn = tables().real[Dev].cholesky[Dt];
-  return record_matrix_call<Dev>(b, l.data, "cholesky", [fn, a, l](const MatBatch& m) { return fn(a, l, m); },
-                                 {a.data, l.data});
-}
-template <int Dev, int Dt>
-void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
-  MatPlan p;
-  p.a = l;
-  p.b = lbar;
-  p.c = abar;
-  int64_t r = -1;
-  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky_vjp, p, b, "cholesky vjp", {l.data, lbar.data, abar.data},
-                                  r))
-    return;
-  const CholeskyVjpFn fn = tables().real[Dev].cholesky_vjp[Dt];
-  (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp",
-                                [fn, l, lbar, abar](const MatBatch& m) {
-                                  fn(l, lbar, abar, m);
-                                  return int64_t{-1};
-                                },
-                                {l.data, lbar.data, abar.data});
-}
-template <int Dev, int Dt>
-int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
-  MatPlan p;
-  p.a = t;
-  p.r = r;
-  p.lower = lower;
-  int64_t result = -1;
-  if (record_matrix_plan<Dev, Dt>(MatKind::tri_solve, p, b, "triangular_solve", {t.data, r.data}, result))
-    return result;
-  const TriSolveFn fn = tables().real[Dev].tri_solve[Dt];
-  return record_matrix_call<Dev>(b, r.data, "triangular_solve",
-                                 [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); },
-                                 {t.data, r.data});
-}
-template <int Dev, int Dt>
-int64_t solve_trampoline(MatView a, RhsView r, const MatBatch& b) {
-  const SolveFn fn = tables().real[Dev].solve[Dt];
-  return record_matrix_call<Dev>(b, r.data, "solve", [fn, a, r](const MatBatch& m) { return fn(a, r, m); },
-                                 {a.data, r.data});
-}
-template <int Dev, int Dt>
-int64_t logdet_trampoline(MatView a, void* out, MatView inv_t, bool want, const MatBatch& b) {
-  const LogdetFn fn = tables().real[Dev].logdet[Dt];
-  return record_matrix_call<Dev>(
-      b, out, "logdet", [fn, a, out, inv_t, want](const MatBatch& m) { return fn(a, out, inv_t, want, m); },
-      {a.data, out, want ? inv_t.data : nullptr});
-}
-template <int Dev, int Dt>
-void recurrence_trampoline(const RecurrenceArgs& r) {
-  const RecurrenceFn fn = tables().real[Dev].recurrence[Dt];
-  LaneCopy lc;
-  lc.take_forward(r);
-  g_capture->other(
-      [fn, r, lc] {
-        RecurrenceArgs c = r;
-        lc.bind_forward(c);
-        fn(c);
-        return int64_t{-1};
-      },
-      "linear_recurrence");
-}
-template <int Dev, int Dt>
-void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
-  const RecurrenceVjpFn fn = tables().real[Dev].recurrence_vjp[Dt];
-  LaneCopy lc;
-  lc.take_forward(r.fwd);
-  lc.take(3, r.off_g, r.fwd.lanes);
-  lc.take(4, r.off_da, r.fwd.lanes);
-  lc.take(5, r.off_db, r.fwd.lanes);
-  g_capture->other(
-      [fn, r, lc] {
-        RecurrenceVjpArgs c = r;
-        lc.bind_forward(c.fwd);
-        c.off_g = lc.at(3);
-        c.off_da = lc.at(4);
-        c.off_db = lc.at(5);
-        fn(c);
-        return int64_t{-1};
-      },
-      "linear_recurrence vjp");
-}
-
-template <int Dev, int Dt>
-int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
-  const TridiagonalFn fn = tables().real[Dev].tridiagonal[Dt];
-  using S = TridiagonalArgs::Adjoints;
-  LaneCopy lc;
-  // Offset tables (systems not evenly spaced) are copied; a stride travels in the arguments.
-  for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o].table, a.systems);
-  // The fused reverse rule's offsets, owned by the recorded call too.
-  auto vjp = a.vjp ? std::make_shared<S>(*a.vjp) : nullptr;
-  auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::slots);
-  if (vjp)
-    for (int k = 0; k < S::slots; ++k)
-      if (vjp->off[k].table) {
-        vjp_off[k].assign(vjp->off[k].table, vjp->off[k].table + a.systems);
-        vjp->off[k].table = vjp_off[k].data();
-      }
-  // The arguments in a block of their own that the replay reads, so that read_in_place can point
-  // the operands it only reads elsewhere per step (movable_reads).
-  auto args = std::make_shared<TridiagonalArgs>(a);
-  const int64_t bad = g_capture->other(
-      [fn, args, lc, vjp, vjp_off] {
-        TridiagonalArgs c = *args;
-        for (int o = 0; o < TridiagonalArgs::count; ++o)
-          if (c.off[o].table) c.off[o].table = lc.at(o);
-        c.vjp = vjp.get();
-        return fn(c);
-      },
-      "tridiagonal_solve");
-  if constexpr (Dev == 0) {  // its tensors, for the host passes and read_in_place (null ones skipped)
-    g_capture->touches({a.in[0], a.in[1], a.in[2], a.in[3], a.out, vjp ? vjp->x : nullptr,
-                        vjp ? vjp->adj[0] : nullptr, vjp ? vjp->adj[1] : nullptr, vjp ? vjp->adj[2] : nullptr,
-                        vjp ? vjp->adj[3] : nullptr});
-    g_capture->movable_reads(
-        {&args->in[0], &args->in[1], &args->in[2], &args->in[3], vjp ? &vjp->x : nullptr});
-  }
-  return bad;
-}
+namespace {
 
 // The inline float64 form of host kernel f of table t, or Kind::call (core/ops/scalar_loop.h).
 // Reverse rules have operands (dst, g, a, b, y): add's write or add g, sub's second -g, mul's
@@ -418,27 +191,11 @@ void install(Tables& t) {
     if (f) f = tramp[static_cast<size_t>(slot)];
     ++slot;
   });
-  auto swap_in = [](auto& entry, auto fn) {
-    if (entry) entry = fn;
-  };
-  swap_in(c.contract[0], &contract_trampoline<Dev, 0>);
-  swap_in(c.contract[1], &contract_trampoline<Dev, 1>);
-  swap_in(c.cholesky[0], &cholesky_trampoline<Dev, 0>);
-  swap_in(c.cholesky[1], &cholesky_trampoline<Dev, 1>);
-  swap_in(c.cholesky_vjp[0], &cholesky_vjp_trampoline<Dev, 0>);
-  swap_in(c.cholesky_vjp[1], &cholesky_vjp_trampoline<Dev, 1>);
-  swap_in(c.tri_solve[0], &tri_solve_trampoline<Dev, 0>);
-  swap_in(c.tri_solve[1], &tri_solve_trampoline<Dev, 1>);
-  swap_in(c.solve[0], &solve_trampoline<Dev, 0>);
-  swap_in(c.solve[1], &solve_trampoline<Dev, 1>);
-  swap_in(c.logdet[0], &logdet_trampoline<Dev, 0>);
-  swap_in(c.logdet[1], &logdet_trampoline<Dev, 1>);
-  swap_in(c.recurrence[0], &recurrence_trampoline<Dev, 0>);
-  swap_in(c.recurrence[1], &recurrence_trampoline<Dev, 1>);
-  swap_in(c.recurrence_vjp[0], &recurrence_vjp_trampoline<Dev, 0>);
-  swap_in(c.recurrence_vjp[1], &recurrence_vjp_trampoline<Dev, 1>);
-  swap_in(c.tridiagonal[0], &tridiagonal_trampoline<Dev, 0>);
-  swap_in(c.tridiagonal[1], &tridiagonal_trampoline<Dev, 1>);
+  // The other kernel families' capture rules, each declared beside its ops.
+  install_dot_capture(c, Dev);
+  install_linalg_capture(c, Dev);
+  install_recurrence_capture(c, Dev);
+  install_tridiagonal_capture(c, Dev);
 }
 
 const Tables& tables() {

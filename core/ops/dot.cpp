@@ -2,6 +2,7 @@
 // The VJP contracts the cotangent straight into each operand's adjoint (no temporaries).
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/capture_rules.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/contraction.h"
@@ -98,6 +99,45 @@ const OpDef op_dot = {.name = "dot",
                           "remaining axes, then b's"};
 
 }  // namespace
+
+// ---- capture rules: this family's kernels in a scan step's captured program (capture_rules.h) ----
+namespace {
+
+template <int Dev, int Dt>
+void contract_trampoline(const ContractArgs& a) {
+  const ContractFn fn = real_kernels(Dev).contract[Dt];
+  const ContractPlanFn plan_of = real_kernels(Dev).contract_plan[Dt];
+  ContractPlan plan;
+  if (Dev == 0 && plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
+    g_capture->contract(plan);
+    return;
+  }
+  if constexpr (Dev == 1) {
+    g_capture->device_contract(fn, a, Dt);
+  } else {
+    g_capture->other(
+        [fn, a] {
+          fn(a);
+          return int64_t{-1};
+        },
+        "dot");
+  }
+}
+
+template <int Dev>
+void install_capture(KernelTable& t) {
+  swap_in(t.contract[0], &contract_trampoline<Dev, 0>);
+  swap_in(t.contract[1], &contract_trampoline<Dev, 1>);
+}
+
+}  // namespace
+
+void install_dot_capture(KernelTable& capturing, int device_kind) {
+  if (device_kind == 0)
+    install_capture<0>(capturing);
+  else
+    install_capture<1>(capturing);
+}
 
 void register_dot_ops(std::vector<const OpDef*>& ops) { ops.push_back(&op_dot); }
 

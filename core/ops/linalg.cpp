@@ -5,6 +5,7 @@
 
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/capture_rules.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/core/transfer.h"
@@ -387,6 +388,89 @@ Attrs solve_attrs(Name row, Name col, bool lower, bool transpose, const Axes& of
 }
 
 }  // namespace
+
+// ---- capture rules: this family's kernels in a scan step's captured program (capture_rules.h) ----
+namespace {
+
+template <int Dev, int Dt>
+int64_t cholesky_trampoline(MatView a, MatView l, const MatBatch& b) {
+  MatPlan p;
+  p.a = a;
+  p.b = l;
+  int64_t r = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky, p, b, "cholesky", {a.data, l.data}, r)) return r;
+  const CholeskyFn fn = real_kernels(Dev).cholesky[Dt];
+  return record_matrix_call<Dev>(b, l.data, "cholesky", [fn, a, l](const MatBatch& m) { return fn(a, l, m); },
+                                 {a.data, l.data});
+}
+template <int Dev, int Dt>
+void cholesky_vjp_trampoline(MatView l, MatView lbar, MatView abar, const MatBatch& b) {
+  MatPlan p;
+  p.a = l;
+  p.b = lbar;
+  p.c = abar;
+  int64_t r = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::cholesky_vjp, p, b, "cholesky vjp", {l.data, lbar.data, abar.data},
+                                  r))
+    return;
+  const CholeskyVjpFn fn = real_kernels(Dev).cholesky_vjp[Dt];
+  (void)record_matrix_call<Dev>(b, abar.data, "cholesky vjp",
+                                [fn, l, lbar, abar](const MatBatch& m) {
+                                  fn(l, lbar, abar, m);
+                                  return int64_t{-1};
+                                },
+                                {l.data, lbar.data, abar.data});
+}
+template <int Dev, int Dt>
+int64_t tri_solve_trampoline(MatView t, RhsView r, bool lower, const MatBatch& b) {
+  MatPlan p;
+  p.a = t;
+  p.r = r;
+  p.lower = lower;
+  int64_t result = -1;
+  if (record_matrix_plan<Dev, Dt>(MatKind::tri_solve, p, b, "triangular_solve", {t.data, r.data}, result))
+    return result;
+  const TriSolveFn fn = real_kernels(Dev).tri_solve[Dt];
+  return record_matrix_call<Dev>(b, r.data, "triangular_solve",
+                                 [fn, t, r, lower](const MatBatch& m) { return fn(t, r, lower, m); },
+                                 {t.data, r.data});
+}
+template <int Dev, int Dt>
+int64_t solve_trampoline(MatView a, RhsView r, const MatBatch& b) {
+  const SolveFn fn = real_kernels(Dev).solve[Dt];
+  return record_matrix_call<Dev>(b, r.data, "solve", [fn, a, r](const MatBatch& m) { return fn(a, r, m); },
+                                 {a.data, r.data});
+}
+template <int Dev, int Dt>
+int64_t logdet_trampoline(MatView a, void* out, MatView inv_t, bool want, const MatBatch& b) {
+  const LogdetFn fn = real_kernels(Dev).logdet[Dt];
+  return record_matrix_call<Dev>(
+      b, out, "logdet", [fn, a, out, inv_t, want](const MatBatch& m) { return fn(a, out, inv_t, want, m); },
+      {a.data, out, want ? inv_t.data : nullptr});
+}
+
+template <int Dev>
+void install_capture(KernelTable& t) {
+  swap_in(t.cholesky[0], &cholesky_trampoline<Dev, 0>);
+  swap_in(t.cholesky[1], &cholesky_trampoline<Dev, 1>);
+  swap_in(t.cholesky_vjp[0], &cholesky_vjp_trampoline<Dev, 0>);
+  swap_in(t.cholesky_vjp[1], &cholesky_vjp_trampoline<Dev, 1>);
+  swap_in(t.tri_solve[0], &tri_solve_trampoline<Dev, 0>);
+  swap_in(t.tri_solve[1], &tri_solve_trampoline<Dev, 1>);
+  swap_in(t.solve[0], &solve_trampoline<Dev, 0>);
+  swap_in(t.solve[1], &solve_trampoline<Dev, 1>);
+  swap_in(t.logdet[0], &logdet_trampoline<Dev, 0>);
+  swap_in(t.logdet[1], &logdet_trampoline<Dev, 1>);
+}
+
+}  // namespace
+
+void install_linalg_capture(KernelTable& capturing, int device_kind) {
+  if (device_kind == 0)
+    install_capture<0>(capturing);
+  else
+    install_capture<1>(capturing);
+}
 
 void register_linalg_ops(std::vector<const OpDef*>& ops) {
   for (const OpDef* op : {&op_cholesky, &op_triangular_solve, &op_solve, &op_logdet}) ops.push_back(op);

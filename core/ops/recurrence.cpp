@@ -4,6 +4,7 @@
 // VJP: one reverse-time recurrence, O(T), with a broadcast decay's adjoint reduced on the fly.
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/capture_rules.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/align.h"
@@ -119,6 +120,61 @@ const OpDef op_linear_recurrence = {
     .doc = "x_t = a_t x_{t-1} + b_t along `over` (x_{-1} = 0), elementwise over every other axis"};
 
 }  // namespace
+
+// ---- capture rules: this family's kernels in a scan step's captured program (capture_rules.h) ----
+namespace {
+
+template <int Dev, int Dt>
+void recurrence_trampoline(const RecurrenceArgs& r) {
+  const RecurrenceFn fn = real_kernels(Dev).recurrence[Dt];
+  LaneCopy lc;
+  lc.take_forward(r);
+  g_capture->other(
+      [fn, r, lc] {
+        RecurrenceArgs c = r;
+        lc.bind_forward(c);
+        fn(c);
+        return int64_t{-1};
+      },
+      "linear_recurrence");
+}
+template <int Dev, int Dt>
+void recurrence_vjp_trampoline(const RecurrenceVjpArgs& r) {
+  const RecurrenceVjpFn fn = real_kernels(Dev).recurrence_vjp[Dt];
+  LaneCopy lc;
+  lc.take_forward(r.fwd);
+  lc.take(3, r.off_g, r.fwd.lanes);
+  lc.take(4, r.off_da, r.fwd.lanes);
+  lc.take(5, r.off_db, r.fwd.lanes);
+  g_capture->other(
+      [fn, r, lc] {
+        RecurrenceVjpArgs c = r;
+        lc.bind_forward(c.fwd);
+        c.off_g = lc.at(3);
+        c.off_da = lc.at(4);
+        c.off_db = lc.at(5);
+        fn(c);
+        return int64_t{-1};
+      },
+      "linear_recurrence vjp");
+}
+
+template <int Dev>
+void install_capture(KernelTable& t) {
+  swap_in(t.recurrence[0], &recurrence_trampoline<Dev, 0>);
+  swap_in(t.recurrence[1], &recurrence_trampoline<Dev, 1>);
+  swap_in(t.recurrence_vjp[0], &recurrence_vjp_trampoline<Dev, 0>);
+  swap_in(t.recurrence_vjp[1], &recurrence_vjp_trampoline<Dev, 1>);
+}
+
+}  // namespace
+
+void install_recurrence_capture(KernelTable& capturing, int device_kind) {
+  if (device_kind == 0)
+    install_capture<0>(capturing);
+  else
+    install_capture<1>(capturing);
+}
 
 void register_recurrence_ops(std::vector<const OpDef*>& ops) { ops.push_back(&op_linear_recurrence); }
 

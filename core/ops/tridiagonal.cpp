@@ -6,6 +6,7 @@
 // the axes its operand lacks. JVP: A ẋ = ṙhs - Ȧ x.
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/capture_rules.h"
 #include "tenax/core/ops/families.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/align.h"
@@ -232,6 +233,62 @@ const OpDef op_tridiagonal_solve = {
     .doc = "solves the tridiagonal systems (lower, diag, upper) x = rhs along `over`"};
 
 }  // namespace
+
+// ---- capture rules: this family's kernels in a scan step's captured program (capture_rules.h) ----
+namespace {
+
+template <int Dev, int Dt>
+int64_t tridiagonal_trampoline(const TridiagonalArgs& a) {
+  const TridiagonalFn fn = real_kernels(Dev).tridiagonal[Dt];
+  using S = TridiagonalArgs::Adjoints;
+  LaneCopy lc;
+  // Offset tables (systems not evenly spaced) are copied; a stride travels in the arguments.
+  for (int o = 0; o < TridiagonalArgs::count; ++o) lc.take(o, a.off[o].table, a.systems);
+  // The fused reverse rule's offsets, owned by the recorded call too.
+  auto vjp = a.vjp ? std::make_shared<S>(*a.vjp) : nullptr;
+  auto vjp_off = std::make_shared<std::vector<int64_t>[]>(S::slots);
+  if (vjp)
+    for (int k = 0; k < S::slots; ++k)
+      if (vjp->off[k].table) {
+        vjp_off[k].assign(vjp->off[k].table, vjp->off[k].table + a.systems);
+        vjp->off[k].table = vjp_off[k].data();
+      }
+  // The arguments in a block of their own that the replay reads, so that read_in_place can point
+  // the operands it only reads elsewhere per step (movable_reads).
+  auto args = std::make_shared<TridiagonalArgs>(a);
+  const int64_t bad = g_capture->other(
+      [fn, args, lc, vjp, vjp_off] {
+        TridiagonalArgs c = *args;
+        for (int o = 0; o < TridiagonalArgs::count; ++o)
+          if (c.off[o].table) c.off[o].table = lc.at(o);
+        c.vjp = vjp.get();
+        return fn(c);
+      },
+      "tridiagonal_solve");
+  if constexpr (Dev == 0) {  // its tensors, for the host passes and read_in_place (null ones skipped)
+    g_capture->touches({a.in[0], a.in[1], a.in[2], a.in[3], a.out, vjp ? vjp->x : nullptr,
+                        vjp ? vjp->adj[0] : nullptr, vjp ? vjp->adj[1] : nullptr, vjp ? vjp->adj[2] : nullptr,
+                        vjp ? vjp->adj[3] : nullptr});
+    g_capture->movable_reads(
+        {&args->in[0], &args->in[1], &args->in[2], &args->in[3], vjp ? &vjp->x : nullptr});
+  }
+  return bad;
+}
+
+template <int Dev>
+void install_capture(KernelTable& t) {
+  swap_in(t.tridiagonal[0], &tridiagonal_trampoline<Dev, 0>);
+  swap_in(t.tridiagonal[1], &tridiagonal_trampoline<Dev, 1>);
+}
+
+}  // namespace
+
+void install_tridiagonal_capture(KernelTable& capturing, int device_kind) {
+  if (device_kind == 0)
+    install_capture<0>(capturing);
+  else
+    install_capture<1>(capturing);
+}
 
 void register_tridiagonal_ops(std::vector<const OpDef*>& ops) { ops.push_back(&op_tridiagonal_solve); }
 
