@@ -1,9 +1,9 @@
 #pragma once
-// Library-internal: the environment variables Tenax reads, listed once (kEnvironment: name, values,
-// default, purpose; docs/environment.md is generated from the list and test_environment checks
-// that nothing else in the library reads the environment), and the one parser they all go through. A variable set to
-// a value it does not take is an Error naming it and what it takes, raised by the first op
-// (validate_environment) and by every op after it while the value stays.
+// Library-internal: the environment variables Tenax reads, listed once (core/env.cpp: name,
+// values, default, purpose; docs/environment.md is generated from the list, and test_environment
+// checks that nothing else in the library reads the environment), and the one parser they all go
+// through. A variable set to a value it does not take is an Error naming it and what it takes,
+// raised by the first op (validate_environment) and by every op after it while the value stays.
 #include <cstdint>
 #include <optional>
 #include <span>

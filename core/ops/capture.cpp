@@ -1,9 +1,8 @@
 // Capturing kernel tables: every kernel entry is replaced by a trampoline that runs the real kernel
-// and appends the call (with deep copies of its argument blocks) to the active program.
+// and appends the call (with deep copies of its argument blocks) to the active program. The
+// elementwise trampolines are generated here, one per table entry; the other families install the
+// capture rules they declare beside their ops (install_<family>_capture).
 #include "tenax/core/ops/capture.h"
-
-#include "tenax/core/ops/capture_rules.h"
-#include "tenax/core/ops/families.h"
 
 #include <climits>
 #include <memory>
@@ -12,6 +11,8 @@
 
 #include "tenax/core/dtype.h"
 #include "tenax/core/error.h"
+#include "tenax/core/ops/capture_rules.h"
+#include "tenax/core/ops/families.h"
 
 namespace tenax::detail {
 namespace {

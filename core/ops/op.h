@@ -105,7 +105,7 @@ enum class AttrKind {
 };
 
 /// One attribute of an op as a model file spells it. The model loader parses by these, and the op
-/// reference (docs/ops.md) and the op part of model/schema.json are generated from them.
+/// reference (docs/ops.md) and the ops' schema (model/ops.schema.json) are generated from them.
 struct AttrSpec {
   const char* key;
   AttrKind kind;
