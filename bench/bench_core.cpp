@@ -1,7 +1,7 @@
 // Foundation benchmarks, each against a baseline measured in the same run:
 //  - one small recorded op (4-element tensors): forward, forward + record, + backward; baseline:
 //    the same math as a hand-written C++ loop with a hand-written adjoint;
-//  - a large elementwise op's bandwidth against memcpy of the same bytes;
+//  - a large elementwise op's bandwidth, and a transposing copy's, against memcpy of the same bytes;
 //  - a 256 x 256 dot against a direct cblas_dgemm call.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -116,6 +116,23 @@ void BM_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 16);
 }
 BENCHMARK(BM_Memcpy)->Arg(1 << 23)->Unit(benchmark::kMillisecond);
+
+// contiguous(transpose(x)) of an n x n float64 matrix (n = 3200: 78 MiB each way), as bytes read +
+// written per second, against BM_Memcpy above (the same bytes moved in order). Threads as for
+// BM_LargeAdd.
+void BM_TransposeCopy(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const Tensor x = randn(Axes{{"i", n}, {"j", n}}, 3);
+  tbb::task_arena arena(int(state.range(1)));
+  for (auto _ : state) {
+    arena.execute([&] {
+      Tensor t = contiguous(transpose(x, {"j", "i"}));
+      benchmark::DoNotOptimize(t.data_ptr());
+    });
+  }
+  state.SetBytesProcessed(state.iterations() * n * n * 16);
+}
+BENCHMARK(BM_TransposeCopy)->Args({3200, 1})->Args({3200, 2})->Unit(benchmark::kMillisecond);
 
 void BM_Dot256(benchmark::State& state) {
   Tensor a = randn(Axes{{"m", 256}, {"k", 256}}, 1), b = randn(Axes{{"k", 256}, {"n", 256}}, 2);

@@ -394,3 +394,31 @@ TEST(Memory, SmallOpsAreServedFromThePool) {
 
 }  // namespace
 }  // namespace tenax
+
+namespace tenax {
+namespace {
+
+// Loops that move an axis run in tiles (backends/cpu/loop.h): every element lands where the plain
+// loop puts it — copies of 2-D and 3-D tensors in every order, sizes that leave ragged tiles, and a
+// binary op with one transposed operand — against the values read back through the names.
+TEST(TiledLoops, TransposingCopiesAndOpsEqualTheElementByElementLoop) {
+  const Tensor m = randn(Axes{{"i", 301}, {"j", 257}}, 5);
+  const Tensor mt = contiguous(transpose(m, {"j", "i"}));
+  EXPECT_EQ(mt.to_vector(), m.to_vector(AxisList{"j", "i"}));
+  const Tensor c = randn(Axes{{"a", 7}, {"b", 70}, {"c", 45}}, 6);
+  for (const AxisList& order : {AxisList{"c", "b", "a"}, AxisList{"b", "c", "a"}, AxisList{"c", "a", "b"},
+                                AxisList{"a", "c", "b"}}) {
+    EXPECT_EQ(contiguous(transpose(c, order)).to_vector(), c.to_vector(order)) << order.describe();
+  }
+  const Tensor other = randn(Axes{{"j", 257}, {"i", 301}}, 7);
+  const std::vector<double> sum = (other + m).to_vector(), a = other.to_vector(),
+                            b = m.to_vector(AxisList{"j", "i"});
+  ASSERT_EQ(sum.size(), a.size());
+  for (size_t k = 0; k < a.size(); ++k) ASSERT_EQ(sum[k], a[k] + b[k]) << k;
+  // float32 too.
+  const Tensor m32 = astype(m, DType::f32);
+  EXPECT_EQ(contiguous(transpose(m32, {"j", "i"})).to_vector(), m32.to_vector(AxisList{"j", "i"}));
+}
+
+}  // namespace
+}  // namespace tenax
