@@ -3,6 +3,10 @@
 // dot products where one axis is wide and the others tiny, direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
 #include <cblas.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <type_traits>
@@ -88,12 +92,43 @@ bool blas_view(CBLAS_ORDER order, int64_t rows, int64_t cols, int64_t sr, int64_
 }
 
 template <class T>
-void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
-          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+               const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (sizeof(T) == 8)
     cblas_dgemm(o, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
   else
     cblas_sgemm(o, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+// z = a b (+ beta z) with z NoTrans in `o`'s order. BLAS runs one thread (register_contract): a
+// product large enough to pay is split by rows of z across oneTBB's workers instead, so BLAS never
+// spins a thread pool of its own beside oneTBB's (inside a parallel map chunk both did),
+// set_num_threads and the caller's task_arena govern it, and each element is the one-thread
+// kernel's sum over k whatever the split: the same bits at any thread count.
+template <class T>
+void gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
+          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  // One block of rows per thread of the arena (each block packs b again: no more blocks than that),
+  // none smaller than kTaskWork multiply-adds.
+  constexpr int64_t kTaskWork = int64_t{1} << 21;
+  const int64_t min_rows = std::max<int64_t>(8, kTaskWork / std::max<int64_t>(n * k, 1));
+  const int64_t blocks = std::min<int64_t>(tbb::this_task_arena::max_concurrency(), m / min_rows);
+  if (blocks < 2) {
+    blas_gemm<T>(o, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t grain = (m + blocks - 1) / blocks;
+  // Row i of z starts at i ldc (row-major) or i (column-major); row i of op(a) at i lda where a's
+  // rows are its stored rows (row-major and not transposed, or column-major and transposed), else i.
+  const bool a_by_rows = (o == CblasRowMajor) == (ta == CblasNoTrans);
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, m, grain),
+      [&](const tbb::blocked_range<int64_t>& r) {
+        const int64_t m0 = r.begin();
+        blas_gemm<T>(o, ta, tb, static_cast<int64_t>(r.size()), n, k, a + (a_by_rows ? m0 * lda : m0), lda, b,
+                     ldb, beta, c + (o == CblasRowMajor ? m0 * ldc : m0), ldc);
+      },
+      tbb::simple_partitioner());
 }
 
 // Tries gemm on the operands in place; false when a layout needs packing.
@@ -401,6 +436,9 @@ void contract(const ContractArgs& a) {
 }  // namespace
 
 void register_contract(detail::KernelTable& t) {
+#if defined(OPENBLAS_VERSION)
+  openblas_set_num_threads(1);  // Tenax splits large products across oneTBB's workers itself (gemm)
+#endif
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
   t.contract_plan[0] = contract_plan<double>;
