@@ -165,5 +165,32 @@ TEST(HostArena, KeepsOnlyTheBuffersItIsToldOf) {
   EXPECT_EQ(arena.saved(), arena.used());
 }
 
+// One report of every allocator and a tape: its figures are allocator_stats() and the tape's
+// stats(), a scan's checkpoints counted in the tape's residuals.
+TEST(MemoryFigures, OneReportGivesTheAllocatorsAndTheTape) {
+  Tape tape;
+  const Tensor lambda = tape.watch(scalar(0.9));
+  const int64_t steps = 500;
+  ScanOptions o;
+  o.length = steps;
+  const ScanResult r = scan(
+      [&](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+        return std::make_pair(std::vector<Tensor>{c[0] * lambda + 1.0}, std::vector<Tensor>{});
+      },
+      {scalar(0.0)}, {}, "t", o);
+  (void)tape.gradient(r.carry[0], {lambda});
+  const AllocatorStats a = allocator_stats();
+  const TapeStats t = tape.stats();
+  const std::string report = memory_report(&tape);
+  EXPECT_MESSAGE(report, "cpu: " + std::to_string(a.bytes_in_use) + " bytes in use, peak " +
+                             std::to_string(a.peak_bytes) + ", " + std::to_string(a.allocations) + " buffers / " +
+                             std::to_string(a.allocated_bytes) + " bytes allocated since the last reset, budget none");
+  EXPECT_MESSAGE(report, "tape: " + std::to_string(t.records) + " records, " + std::to_string(t.variables) +
+                             " variables, " + std::to_string(tape.bytes()) + " bytes held (" +
+                             std::to_string(t.residual_bytes) + " of residuals for the reverse pass)");
+  EXPECT_GE(t.residual_bytes, steps * int64_t{8});  // the scan's stored carries
+  EXPECT_EQ(memory_report().find("tape:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tenax

@@ -5,6 +5,7 @@
 #include "tenax/autodiff/grad.h"
 #include "tenax/autodiff/jacobian.h"
 #include "tenax/autodiff/map.h"
+#include "tenax/autodiff/memory_report.h"
 #include "tenax/autodiff/nmap.h"
 #include "tenax/autodiff/scan.h"
 #include "tenax/autodiff/tape.h"
