@@ -25,7 +25,7 @@ class ScanCache {
   [[nodiscard]] int64_t hits() const { return hits_.load(); }
   [[nodiscard]] int64_t misses() const { return misses_.load(); }
 
-  struct Entry;  // scan.cpp
+  struct Entry;  // scan_run.h
   /// Takes the kept entry (null: none kept, or held by another call).
   std::unique_ptr<Entry> take();
   /// Keeps `e` unless an entry is kept already.

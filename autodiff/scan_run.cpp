@@ -1,0 +1,289 @@
+// A scan's reverse pass: from checkpoints every k steps (the steps recomputed per chunk) or by
+// recursive bisection under a memory budget, fused into scalar loops or device programs where the
+// step allows; and the forward loop's fused form, which scan.cpp runs.
+#include "tenax/autodiff/scan_run.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tenax/autodiff/recording.h"
+#include "tenax/core/ops/scalar_loop.h"
+
+namespace tenax::detail {
+
+const Name kCheckpointAxis("__scan_checkpoint");
+
+namespace {
+
+// A fused loop (ScalarLoop) of what `build` appends, simplified; null when fusion is off or the
+// step does not fuse. Call it once the programs it replays are built (StepProgram::built).
+template <class Build>
+std::unique_ptr<ScalarLoop> fuse(Build build) {
+  if (!scalar_loops_enabled()) return nullptr;
+  auto loop = std::make_unique<ScalarLoop>();
+  if (!build(*loop)) return nullptr;
+  loop->simplify();
+  return loop;
+}
+
+// Appends the loads (or stores) of `slots` at slot index step - offset (ScalarLoop::run).
+bool append_slots(ScalarLoop& loop, const std::vector<SliceCopy>& copies) {
+  for (const auto& c : copies)
+    if (!c.append_to(loop, 0, 1, true)) return false;
+  return true;
+}
+
+}  // namespace
+
+ScanRun::~ScanRun() {
+  if (!entry || !complete || !program || !program->built(false)) return;
+  if (auto c = cache.lock()) {
+    program->release_call();
+    entry->program = std::move(program);
+    c->give(std::move(entry));
+  }
+}
+
+int64_t ScanRun::residual_bytes() const {
+  int64_t b = 0;
+  for (const Tensor& t : checkpoints) b += bytes_of(t);
+  return b + (program ? program->residual_bytes() : 0);
+}
+
+StepProgram& ScanRun::compiled() {
+  if (!program) program = std::make_unique<StepProgram>(plan, init, xs, over, opt.reverse, steps, entry != nullptr);
+  return *program;
+}
+
+ScanRun::CarrySlots::CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
+                                const std::vector<char>* no_store, const std::vector<char>* no_load) {
+  for (size_t k = 0; k < carry.size(); ++k) {
+    if (!no_load || !(*no_load)[k]) load.emplace_back(carry[k], slots[k], kCheckpointAxis, true, false);
+    if (!no_store || !(*no_store)[k]) store.emplace_back(carry[k], slots[k], kCheckpointAxis, false, false);
+  }
+}
+
+std::vector<Tensor> ScanRun::new_slots(int64_t n) const {
+  std::vector<Tensor> out;
+  for (const Tensor& t : init) {
+    Axes ax{{kCheckpointAxis, n}};
+    const Axes& carry_axes = plan->var(static_cast<int32_t>(out.size())).axes;
+    for (int i = 0; i < carry_axes.rank(); ++i) ax.push_back(carry_axes[i]);
+    out.push_back(empty(ax, t.dtype(), t.device()));
+  }
+  return out;
+}
+
+// The program's carry goes from step a to step b.
+void ScanRun::advance(int64_t a, int64_t b) {
+  StepProgram& p = compiled();
+  if (!advance_tried_ && p.built(false)) {
+    advance_tried_ = true;
+    advance_loop_ = fuse([&](ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
+  }
+  if (advance_loop_) {
+    advance_loop_->run(a, b - a, 1);
+    return;
+  }
+  for (int64_t s = a; s < b; ++s) {
+    p.forward(s);
+    p.next_carry();
+  }
+}
+
+// Steps b-1 .. a backwards from the carry into step a (in the program's carry), keeping
+// snapshots in slots depth, depth+1, ... of `snap` (recursive bisection).
+void ScanRun::reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t depth) {
+  StepProgram& p = compiled();
+  if (b - a == 1) {
+    if (leaf_loop_) {
+      leaf_loop_->run(a, 1, 1);
+      return;
+    }
+    p.forward(a);
+    p.backward(a);
+    leaf_loop_ = fuse([&](ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
+    return;
+  }
+  const int64_t m = a + (b - a) / 2;
+  snap.from_carry(depth);
+  advance(a, m);
+  reverse_range(snap, m, b, depth + 1);
+  snap.to_carry(depth);
+  reverse_range(snap, a, m, depth);
+}
+
+bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from) {
+  StepProgram& p = compiled();
+  if (!p.on_host()) return device_forward(ck, store_ck, y_store, from);
+  const int64_t k = opt.checkpoint_every;
+  const bool ck_inside = store_ck && k == 1;
+  auto loop = fuse([&](ScalarLoop& l) {
+    if (ck_inside)
+      for (const auto& c : ck.store)
+        if (!c.append_to(l, 0, 1)) return false;
+    if (!p.append_forward(l)) return false;
+    for (const auto& c : y_store)
+      if (!c.append_to(l, p.origin(), p.dir())) return false;
+    return p.append_next(l);
+  });
+  if (!loop) return false;
+  for (int64_t s = from; s < steps;) {
+    int64_t end = steps;
+    if (store_ck && !ck_inside) {
+      if (s % k == 0) ck.from_carry(s / k);
+      end = std::min(steps, (s / k + 1) * k);
+    }
+    loop->run(s, end - s, 1);
+    s = end;
+  }
+  return true;
+}
+
+// On a device, fused_forward's steps as one program per step (CUDA: one graph launch per step):
+// the checkpoint (every carry kept), x_t, the step, y_t and the next carry. False when device
+// fusion is off (TENAX_CUDA_FUSION=0: then the step's programs replay one by one).
+bool ScanRun::device_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from) {
+  StepProgram& p = compiled();
+  if (!cuda_fusion_enabled()) return false;
+  const int64_t k = opt.checkpoint_every;
+  const bool ck_inside = store_ck && k == 1;
+  KernelProgram step;
+  if (ck_inside)
+    for (const auto& c : ck.store) c.append_to(step, 0, 1);
+  if (!p.append_forward(step)) return false;
+  for (const auto& c : y_store) c.append_to(step, p.origin(), p.dir());
+  if (!p.append_next(step)) return false;
+  for (int64_t s = from; s < steps; ++s) {
+    if (store_ck && !ck_inside && s % k == 0) ck.from_carry(s / k);
+    step.run("scan step", s, s);
+  }
+  return true;
+}
+
+// The reverse sweep from checkpoints every k steps (k = 1: every carry). Per chunk [c, e): the
+// carry at c from its checkpoint, the steps c..e-2 recomputed forwards storing each carry in a
+// segment slot, then steps e-1..c backwards, each from its slot. The first chunk builds the
+// reverse programs step by step; the others run as fused loops when the step fuses (the reverse
+// loop's recomputation trimmed to what the reverse rules read).
+void ScanRun::reverse_chunks(CarrySlots& ck, int64_t k) {
+  StepProgram& p = compiled();
+  CarrySlots segment;
+  if (k > 1) segment = CarrySlots(new_slots(k), p.carry());
+  // With k = 1 the checkpoints are the slots (slot index = step); else the segment (step - c).
+  CarrySlots& slots = k > 1 ? segment : ck;
+  ReverseLoops loops;
+  for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
+    const int64_t e = std::min(c + k, steps);
+    if (loops.device) {
+      for (int64_t s = c; s >= 0; --s) loops.device->run("scan step", s, s);
+      break;
+    }
+    if (loops.fused && k == 1) {  // every remaining step in one run, each from its checkpoint
+      loops.backwards->run(c, c + 1, -1);
+      break;
+    }
+    if (k == 1 && p.restore(c)) {  // the step's carry, x_t and intermediates as the forward pass kept them
+      p.backward(c);
+    } else {
+      ck.to_carry(c / k);
+      if (loops.fused) {
+        loops.forwards->run(c, e - 1 - c, 1, c);
+        segment.from_carry(e - 1 - c);
+        loops.backwards->run(e - 1, e - c, -1, c);
+        continue;
+      }
+      reverse_chunk_step_by_step(segment, c, e);
+    }
+    if (loops.tried || !p.built(true)) continue;  // built(true) fails while no chunk needed a next carry
+    loops.tried = true;
+    build_reverse_loops(loops, slots, segment, k);
+  }
+}
+
+// Chunk [c, e) from the carry at c: steps c..e-2 recomputed forwards, each carry stored in the
+// segment, then steps e-1..c backwards, each from its slot.
+void ScanRun::reverse_chunk_step_by_step(CarrySlots& segment, int64_t c, int64_t e) {
+  StepProgram& p = compiled();
+  for (int64_t s = c; s + 1 < e; ++s) {
+    segment.from_carry(s - c);
+    p.forward(s);
+    p.next_carry();
+  }
+  for (int64_t s = e - 1; s >= c; --s) {
+    if (s + 1 < e) segment.to_carry(s - c);
+    p.forward(s);
+    p.backward(s);
+  }
+}
+
+// Once the programs are built: on a device, one program per step (k = 1, fusion on); on the
+// host, the fused scalar loops where the step fuses (the reverse loop's recomputation trimmed to
+// what the reverse rules read).
+void ScanRun::build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarrySlots& segment, int64_t k) {
+  StepProgram& p = compiled();
+  if (!p.on_host()) {
+    if (k != 1 || !cuda_fusion_enabled()) return;
+    loops.device = std::make_unique<KernelProgram>();
+    for (const auto& l : slots.load) l.append_to(*loops.device, 0, 1);
+    if (!p.append_forward(*loops.device) || !p.append_backward(*loops.device)) loops.device.reset();
+    return;
+  }
+  if (k > 1)
+    loops.forwards = fuse([&](ScalarLoop& l) {
+      return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
+    });
+  if (k == 1 || loops.forwards)
+    loops.backwards = fuse([&](ScalarLoop& l) {
+      return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
+    });
+  loops.fused = loops.backwards != nullptr;
+}
+
+// Axes of the adjoints beyond their inputs' own (several VJPs at once: jacobian), read off the
+// first adjoint asked for (init, xs, then params).
+Axes ScanRun::batch_axes(const std::vector<Tensor>& adj) const {
+  const size_t nc = init.size(), nx = xs.size();
+  Axes batch;
+  for (size_t k = 0; k < adj.size(); ++k)
+    if (adj[k].defined()) {
+      const Tensor& value = k < nc ? init[k] : k < nc + nx ? xs[k - nc] : plan->params()[k - nc - nx];
+      for (int i = 0; i < adj[k].rank(); ++i)
+        if (!value.has_axis(adj[k].axes().name(i)) && !batch.contains(adj[k].axes().name(i)))
+          batch.push_back(adj[k].axes()[i]);
+      break;
+    }
+  return batch;
+}
+
+void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) {
+  PauseRecording pause;
+  const size_t nc = init.size(), nx = xs.size();
+  const auto nc_ = static_cast<std::ptrdiff_t>(nc), nx_ = static_cast<std::ptrdiff_t>(nx);
+  const std::vector<Tensor> carry_bar(cot.begin(), cot.begin() + nc_), ys_bar(cot.begin() + nc_, cot.end());
+  const std::vector<Tensor> xs_adj(adj.begin() + nc_, adj.begin() + nc_ + nx_),
+      param_adj(adj.begin() + nc_ + nx_, adj.end());
+  std::vector<char> x_needs(nx);
+  for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
+  StepProgram& p = compiled();
+  p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar, batch_axes(adj));
+  if (bisection) {
+    const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
+    CarrySlots snap(new_slots(depth), p.carry());
+    p.set_carry(init);
+    leaf_loop_.reset();
+    reverse_range(snap, 0, steps, 0);
+    leaf_loop_.reset();
+  } else {
+    std::vector<char> in_place(nc);
+    for (size_t k = 0; k < nc; ++k) in_place[k] = p.carry_in_place(k) ? 1 : 0;
+    CarrySlots ck(checkpoints, p.carry(), nullptr, &in_place);
+    reverse_chunks(ck, opt.checkpoint_every);
+  }
+  p.finish();
+  if (entry) p.add_param_adjoints(param_adj);  // a reusable program accumulates into its own
+  for (size_t k = 0; k < nc; ++k)
+    if (adj[k].defined()) accumulate(adj[k], p.carry_bar()[k]);
+}
+
+}  // namespace tenax::detail

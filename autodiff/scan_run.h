@@ -1,0 +1,114 @@
+#pragma once
+// Library-internal: what one scan call keeps for its reverse pass (ScanRun, the custom node it
+// records on the enclosing tape) and what a ScanCache keeps between calls. scan.cpp runs the
+// forward loop and fills them; scan_run.cpp runs the reverse pass.
+#include <memory>
+#include <vector>
+
+#include "tenax/autodiff/scan.h"
+#include "tenax/autodiff/scan_cache.h"
+#include "tenax/autodiff/scan_plan.h"
+#include "tenax/autodiff/scan_program.h"
+#include "tenax/core/ops/dispatch.h"
+
+namespace tenax::detail {
+
+/// The axis of a scan's checkpoint buffers (one slot per stored carry).
+extern const Name kCheckpointAxis;
+
+// What a ScanCache keeps: the plan, the compiled program, and what a call must match to reuse them.
+struct ScanCache::Entry {
+  std::shared_ptr<ScanPlan> plan;
+  std::unique_ptr<StepProgram> program;
+  Name over;
+  int64_t steps = 0;
+  ScanOptions opt;
+  std::vector<std::pair<Axes, DType>> init_shapes, x_shapes, capture_shapes;
+  std::vector<char> tracked;       // per capture: a parameter of the tape at the trace
+  std::vector<Tensor> fixed;       // per capture: its value then, when untracked
+  std::vector<Name> mapped;        // the nmap axes active then
+  std::vector<int> param_capture;  // per plan parameter: the capture it is
+  std::vector<Axes> widen;         // per carry: the mapped axes init was broadcast to (widen_to_mapped)
+};
+
+/// Everything one scan call needs again in its reverse pass.
+struct ScanRun final : CustomNode {
+  std::shared_ptr<ScanPlan> plan;
+  std::unique_ptr<StepProgram> program;  // compiled on first use
+  std::vector<Tensor> init, xs;
+  std::vector<Tensor> params;  // this call's tensors behind the plan's parameters
+  Name over;
+  int64_t steps = 0;
+  ScanOptions opt;
+  std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
+  bool bisection = false;           // memory_budget below all carries: recursive bisection
+  // A call through a ScanCache: the entry its program goes back into when this run is done (once
+  // its forward pass completed), and the cache.
+  std::unique_ptr<ScanCache::Entry> entry;
+  std::weak_ptr<ScanCache> cache;
+  bool complete = false;
+
+  ScanRun() = default;
+  ScanRun(const ScanRun&) = delete;
+  ScanRun& operator=(const ScanRun&) = delete;
+  ~ScanRun() override;
+
+  [[nodiscard]] int64_t index(int64_t s) const { return opt.reverse ? steps - 1 - s : s; }
+  [[nodiscard]] const char* name() const override { return "scan"; }
+  [[nodiscard]] bool batched_vjp() const override { return true; }
+  [[nodiscard]] int64_t residual_bytes() const override;
+  StepProgram& compiled();
+
+  /// Per carry, a buffer of carries along kCheckpointAxis with copies to and from the program's carry.
+  struct CarrySlots {
+    std::vector<SliceCopy> load, store;
+    CarrySlots() = default;
+    // `no_store` / `no_load` (per carry, optional): carries whose slots are written elsewhere (no
+    // store copy), or that the step reads from their slots in place (no load copy).
+    CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
+               const std::vector<char>* no_store = nullptr, const std::vector<char>* no_load = nullptr);
+    void to_carry(int64_t i) {
+      for (auto& c : load) c.run(i);
+    }
+    void from_carry(int64_t i) {
+      for (auto& c : store) c.run(i);
+    }
+  };
+  /// `n` carry slots per carry.
+  [[nodiscard]] std::vector<Tensor> new_slots(int64_t n) const;
+
+  /// Steps from..steps-1 forwards (carry in the program's carry; step from-1 already ran, so the
+  /// programs are built) as one fused loop, storing checkpoints every checkpoint_every steps when
+  /// `store_ck` (inside the loop for every step; else one copy per chunk of steps between fused
+  /// runs) and ys through `y_store`. False when the step does not fuse (then nothing ran).
+  bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from);
+
+  void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override;
+
+ private:
+  // The fused forms of the reverse sweep, built once the first chunk has built the programs.
+  struct ReverseLoops {
+    std::unique_ptr<ScalarLoop> forwards, backwards;
+    // On a device with every carry kept: the checkpoint, x_t, the step and its reverse step as one
+    // program per step (one graph launch).
+    std::unique_ptr<KernelProgram> device;
+    bool fused = false, tried = false;
+  };
+
+  bool device_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from);
+  void advance(int64_t a, int64_t b);
+  void reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t depth);
+  void reverse_chunks(CarrySlots& ck, int64_t k);
+  void reverse_chunk_step_by_step(CarrySlots& segment, int64_t c, int64_t e);
+  void build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarrySlots& segment, int64_t k);
+  [[nodiscard]] Axes batch_axes(const std::vector<Tensor>& adj) const;
+
+  // x_t, the step and the next carry, fused: what advance() runs (built with the forward programs;
+  // it holds no reverse-pass buffers, so it serves every reverse pass of this scan).
+  std::unique_ptr<ScalarLoop> advance_loop_;
+  bool advance_tried_ = false;
+  // x_t, the step and its reverse step, fused (per reverse pass: it holds that pass's adjoints).
+  std::unique_ptr<ScalarLoop> leaf_loop_;
+};
+
+}  // namespace tenax::detail
