@@ -44,6 +44,12 @@ struct Dense {
   }
 };
 
+// One sample's inputs read into Dense once (the references below read them at every element).
+struct Ref {
+  std::vector<Dense> inputs;
+  const Attrs& attrs;
+};
+
 Index with(Index at, const std::string& n, int64_t i) {
   at[n] = i;
   return at;
@@ -57,7 +63,8 @@ void each(const std::vector<std::string>& names, const std::vector<int64_t>& siz
 }
 
 // Σ over every index of the axes `over` of x (with the other names from `at`) of f(index).
-double sum_over(const Dense& x, const AxisList& over, const Index& at, const std::function<double(const Index&)>& f) {
+double sum_over(const Dense& x, const AxisList& over, const Index& at,
+                const std::function<double(const Index&)>& f) {
   std::vector<std::string> n;
   std::vector<int64_t> s;
   for (Name a : over) {
@@ -106,8 +113,9 @@ Matrix matrix(const Dense& x, const std::string& row, const std::string& col, co
 
 // A z = b (A^T z = b when transposed) by Gaussian elimination, component `k` of z; the triangular
 // solve reads only its triangle.
-double linear_solve(const OpSample& s, const Index& at, bool triangular) {
-  const Dense a(s.inputs[0]), b(s.inputs[1]);
+double linear_solve(const Ref& s, const Index& at, bool triangular) {
+  const Dense& a = s.inputs[0];
+  const Dense& b = s.inputs[1];
   const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
   const bool transposed = s.attrs.i[1] != 0, lower = s.attrs.i[0] != 0;
   Matrix m = matrix(a, row, col, at);
@@ -125,8 +133,8 @@ double linear_solve(const OpSample& s, const Index& at, bool triangular) {
   return gauss(m, rhs)[size_t(at.at(unknown))];
 }
 
-double cholesky_at(const OpSample& s, const Index& at) {
-  const Dense a(s.inputs[0]);
+double cholesky_at(const Ref& s, const Index& at) {
+  const Dense& a = s.inputs[0];
   const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
   const Matrix m = matrix(a, row, col, at);
   const size_t n = m.size();
@@ -145,8 +153,8 @@ double cholesky_at(const OpSample& s, const Index& at) {
 }
 
 // log |det A| by Gaussian elimination with partial pivoting.
-double logdet_at(const OpSample& s, const Index& at) {
-  const Dense a(s.inputs[0]);
+double logdet_at(const Ref& s, const Index& at) {
+  const Dense& a = s.inputs[0];
   Matrix m = matrix(a, s.attrs.axes[0].str(), s.attrs.axes[1].str(), at);
   const size_t n = m.size();
   double total = 0;
@@ -165,8 +173,11 @@ double logdet_at(const OpSample& s, const Index& at) {
 }
 
 // The tridiagonal system along `over` at the other indices of `at`, solved densely.
-double tridiagonal_at(const OpSample& s, const Index& at) {
-  const Dense l(s.inputs[0]), d(s.inputs[1]), u(s.inputs[2]), r(s.inputs[3]);
+double tridiagonal_at(const Ref& s, const Index& at) {
+  const Dense& l = s.inputs[0];
+  const Dense& d = s.inputs[1];
+  const Dense& u = s.inputs[2];
+  const Dense& r = s.inputs[3];
   const std::string over = s.attrs.axes[0].str();
   const int64_t n = r.size(over);
   auto get = [&](const Dense& x, int64_t i) { return x.has(over) ? x(with(at, over, i)) : x(at); };
@@ -181,8 +192,9 @@ double tridiagonal_at(const OpSample& s, const Index& at) {
   return gauss(m, rhs)[size_t(at.at(over))];
 }
 
-double recurrence_at(const OpSample& s, const Index& at) {
-  const Dense a(s.inputs[0]), b(s.inputs[1]);
+double recurrence_at(const Ref& s, const Index& at) {
+  const Dense& a = s.inputs[0];
+  const Dense& b = s.inputs[1];
   const std::string over = s.attrs.axes[0].str();
   double x = 0;
   for (int64_t t = 0; t <= at.at(over); ++t) {
@@ -192,8 +204,8 @@ double recurrence_at(const OpSample& s, const Index& at) {
   return x;
 }
 
-double reduce_at(const std::string& op, const OpSample& s, const Index& at) {
-  const Dense x(s.inputs[0]);
+double reduce_at(const std::string& op, const Ref& s, const Index& at) {
+  const Dense& x = s.inputs[0];
   const AxisList& over = s.attrs.axes;
   if (op == "sum") return sum_over(x, over, at, [&](const Index& i) { return x(i); });
   int64_t count = 1;
@@ -208,7 +220,7 @@ double reduce_at(const std::string& op, const OpSample& s, const Index& at) {
   return m + std::log(sum_over(x, over, at, [&](const Index& i) { return std::exp(x(i) - m); }));
 }
 
-double elementwise_at(const std::string& op, const OpSample& s, const Index& at) {
+double elementwise_at(const std::string& op, const Ref& s, const Index& at) {
   static const std::map<std::string, std::function<double(double)>> unary = {
       {"neg", [](double x) { return -x; }},
       {"square", [](double x) { return x * x; }},
@@ -231,25 +243,29 @@ double elementwise_at(const std::string& op, const OpSample& s, const Index& at)
       {"greater", [](double a, double b) { return a > b ? 1.0 : 0.0; }},
       {"less", [](double a, double b) { return a < b ? 1.0 : 0.0; }},
       {"equal", [](double a, double b) { return a == b ? 1.0 : 0.0; }}};
-  if (auto u = unary.find(op); u != unary.end()) return u->second(Dense(s.inputs[0])(at));
-  if (auto b = binary.find(op); b != binary.end()) return b->second(Dense(s.inputs[0])(at), Dense(s.inputs[1])(at));
-  if (op == "where") return Dense(s.inputs[0])(at) != 0.0 ? Dense(s.inputs[1])(at) : Dense(s.inputs[2])(at);
+  if (auto u = unary.find(op); u != unary.end()) return u->second(s.inputs[0](at));
+  if (auto b = binary.find(op); b != binary.end()) return b->second(s.inputs[0](at), s.inputs[1](at));
+  if (op == "where") return s.inputs[0](at) != 0.0 ? s.inputs[1](at) : s.inputs[2](at);
   throw std::logic_error("reference: no elementwise op " + op);
 }
 
-double astype_at(const OpSample& s, const Index& at) {
-  const double x = Dense(s.inputs[0])(at);
+double astype_at(const Ref& s, const Index& at) {
+  const double x = s.inputs[0](at);
   switch (static_cast<DType>(s.attrs.i[0])) {
-    case DType::f64: return x;
-    case DType::f32: return static_cast<double>(static_cast<float>(x));
-    case DType::i64: return static_cast<double>(static_cast<int64_t>(x));
-    case DType::b8: return x != 0.0 ? 1.0 : 0.0;
+    case DType::f64:
+      return x;
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(x));
+    case DType::i64:
+      return static_cast<double>(static_cast<int64_t>(x));
+    case DType::b8:
+      return x != 0.0 ? 1.0 : 0.0;
   }
   return NAN;
 }
 
-double layout_at(const std::string& op, const OpSample& s, const Index& at) {
-  const Dense x(s.inputs[0]);
+double layout_at(const std::string& op, const Ref& s, const Index& at) {
+  const Dense& x = s.inputs[0];
   const AxisList& ax = s.attrs.axes;
   if (op == "transpose" || op == "broadcast" || op == "contiguous") return x(at);
   if (op == "rename") {
@@ -264,28 +280,28 @@ double layout_at(const std::string& op, const OpSample& s, const Index& at) {
   throw std::logic_error("reference: no layout op " + op);
 }
 
-double join_at(const std::string& op, const OpSample& s, const Index& at) {
+double join_at(const std::string& op, const Ref& s, const Index& at) {
   const std::string axis = s.attrs.axes[0].str();
   if (op == "stack") {
     Index i = at;
     i.erase(axis);
-    return Dense(s.inputs[size_t(at.at(axis))])(i);
+    return s.inputs[size_t(at.at(axis))](i);
   }
   int64_t k = at.at(axis);
-  for (const Tensor& t : s.inputs) {
-    const Dense x(t);
+  for (const Dense& x : s.inputs) {
     if (k < x.size(axis)) return x(with(at, axis, k));
     k -= x.size(axis);
   }
   throw std::logic_error("reference: concat index past the end");
 }
 
-double dot_at(const OpSample& s, const Index& at) {
-  const Dense a(s.inputs[0]), b(s.inputs[1]);
+double dot_at(const Ref& s, const Index& at) {
+  const Dense& a = s.inputs[0];
+  const Dense& b = s.inputs[1];
   return sum_over(a, s.attrs.axes, at, [&](const Index& i) { return a(i) * b(i); });
 }
 
-double value_at(const std::string& op, const OpSample& s, const Index& at) {
+double value_at(const std::string& op, const Ref& s, const Index& at) {
   if (op == "sum" || op == "mean" || op == "max" || op == "logsumexp") return reduce_at(op, s, at);
   if (op == "dot") return dot_at(s, at);
   if (op == "astype") return astype_at(s, at);
@@ -304,7 +320,9 @@ double value_at(const std::string& op, const OpSample& s, const Index& at) {
 
 }  // namespace
 
-std::vector<double> reference_values(const OpDef& op, const OpSample& s, const Tensor& actual) {
+std::vector<double> reference_values(const OpDef& op, const OpSample& sample, const Tensor& actual) {
+  Ref s{{}, sample.attrs};
+  for (const Tensor& t : sample.inputs) s.inputs.emplace_back(t);
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
   for (int i = 0; i < actual.axes().rank(); ++i) {

@@ -143,40 +143,25 @@ OpSample reduce_sample(SampleRng& rng, DType dt) {
 constexpr uint32_t kSaveX = 1;
 constexpr AttrSpec kReduceAttrs[] = {
     {"axes", AttrKind::names, "the axes reduced (omitted: every axis the tensor shows)", 0, false, 0, false, true}};
-const OpDef op_sum = {.name = "sum",
-                      .arity = 1,
-                      .forward = reduce_forward<Reduce::sum>,
-                      .vjp = reduce_vjp<Reduce::sum>,
-                      .jvp = reduce_jvp<Reduce::sum>,
-                      .sample = reduce_sample<Reduce::sum>,
-                      .attrs = kReduceAttrs,
-                      .doc = "Σ over `axes` (0 over an empty axis)"};
-const OpDef op_mean = {.name = "mean",
-                       .arity = 1,
-                       .forward = reduce_forward<Reduce::mean>,
-                       .vjp = reduce_vjp<Reduce::mean>,
-                       .jvp = reduce_jvp<Reduce::mean>,
-                       .sample = reduce_sample<Reduce::mean>,
-                       .attrs = kReduceAttrs,
-                       .doc = "the mean over `axes`"};
-const OpDef op_max = {.name = "max",
-                      .arity = 1,
-                      .forward = reduce_forward<Reduce::max>,
-                      .vjp = reduce_vjp<Reduce::max>,
-                      .jvp = reduce_jvp<Reduce::max>,
-                      .saves = kSaveX | kSaveOutput,
-                      .sample = reduce_sample<Reduce::max>,
-                      .attrs = kReduceAttrs,
-                      .doc = "the maximum over `axes` (the gradient reaches every element equal to it)"};
-const OpDef op_logsumexp = {.name = "logsumexp",
-                            .arity = 1,
-                            .forward = reduce_forward<Reduce::logsumexp>,
-                            .vjp = reduce_vjp<Reduce::logsumexp>,
-                            .jvp = reduce_jvp<Reduce::logsumexp>,
-                            .saves = kSaveX | kSaveOutput,
-                            .sample = reduce_sample<Reduce::logsumexp>,
-                            .attrs = kReduceAttrs,
-                            .doc = "log Σ exp over `axes`, computed stably"};
+// The reductions differ in their rules (R) and in what max and logsumexp save: the input and output.
+template <Reduce R>
+constexpr OpDef reduce_op(const char* name, const char* doc) {
+  const bool saves = R == Reduce::max || R == Reduce::logsumexp;
+  return {.name = name,
+          .arity = 1,
+          .forward = reduce_forward<R>,
+          .vjp = reduce_vjp<R>,
+          .jvp = reduce_jvp<R>,
+          .saves = saves ? kSaveX | kSaveOutput : 0u,
+          .sample = reduce_sample<R>,
+          .attrs = kReduceAttrs,
+          .doc = doc};
+}
+const OpDef op_sum = reduce_op<Reduce::sum>("sum", "Σ over `axes` (0 over an empty axis)");
+const OpDef op_mean = reduce_op<Reduce::mean>("mean", "the mean over `axes`");
+const OpDef op_max =
+    reduce_op<Reduce::max>("max", "the maximum over `axes` (the gradient reaches every element equal to it)");
+const OpDef op_logsumexp = reduce_op<Reduce::logsumexp>("logsumexp", "log Σ exp over `axes`, computed stably");
 
 Tensor reduce(const OpDef& op, const Tensor& x, const AxisList& axes) {
   Attrs a;

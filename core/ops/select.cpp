@@ -83,30 +83,16 @@ OpSample compare_sample(SampleRng& rng, DType dt) {
   return {{random_values(rng, base, dt, -1, 1), random_values(rng, random_subset(rng, base), dt, -1, 1)}, {}};
 }
 
-const OpDef op_greater = {.name = "greater",
-                          .arity = 2,
-                          .forward = compare_forward<CompareOp::greater>,
-                          .vjp = nullptr,
-                          .jvp = nullptr,
-                          .nondiff = 3u,
-                          .sample = compare_sample,
-                          .doc = "a > b elementwise, boolean (not differentiable)"};
-const OpDef op_less = {.name = "less",
-                       .arity = 2,
-                       .forward = compare_forward<CompareOp::less>,
-                       .vjp = nullptr,
-                       .jvp = nullptr,
-                       .nondiff = 3u,
-                       .sample = compare_sample,
-                       .doc = "a < b elementwise, boolean (not differentiable)"};
-const OpDef op_equal = {.name = "equal",
-                        .arity = 2,
-                        .forward = compare_forward<CompareOp::equal>,
-                        .vjp = nullptr,
-                        .jvp = nullptr,
-                        .nondiff = 3u,
-                        .sample = compare_sample,
-                        .doc = "a == b elementwise, boolean (not differentiable)"};
+// The comparisons differ only in their kernel and doc: boolean outputs, neither input differentiated.
+constexpr OpDef compare_op(const char* name, Tensor (*forward)(Inputs, const Attrs&), const char* doc) {
+  return {.name = name, .arity = 2, .forward = forward, .nondiff = 3u, .sample = compare_sample, .doc = doc};
+}
+const OpDef op_greater =
+    compare_op("greater", compare_forward<CompareOp::greater>, "a > b elementwise, boolean (not differentiable)");
+const OpDef op_less =
+    compare_op("less", compare_forward<CompareOp::less>, "a < b elementwise, boolean (not differentiable)");
+const OpDef op_equal =
+    compare_op("equal", compare_forward<CompareOp::equal>, "a == b elementwise, boolean (not differentiable)");
 
 // ---- astype: attrs.i[0] is the target DType ----
 Tensor astype_forward(Inputs in, const Attrs& a) {
