@@ -23,12 +23,8 @@ bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
   return false;
 }
 
-// allow_copy_forwarding's arguments from per-variable tensors: the buffers of those flagged shared
-// (read or written outside the program too) as storages, the others' as pointers (its own).
-struct BufferSplit {
-  std::vector<const void*> owned;
-  std::vector<StoragePtr> shared;
-};
+}  // namespace
+
 BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared) {
   BufferSplit b;
   for (size_t v = 0; v < tensors.size(); ++v) {
@@ -41,8 +37,6 @@ BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<
   }
   return b;
 }
-
-}  // namespace
 
 SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate)
     : fixed_(fixed), whole_(whole), accumulate_(accumulate) {

@@ -19,6 +19,14 @@ namespace tenax::detail {
 /// The bytes a tensor's elements take.
 inline int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
+/// allow_copy_forwarding's arguments from per-variable tensors: the buffers of those flagged
+/// shared (read or written outside the program too) as storages, the others' as pointers (its own).
+struct BufferSplit {
+  std::vector<const void*> owned;
+  std::vector<StoragePtr> shared;
+};
+BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared);
+
 /// A copy (or accumulation) between a fixed buffer and slice i of a tensor along one axis, with
 /// its loop arguments computed once. It holds both tensors, so their buffers outlive it.
 class SliceCopy {

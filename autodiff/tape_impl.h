@@ -74,6 +74,8 @@ class TapeImpl final : public Recorder {
 
   [[nodiscard]] uint32_t serial() const { return serial_; }
   void keep_all() { keep_all_ = true; }
+  /// Whether it keeps every residual (a forward-mode tape: jvp, jacobian in forward mode).
+  [[nodiscard]] bool keeps_all() const { return keep_all_; }
   [[nodiscard]] TapeStats stats() const;
   [[nodiscard]] int64_t bytes() const;
 

@@ -11,7 +11,7 @@ install(TARGETS tenax tenax_warnings EXPORT tenaxTargets
 # the install test compiles every installed header alone against the installed package, so a
 # public header that includes an internal one fails there.
 set(TENAX_PUBLIC_HEADERS
-  autodiff/associative_scan.h autodiff/custom_vjp.h autodiff/grad.h autodiff/jacobian.h autodiff/map.h
+  autodiff/associative_scan.h autodiff/compile.h autodiff/custom_vjp.h autodiff/grad.h autodiff/jacobian.h autodiff/map.h
   autodiff/memory_report.h autodiff/nmap.h autodiff/scan.h autodiff/tape.h
   core/check_finite.h core/creation.h core/device.h core/dtype.h core/error.h core/ops.h
   core/ops/elementwise.def core/storage.h core/tensor.h core/threads.h core/transfer.h core/xtensor.h

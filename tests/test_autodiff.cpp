@@ -415,7 +415,7 @@ TEST(CustomVjp, MisuseNamesTheFunction) {
                        },
                        {x});
                  }),
-                 "[scan] twice inside a scan body is not supported yet");
+                 "[twice] inside a scan body (traced once, then replayed) is not supported yet");
 }
 
 TEST(Threads, IndependentTapesPerTask) {

@@ -100,7 +100,7 @@ TEST_F(Cuda, GradientsFlowBackThroughTransfers) {
   Tape tape;
   const Tensor xs = tape.watch(to(randn(Axes{{"t", 4}}, 6), gpu));
   EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)scan(body, {scalar(0.0)}, {xs}, "t"); }),
-                 "[scan] to inside a scan body is not supported yet");
+                 "[to] inside a scan body (traced once, then replayed) is not supported yet");
 }
 
 // Large contractions go to cuBLAS strided-batched gemm when each group is one axis in a layout it

@@ -2,8 +2,8 @@
 // be added without its forward values being checked against an independent reference
 // (op_reference_values.cpp: a new op fails until it has one) and under random layouts, its VJP and
 // JVP against central finite differences in float64, its VJP with a batched cotangent, its JVP
-// with batched tangents, its batching rule under nmap, and its replay inside a compiled scan
-// (DESIGN contract 2; docs/architecture.md).
+// with batched tangents, its batching rule under nmap, its replay inside a compiled scan and
+// through compile (DESIGN contract 2; docs/architecture.md).
 #include <cmath>
 #include <string>
 
@@ -333,6 +333,42 @@ TEST_P(EveryOp, ReplayedInsideAScanEqualsEager) {
         {scalar(1.0)})[0];
     EXPECT_NEAR(dscan.item(), double(steps) * dscale.item(), 1e-9 * (1.0 + std::abs(dscan.item())))
         << op.name << " case " << c;
+  }
+}
+
+// Every op through compile: the second and third calls replay the captured forward and reverse
+// programs on new inputs (scaled by a per-call factor) and give the eager op's value and VJP.
+TEST_P(EveryOp, CompiledEqualsEager) {
+  const OpDef& op = *GetParam();
+  for (int c = 0; c < kCasesPerOp; ++c) {
+    std::mt19937_64 rng(6100 * c + 3);
+    OpSample s = op.sample(rng, DType::f64);
+    std::vector<int> floating;
+    for (size_t i = 0; i < s.inputs.size(); ++i)
+      if (differentiable_input(op, s.inputs[i], int(i))) floating.push_back(int(i));
+    auto apply_op = [&](const std::vector<Tensor>& in) { return std::vector<Tensor>{run(op, in, s.attrs)}; };
+    const CompiledFunction f = compile(apply_op);
+    for (int call = 0; call < 3; ++call) {
+      std::vector<Tensor> in = s.inputs;
+      for (int i : floating) in[size_t(i)] = s.inputs[size_t(i)] * (1.0 + 0.25 * call);
+      const Tensor want = run(op, in, s.attrs), got = f(in)[0];
+      EXPECT_LE(mismatch(got, want, 1e-14, 1e-14), 1.0) << op.name << " case " << c << " call " << call;
+      if (!op.vjp || floating.empty()) continue;
+      const Tensor w = randn(want.axes(), rng());
+      auto loss = [&](bool compiled) {
+        return [&, compiled](const std::vector<Tensor>& p) {
+          std::vector<Tensor> x = in;
+          for (size_t k = 0; k < floating.size(); ++k) x[size_t(floating[k])] = p[k];
+          return sum((compiled ? f(x)[0] : run(op, x, s.attrs)) * w);
+        };
+      };
+      std::vector<Tensor> at;
+      for (int i : floating) at.push_back(in[size_t(i)]);
+      const std::vector<Tensor> g = grad(loss(true), at), e = grad(loss(false), at);
+      for (size_t k = 0; k < at.size(); ++k)
+        EXPECT_LE(mismatch(g[k], e[k], 1e-13, 1e-13), 1.0) << op.name << " case " << c << " call " << call << " input " << k;
+    }
+    EXPECT_LE(f.stats().traces, 2) << op.name;  // untracked, then tracked
   }
 }
 

@@ -49,6 +49,8 @@ struct RecordState {
   uint32_t serial = 0;
   uint32_t outer = 0;
   bool trace = false;
+  /// While tracing: what is traced, for errors ("scan body", a compiled function's name).
+  const char* traced = nullptr;
 };
 inline thread_local RecordState g_record_state;
 

@@ -1,6 +1,7 @@
 #pragma once
 // Tenax: named-axis tensors with tape-based differentiation. The one header users include.
 #include "tenax/autodiff/associative_scan.h"
+#include "tenax/autodiff/compile.h"
 #include "tenax/autodiff/custom_vjp.h"
 #include "tenax/autodiff/grad.h"
 #include "tenax/autodiff/jacobian.h"

@@ -1,0 +1,145 @@
+// A compiled function's buffers and kernel programs: forward captured once, reverse per kind of pass.
+#include "tenax/autodiff/function_program.h"
+
+#include "tenax/autodiff/scan_program.h"
+#include "tenax/core/ops.h"
+
+namespace tenax::detail {
+namespace {
+
+constexpr const char* kWhat = "compiled function call";
+
+}  // namespace
+
+FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args)
+    : plan_(std::move(plan)) {
+  const ScanPlan& p = *plan_;
+  values_.resize(p.n_vars());
+  host_ = args.empty() || args[0].device().kind == Device::Kind::cpu;
+  for (int k = 0; k < p.n_x(); ++k) {
+    const PlanVar& v = p.var(k);
+    values_[static_cast<size_t>(k)] = empty(v.axes, v.dtype, args[static_cast<size_t>(k)].device());
+  }
+}
+
+std::vector<Tensor> FunctionProgram::forward(const std::vector<Tensor>& args) {
+  for (size_t k = 0; k < args.size(); ++k) copy_into(x_buffer(k), args[k]);
+  if (forward_built_) {
+    forward_.run(kWhat, 0);
+    forward_.finish(kWhat);
+  } else {
+    build_forward();
+  }
+  std::vector<Tensor> out;
+  for (const PlanRef& r : plan_->y_out()) out.push_back(copy_of(plan_->value(values_, r)));
+  return out;
+}
+
+// The first forward call runs the plan op by op while capturing its kernel calls. On the host the
+// replays may skip or fuse copies into buffers that nothing reads after the call (the outputs and
+// what the reverse rules save are read after it).
+void FunctionProgram::build_forward() {
+  capture_into(forward_, [&] { plan_->forward(values_); });
+  if (host_) {
+    BufferSplit b = split_buffers(values_, plan_->read_after_step());
+    forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
+  }
+  forward_built_ = true;
+}
+
+void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) {
+  const ScanPlan& p = *plan_;
+  std::vector<char> x_needs(adjoints.size(), 0), seeded(cotangents.size(), 0);
+  for (size_t k = 0; k < adjoints.size(); ++k)
+    x_needs[k] = adjoints[k].defined() && is_floating(p.var(static_cast<int32_t>(k)).dtype);
+  const std::vector<char> needs = p.needs_grad(x_needs);
+  Axes batch;
+  bool batch_known = false;
+  for (size_t k = 0; k < cotangents.size(); ++k) {
+    const int32_t v = p.y_out()[k].var;
+    if (!cotangents[k].defined() || v < 0 || !needs[static_cast<size_t>(v)]) continue;
+    seeded[k] = 1;
+    if (!batch_known) batch = batch_axes_of(cotangents[k], p.var(v).axes);
+    batch_known = true;
+  }
+  const bool rebuild = !backward_built_ || x_needs != x_needs_ || seeded != seeded_ || !(batch == batch_);
+  if (rebuild) {
+    x_needs_ = x_needs;
+    seeded_ = seeded;
+    needs_ = needs;
+    batch_ = batch;
+    cot_.assign(cotangents.size(), Tensor());
+    for (size_t k = 0; k < cotangents.size(); ++k) {
+      if (!seeded_[k]) continue;
+      const PlanVar& v = p.var(p.y_out()[k].var);
+      Axes ax = v.axes;
+      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+      cot_[k] = empty(ax, v.dtype, cotangents[k].device());
+    }
+  }
+  for (size_t k = 0; k < cotangents.size(); ++k)
+    if (seeded_[k]) copy_into(cot_[k], cotangents[k]);
+  if (rebuild) {
+    build_backward();  // runs the programs as it captures them
+  } else {
+    seed_.run(kWhat, 0);
+    vjp_.run(kWhat, 0);
+    seed_.finish(kWhat);
+    vjp_.finish(kWhat);
+  }
+  for (size_t k = 0; k < adjoints.size(); ++k)
+    if (x_needs_[k]) accumulate(adjoints[k], adjoints_[static_cast<size_t>(k)]);
+}
+
+// The seed program allocates the adjoints of every value that can carry a gradient (not zeroed:
+// each stays flagged fresh until its first writer) and starts the outputs' from the cotangents;
+// the reverse program runs every rule, then zero-fills the adjoints of arguments nothing reached.
+void FunctionProgram::build_backward() {
+  const ScanPlan& p = *plan_;
+  seed_ = KernelProgram();
+  vjp_ = KernelProgram();
+  adjoints_.assign(p.n_vars(), Tensor());
+  std::vector<char> fresh(p.n_vars(), 0);
+  capture_into(seed_, [&] {
+    for (size_t v = 0; v < p.n_vars(); ++v)
+      if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);
+    for (size_t k = 0; k < cot_.size(); ++k) {
+      if (!seeded_[k]) continue;
+      const int32_t v = p.y_out()[k].var;
+      if (fresh[static_cast<size_t>(v)]) {
+        copy_into(adjoints_[static_cast<size_t>(v)], cot_[k]);
+        fresh[static_cast<size_t>(v)] = 0;
+      } else {
+        accumulate(p.adjoint(values_, adjoints_, v, batch_, &fresh), cot_[k]);
+      }
+    }
+  });
+  capture_into(vjp_, [&] {
+    p.backward(values_, adjoints_, needs_, batch_, &fresh);
+    for (size_t k = 0; k < x_needs_.size(); ++k)
+      if (x_needs_[k]) (void)p.adjoint(values_, adjoints_, static_cast<int32_t>(k), batch_, &fresh);
+  });
+  // Only the reverse program reads the adjoints of the intermediate values; those of the
+  // arguments and outputs, and the cotangent buffers, are read or written outside it too.
+  if (host_) {
+    std::vector<char> shared(p.n_vars(), 0);
+    for (size_t k = 0; k < x_needs_.size(); ++k) shared[k] = 1;
+    for (const PlanRef& r : p.y_out())
+      if (r.var >= 0) shared[static_cast<size_t>(r.var)] = 1;
+    BufferSplit b = split_buffers(adjoints_, shared);
+    for (const Tensor& t : cot_)
+      if (t.defined()) b.shared.push_back(t.storage());
+    vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
+  }
+  backward_built_ = true;
+}
+
+int64_t FunctionProgram::bytes() const {
+  int64_t n = 0;
+  for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_})
+    for (const Tensor& t : *list)
+      if (t.defined()) n += bytes_of(t);
+  return n;
+}
+
+}  // namespace tenax::detail

@@ -1,0 +1,59 @@
+#pragma once
+// Library-internal: a compiled function's traced plan captured to kernel programs on buffers of its
+// own — the forward program once, the reverse program per kind of reverse pass — replayed on each
+// call's arguments (autodiff/compile.cpp).
+#include <memory>
+#include <vector>
+
+#include "tenax/autodiff/scan_plan.h"
+#include "tenax/core/ops/capture.h"
+
+namespace tenax::detail {
+
+/// One set of buffers for a traced function: the arguments are copied into buffers of its own,
+/// the forward program (captured by the first forward()) computes every value of the plan in
+/// place, and the outputs are copied out, so no captured call points at memory of one call. Used
+/// by one call at a time: a call recorded on a tape holds it until the tape lets go, so that the
+/// reverse pass reads that call's values.
+class FunctionProgram {
+ public:
+  /// `plan`: traced with no carries and one x per argument; `args` give the buffers' devices.
+  FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args);
+  FunctionProgram(const FunctionProgram&) = delete;
+  FunctionProgram& operator=(const FunctionProgram&) = delete;
+  ~FunctionProgram() = default;
+
+  /// Runs the function on `args` (the traced signature's axes and dtypes): new tensors, one per
+  /// output, that later calls do not touch.
+  std::vector<Tensor> forward(const std::vector<Tensor>& args);
+
+  /// The reverse pass of the call last run forwards: `cotangents` of the outputs (undefined: zero;
+  /// any axis order; extra axes, the same for all, are batch axes: several VJPs at once) and
+  /// `adjoints` of the arguments to add to (undefined: not wanted). The reverse program is
+  /// captured the first time, and again when a pass wants other adjoints or batch axes.
+  void backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints);
+
+  /// Bytes of the buffers (the arguments' and every value's).
+  [[nodiscard]] int64_t bytes() const;
+
+ private:
+  void build_forward();
+  void build_backward();
+  [[nodiscard]] const Tensor& x_buffer(size_t k) const { return values_[k]; }
+
+  std::shared_ptr<const ScanPlan> plan_;
+  std::vector<Tensor> values_;  // per plan variable: the argument buffers first, then op outputs
+  KernelProgram forward_;
+  bool forward_built_ = false;
+  bool host_ = true;
+
+  // The reverse program and what it was built for: which arguments want adjoints, which outputs
+  // are seeded, and the batch axes. The cotangents are copied into cot_ before each replay.
+  std::vector<char> x_needs_, seeded_, needs_;
+  Axes batch_;
+  std::vector<Tensor> adjoints_, cot_;
+  KernelProgram seed_, vjp_;
+  bool backward_built_ = false;
+};
+
+}  // namespace tenax::detail

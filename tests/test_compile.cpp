@@ -1,0 +1,236 @@
+// compile (autodiff/compile.h): a compiled function gives what its ops give run eagerly — values,
+// gradients, batched VJPs, JVPs — on every call after the first, retraces only on a new signature,
+// keeps a bounded cache, composes with scan and nmap, and says what went wrong where it cannot.
+#include <cmath>
+#include <vector>
+
+#include "expect_message.h"
+#include "op_check.h"
+
+namespace tenax {
+namespace {
+
+using testing::mismatch;
+
+// A small model step: a contraction, a nonlinearity, a comparison, a reduction.
+std::vector<Tensor> step(const std::vector<Tensor>& a) {
+  const Tensor h = tanh(dot(a[0], rename(a[1], "h", "k"), {"k"}) + a[2]);
+  const Tensor gated = where(greater(h, scalar(0.0)), h, h * 0.5);
+  return {gated, sum(gated * gated)};
+}
+
+std::vector<Tensor> args_for(uint64_t seed, int64_t n = 3) {
+  return {randn(Axes{{"h", n}, {"k", n}}, seed), randn(Axes{{"h", n}}, seed + 1), randn(Axes{{"h", n}}, seed + 2)};
+}
+
+TEST(Compile, ReplaysGiveTheEagerValues) {
+  const CompiledFunction f = compile(step);
+  for (uint64_t s = 0; s < 4; ++s) {
+    const std::vector<Tensor> a = args_for(10 * s);
+    const std::vector<Tensor> got = f(a), want = step(a);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t k = 0; k < 2; ++k) EXPECT_LE(mismatch(got[k], want[k], 1e-14, 1e-14), 1.0) << "call " << s;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(f.stats().replays, 3);
+  EXPECT_EQ(f.stats().programs, 1);
+}
+
+TEST(Compile, OutputsAreTheCallersOwn) {
+  const CompiledFunction f = compile(step);
+  const std::vector<Tensor> a = args_for(1), b = args_for(2);
+  const std::vector<Tensor> first = f(a);
+  const double before = first[1].item();
+  (void)f(b);
+  EXPECT_EQ(first[1].item(), before);
+}
+
+TEST(Compile, FixedArityFormsReturnATensor) {
+  auto f = compile([](const Tensor& x, const Tensor& y) { return sum(exp(x) * y); });
+  const Tensor x = randn(Axes{{"i", 5}}, 3), y = randn(Axes{{"i", 5}}, 4);
+  EXPECT_NEAR(f(x, y).item(), sum(exp(x) * y).item(), 1e-14);
+  auto g = compile([](const std::vector<Tensor>& a) { return sum(a[0] * a[0]); });
+  EXPECT_NEAR(g({x}).item(), sum(x * x).item(), 1e-14);
+}
+
+TEST(Compile, ANewSignatureRetracesAndTheCacheKeepsTheMostRecent) {
+  CompileOptions o;
+  o.cache_size = 2;
+  const CompiledFunction f = compile(step, o);
+  for (int64_t n : {2, 3, 2, 3, 4, 2}) (void)f(args_for(7, n));
+  // 2, 3 traced; 2, 3 replayed; 4 traced (drops 2); 2 traced again.
+  EXPECT_EQ(f.stats().traces, 4);
+  EXPECT_EQ(f.stats().replays, 2);
+  // Axis order is part of the signature; so is being tracked by a tape.
+  std::vector<Tensor> a = args_for(7, 2);
+  a[0] = contiguous(transpose(a[0], {"k", "h"}));
+  (void)f(a);
+  EXPECT_EQ(f.stats().traces, 5);
+  (void)grad([&](const std::vector<Tensor>& p) { return f(p)[1]; }, a);
+  EXPECT_EQ(f.stats().traces, 6);
+}
+
+TEST(Compile, GradientsEqualTheEagerOnesOnEveryCall) {
+  const CompiledFunction f = compile(step);
+  for (uint64_t s = 0; s < 3; ++s) {
+    const std::vector<Tensor> a = args_for(100 + s);
+    const auto [v, g] = value_and_grad([&](const std::vector<Tensor>& p) { return f(p)[1]; }, a);
+    const auto [ve, ge] = value_and_grad([&](const std::vector<Tensor>& p) { return step(p)[1]; }, a);
+    EXPECT_NEAR(v.item(), ve.item(), 1e-13);
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_LE(mismatch(g[k], ge[k], 1e-12, 1e-13), 1.0) << "call " << s << " arg " << k;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  // Only some arguments tracked: another signature, another reverse program.
+  const std::vector<Tensor> a = args_for(5);
+  const std::vector<Tensor> gw = grad([&](const std::vector<Tensor>& p) { return f({p[0], a[1], a[2]})[1]; }, {a[0]});
+  const std::vector<Tensor> ew = grad([&](const std::vector<Tensor>& p) { return step({p[0], a[1], a[2]})[1]; }, {a[0]});
+  EXPECT_LE(mismatch(gw[0], ew[0], 1e-12, 1e-13), 1.0);
+}
+
+TEST(Compile, BothOutputsCarryCotangentsAndJacobiansMatch) {
+  const CompiledFunction f = compile(step);
+  const std::vector<Tensor> a = args_for(42);
+  // A loss reading both outputs, and an output reused twice.
+  auto loss = [](const std::vector<Tensor>& o) { return sum(o[0] * o[0] * 3.0) + o[1] * o[1] + o[1]; };
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<Tensor> g = grad([&](const std::vector<Tensor>& p) { return loss(f(p)); }, a);
+    const std::vector<Tensor> e = grad([&](const std::vector<Tensor>& p) { return loss(step(p)); }, a);
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_LE(mismatch(g[k], e[k], 1e-12, 1e-13), 1.0) << k;
+  }
+  // Reverse-mode jacobian: the cotangents carry batch axes, replayed by a program built for them.
+  for (int call = 0; call < 2; ++call) {
+    const std::vector<Tensor> j = jacobian([&](const std::vector<Tensor>& p) { return f(p)[0]; }, a);
+    const std::vector<Tensor> e = jacobian([&](const std::vector<Tensor>& p) { return step(p)[0]; }, a);
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_LE(mismatch(j[k], e[k], 1e-12, 1e-13), 1.0) << k;
+  }
+}
+
+TEST(Compile, ForwardModeRunsTheOpsDirectly) {
+  const CompiledFunction f = compile(step);
+  const std::vector<Tensor> a = args_for(8);
+  const std::vector<Tensor> t = args_for(9);
+  const auto [v, d] = jvp([&](const std::vector<Tensor>& p) { return f(p)[1]; }, a, t);
+  const auto [ve, de] = jvp([&](const std::vector<Tensor>& p) { return step(p)[1]; }, a, t);
+  EXPECT_NEAR(v.item(), ve.item(), 1e-13);
+  EXPECT_NEAR(d.item(), de.item(), 1e-12);
+  JacobianOptions fwd;
+  fwd.mode = JacobianOptions::Mode::forward;
+  const std::vector<Tensor> j = jacobian([&](const std::vector<Tensor>& p) { return f(p)[0]; }, a, fwd);
+  const std::vector<Tensor> e = jacobian([&](const std::vector<Tensor>& p) { return step(p)[0]; }, a);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_LE(mismatch(j[k], e[k], 1e-12, 1e-13), 1.0) << k;
+  EXPECT_EQ(f.stats().inlined, 2);
+}
+
+TEST(Compile, CallsRecordedOnOneTapeEachKeepTheirValues) {
+  const CompiledFunction f = compile(step);
+  const std::vector<Tensor> a = args_for(20), b = args_for(30);
+  Tape tape;
+  std::vector<Tensor> wa, wb;
+  for (size_t k = 0; k < a.size(); ++k) {
+    wa.push_back(tape.watch(a[k]));
+    wb.push_back(tape.watch(b[k]));
+  }
+  const Tensor loss = f(wa)[1] * f(wb)[1];
+  std::vector<Tensor> wrt = wa;
+  wrt.insert(wrt.end(), wb.begin(), wb.end());
+  const std::vector<Tensor> g = tape.gradient(loss, wrt);
+  const std::vector<Tensor> e = grad(
+      [](const std::vector<Tensor>& p) {
+        return step({p[0], p[1], p[2]})[1] * step({p[3], p[4], p[5]})[1];
+      },
+      wrt);
+  for (size_t k = 0; k < wrt.size(); ++k) EXPECT_LE(mismatch(g[k], e[k], 1e-12, 1e-13), 1.0) << k;
+  EXPECT_EQ(f.stats().programs, 2);  // the second call found the first's buffers held
+}
+
+TEST(Compile, InsideAScanBodyTheEnclosingTraceCompilesIt) {
+  auto cell = compile([](const Tensor& c, const Tensor& x) { return tanh(c * 0.9 + x); });
+  const Tensor xs = randn(Axes{{"t", 6}, {"h", 3}}, 5);
+  auto run = [&](bool compiled) {
+    return [&, compiled](const std::vector<Tensor>& p) {
+      ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        const Tensor n = compiled ? cell(c[0], x[0]) : tanh(c[0] * 0.9 + x[0]);
+        return std::make_pair(std::vector<Tensor>{n}, std::vector<Tensor>{});
+      };
+      return sum(scan(body, {p[0]}, {xs}, "t").carry[0]);
+    };
+  };
+  const std::vector<Tensor> h0 = {randn(Axes{{"h", 3}}, 6)};
+  const auto [v, g] = value_and_grad(run(true), h0);
+  const auto [ve, ge] = value_and_grad(run(false), h0);
+  EXPECT_NEAR(v.item(), ve.item(), 1e-13);
+  EXPECT_LE(mismatch(g[0], ge[0], 1e-12, 1e-13), 1.0);
+  EXPECT_EQ(cell.stats().traces, 0);
+  EXPECT_GT(cell.stats().inlined, 0);
+}
+
+TEST(Compile, UnderNmapEachSliceGetsTheSliceFunction) {
+  auto f = compile([](const Tensor& x, const Tensor& w) { return sum(tanh(x * w)); });
+  const Tensor x = randn(Axes{{"b", 4}, {"i", 3}}, 11), w = randn(Axes{{"i", 3}}, 12);
+  const Tensor got = nmap([&](const std::vector<Tensor>& a) { return f(a[0], a[1]); }, {"b"}, {x, w});
+  for (int64_t b = 0; b < 4; ++b)
+    EXPECT_NEAR(select(got, "b", b).item(), sum(tanh(select(x, "b", b) * w)).item(), 1e-14) << b;
+  // Gradient through the mapped call.
+  const std::vector<Tensor> g = grad(
+      [&](const std::vector<Tensor>& p) {
+        return sum(nmap([&](const std::vector<Tensor>& a) { return f(a[0], a[1]); }, {"b"}, {p[0], p[1]}));
+      },
+      {x, w});
+  const std::vector<Tensor> e = grad([](const std::vector<Tensor>& p) { return sum(tanh(p[0] * p[1])); }, {x, w});
+  for (size_t k = 0; k < 2; ++k) EXPECT_LE(mismatch(g[k], e[k], 1e-12, 1e-13), 1.0) << k;
+}
+
+TEST(Compile, ErrorsSayWhatToDo) {
+  auto reads = compile([](const Tensor& x) { return x * x.item(); });
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)reads(scalar(2.0)); }),
+                 "[item] a compiled function reads the value of a tensor computed from its inputs");
+  Tape tape;
+  const Tensor w = tape.watch(scalar(3.0));
+  auto closes = compile([&](const Tensor& x) { return x * w; });
+  EXPECT_MESSAGE(testing::error_message<AutodiffError>([&] { (void)closes(tape.watch(scalar(2.0))); }),
+                 "[compiled function] the function reads a tensor () that the tape tracks but that is not among its "
+                 "arguments");
+  CompileOptions once;
+  once.max_traces = 1;
+  once.name = "kalman";
+  auto f = compile([](const Tensor& x) { return x * 2.0; }, once);
+  (void)f(randn(Axes{{"t", 4}}, 1));
+  (void)f(randn(Axes{{"t", 4}}, 2));
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)f(randn(Axes{{"t", 5}}, 1)); }),
+                 "[kalman] a call would trace the function again but max_traces is 1; argument 0 is (t=5) float64 on "
+                 "cpu where it was (t=4) float64 on cpu");
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)f(Tensor()); }), "[kalman] argument 0 is undefined");
+  auto none = compile([](const std::vector<Tensor>&) { return std::vector<Tensor>{}; });
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)none({scalar(1.0)}); }),
+                 "[compiled function] the function returned no tensors");
+  auto nested = compile([](const Tensor& x) {
+    ScanOptions o;
+    o.length = 3;
+    ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+      return std::make_pair(std::vector<Tensor>{c[0] * 2.0}, std::vector<Tensor>{});
+    };
+    return scan(body, {x}, {}, "t", o).carry[0];
+  });
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)nested(scalar(1.0)); }),
+                 "[scan] a scan inside a compiled function is not supported yet");
+  // A map's chunks would be traced as constants: an Error, in a scan body too.
+  auto mapped = compile([](const Tensor& x) {
+    auto twice = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * 2.0}; };
+    return map(twice, "i", {x})[0];
+  });
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)mapped(randn(Axes{{"i", 3}}, 1)); }),
+                 "[map] a map inside a compiled function is not supported yet; use nmap there");
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    auto times = [](const std::vector<Tensor>& a) { return std::vector<Tensor>{a[0] * a[1]}; };
+    return std::make_pair(std::vector<Tensor>{c[0] + sum(map(times, "i", {x[0], c[0]})[0])}, std::vector<Tensor>{});
+  };
+  EXPECT_MESSAGE(
+      testing::error_message<Error>([&] { (void)scan(body, {scalar(1.0)}, {randn(Axes{{"t", 3}, {"i", 2}}, 1)}, "t"); }),
+      "[map] a map inside a scan body is not supported yet");
+  CompileOptions zero;
+  zero.cache_size = 0;
+  EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)compile(step, zero); }), "cache_size must be at least 1");
+}
+
+}  // namespace
+}  // namespace tenax
