@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <typeindex>
+#include <unordered_map>
 #include <utility>
 
 #include "tenax/autodiff/recording.h"
@@ -22,6 +25,15 @@ using detail::ScanRun;
 }  // namespace
 
 detail::ScanCache::ScanCache() = default;
+
+std::shared_ptr<detail::ScanCache> detail::scan_body_cache(const std::type_info& body_type) {
+  static std::mutex mutex;
+  static std::unordered_map<std::type_index, std::shared_ptr<ScanCache>> caches;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<ScanCache>& c = caches[std::type_index(body_type)];
+  if (!c) c = std::make_shared<ScanCache>();
+  return c;
+}
 detail::ScanCache::~ScanCache() = default;
 
 std::unique_ptr<detail::ScanCache::Entry> detail::ScanCache::take() {
@@ -295,7 +307,33 @@ class ScanCall {
     if (cache_ && steps_ > 2) {
       run_->entry = new_entry(*run_, init_, *captures_, outer_serial_);
       run_->cache = *cache_;
+    } else if (!cache_ && steps_ > 2) {
+      reuse_by_plan();
     }
+  }
+
+  // A plain scan: the compiled step of an earlier call of the same body (the same callable type)
+  // is reused when this call's step-0 plan is the same as its plan (ScanPlan::same_as: the same
+  // op calls, attributes, wiring and constants' values) and the axes, dtypes, steps and options
+  // match; the parameters (tracked tensors the body closes over) are this call's. Otherwise this
+  // call's program is kept for the next.
+  void reuse_by_plan() {
+    std::shared_ptr<detail::ScanCache> c = detail::scan_body_cache(body_.target_type());
+    std::unique_ptr<detail::ScanCache::Entry> e = c->take();
+    const std::vector<Tensor>& params = run_->params;
+    if (e && e->program && e->plan->same_as(*run_->plan) &&
+        matches(*e, init_, xs_, over_, steps_, options_, params, outer_serial_)) {
+      c->count(true);
+      run_->plan = e->plan;
+      run_->program = std::move(e->program);
+      run_->program->rebind(xs_, params);
+      run_->entry = std::move(e);
+      reused_ = true;
+    } else {
+      c->count(false);
+      run_->entry = new_entry(*run_, init_, params, outer_serial_);
+    }
+    run_->cache = c;
   }
 
   [[nodiscard]] bool decide_recording() const {
@@ -359,7 +397,7 @@ class ScanCall {
     checkpoint(carry_, 0);
     store_y(y_, 0);
     carry_ = next_;
-    if (steps_ <= 1) return 1;
+    if (steps_ <= 1 || reused_) return 1;
     checkpoint(carry_, 1);
     std::shared_ptr<const ScanPlan> again;
     {
@@ -473,6 +511,7 @@ class ScanCall {
   detail::Recorder* outer_;
   uint32_t outer_serial_;
   bool replay_all_ = false, record_ = false;
+  bool reused_ = false;  // reuse_by_plan found a kept program
   int64_t residual_budget_ = 0;  // bytes the forward pass may keep of the steps' intermediates
   std::vector<Tensor> carry_, next_, y_;
   std::vector<Tensor> ys_, ys_pre_;  // ys_pre_: outputs whose buffer holds a carry's checkpoints too

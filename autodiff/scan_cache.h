@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <typeinfo>
 #include <vector>
 
 #include "tenax/autodiff/scan.h"
@@ -37,6 +38,11 @@ class ScanCache {
   std::unique_ptr<Entry> entry_;
   std::atomic<int64_t> hits_{0}, misses_{0};
 };
+
+/// The cache plain scan() keeps for bodies whose callable has type `body_type` (a lambda: one place
+/// in the source): a call whose traced step 0 is the same plan as the kept one (ScanPlan::same_as)
+/// with the same axes, dtypes, steps and options reuses its compiled step.
+std::shared_ptr<ScanCache> scan_body_cache(const std::type_info& body_type);
 
 /// scan() for a call site whose body reads, besides its carries and x_t, only `captures` (and
 /// tensors it creates itself): a later call with the same axes, dtypes, steps and options, the

@@ -3,6 +3,8 @@
 // accumulate into one buffer across all steps; views alias their parent's adjoint).
 #include "tenax/autodiff/scan_plan.h"
 
+#include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "tenax/autodiff/recording.h"
@@ -134,6 +136,62 @@ std::string ScanPlan::difference(const ScanPlan& o) const {
   for (size_t k = 0; k < y_out_.size(); ++k)
     if (y_out_[k].var != o.y_out_[k].var) return "output " + std::to_string(k) + " comes from a different value";
   return {};
+}
+
+namespace {
+
+bool same_names(const AxisList& a, const AxisList& b) {
+  if (a.size() != b.size()) return false;
+  for (int i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i])) return false;
+  return true;
+}
+
+bool same_attrs(const Attrs& a, const Attrs& b) {
+  return same_names(a.axes, b.axes) && same_names(a.axes2, b.axes2) && a.shape == b.shape &&
+         std::equal(a.i, a.i + 4, b.i) && std::memcmp(&a.f, &b.f, sizeof a.f) == 0;
+}
+
+bool same_value(const Tensor& a, const Tensor& b) {
+  if (a.data_ptr() == b.data_ptr() && a.axes() == b.axes() &&
+      std::equal(a.strides(), a.strides() + a.rank(), b.strides()))
+    return true;
+  if (!(a.axes() == b.axes()) || a.dtype() != b.dtype() || a.device().kind != Device::Kind::cpu ||
+      b.device().kind != Device::Kind::cpu)
+    return false;
+  const Tensor x = a.is_contiguous() ? a : copy_of(a), y = b.is_contiguous() ? b : copy_of(b);
+  return std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * itemsize(x.dtype())) == 0;
+}
+
+bool same_refs(const std::vector<PlanRef>& a, const std::vector<PlanRef>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t k = 0; k < a.size(); ++k)
+    if (a[k].var != b[k].var || a[k].konst != b[k].konst) return false;
+  return true;
+}
+
+}  // namespace
+
+bool ScanPlan::same_as(const ScanPlan& o) const {
+  if (n_carry_ != o.n_carry_ || n_x_ != o.n_x_ || vars_.size() != o.vars_.size() || ops_.size() != o.ops_.size() ||
+      consts_.size() != o.consts_.size() || params_.size() != o.params_.size())
+    return false;
+  for (size_t v = 0; v < vars_.size(); ++v) {
+    const PlanVar &a = vars_[v], &b = o.vars_[v];
+    if (a.kind != b.kind || a.index != b.index || a.dtype != b.dtype || !(a.axes == b.axes)) return false;
+  }
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const PlanOp &a = ops_[k], &b = o.ops_[k];
+    if (a.op != b.op || a.n_inputs != b.n_inputs || a.out != b.out || a.first_input != b.first_input ||
+        !same_attrs(attrs_[static_cast<size_t>(a.attrs)], o.attrs_[static_cast<size_t>(b.attrs)]))
+      return false;
+  }
+  if (!same_refs(inputs_, o.inputs_) || !same_refs(carry_out_, o.carry_out_) || !same_refs(y_out_, o.y_out_) ||
+      param_vars_ != o.param_vars_)
+    return false;
+  for (size_t k = 0; k < consts_.size(); ++k)
+    if (!same_value(consts_[k], o.consts_[k])) return false;
+  return true;
 }
 
 void ScanPlan::forward(std::vector<Tensor>& values) const {

@@ -53,6 +53,10 @@ class ScanPlan {
 
   /// Empty when both plans run the same op calls on the same wiring; else what differs.
   [[nodiscard]] std::string difference(const ScanPlan& other) const;
+  /// Whether a program captured from `other` computes what this plan computes: the same op calls
+  /// with the same attributes and wiring, the same variables, and constants of equal values (host
+  /// constants only). Stricter than an empty difference().
+  [[nodiscard]] bool same_as(const ScanPlan& other) const;
 
   /// One step forwards: values[var] for carries and x (and parameters) must be set; fills op outputs.
   void forward(std::vector<Tensor>& values) const;

@@ -203,6 +203,8 @@ void StepProgram::release_call() {
     carry_load_[k] = SliceCopy();
   }
   for (SliceCopy& c : x_load_) c = SliceCopy();
+  residuals_ = Tensor();  // all steps' intermediates: a kept program holds one step's buffers only
+  saved_.clear();
   ys_bar_.clear();
   xs_adj_.clear();
   y_seed_.clear();
@@ -386,7 +388,7 @@ bool StepProgram::keep_residuals(int64_t budget) {
     return false;
   }
   try {
-    if (!residuals_.defined() || residuals_.numel() != steps_ * used)  // a reused program keeps its own
+    if (!residuals_.defined() || residuals_.numel() != steps_ * used)
       residuals_ = empty(Axes{{"step", steps_}, {"byte", used}}, DType::b8, Device::cpu());
   } catch (const MemoryError&) {
     residuals_ = Tensor();

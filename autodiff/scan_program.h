@@ -100,8 +100,9 @@ class StepProgram {
   void read_carries_from(const std::vector<Tensor>& slots, Name axis);
   /// A reusable program between calls: lets go of what it holds of the call that ends — its
   /// scanned inputs, output slots, cotangents and adjoints (a program kept for later calls must
-  /// not keep one call's tensors alive); the next call's rebind(), read_carries_from() and
-  /// prepare_backward() give new ones.
+  /// not keep one call's tensors alive) and the steps' kept intermediates (a kept program holds
+  /// one step's buffers, not all steps'); the next call's rebind(), read_carries_from(),
+  /// keep_residuals() and prepare_backward() give new ones.
   void release_call();
   /// Whether carry k is read in place (read_carries_from) in this call.
   [[nodiscard]] bool carry_in_place(size_t k) const { return carry_in_place_[k] != 0; }

@@ -307,5 +307,59 @@ TEST(ScanCache, ACallWhileAnotherHoldsTheStepCompilesItsOwn) {
   expect_same(second, run(b, {}, nullptr), "beside it");
 }
 
+
+// The same loss with the step run eagerly, step by step, on one tape: the unrolled loop, which
+// no cache touches.
+Out unrolled(const Args& a, const ScanOptions& o) {
+  Tape tape;
+  std::vector<Tensor> v{tape.watch(a.w), tape.watch(a.b), tape.watch(a.h0), tape.watch(a.xs)};
+  const ScanBody body = rnn(v[0], v[1], a.s);
+  std::vector<Tensor> carry{v[2]};
+  Tensor ys = scalar(0.0);
+  const int64_t n = a.xs.size("t");
+  for (int64_t s = 0; s < n; ++s) {
+    auto [next, y] = body(carry, {select(v[3], "t", o.reverse ? n - 1 - s : s)});
+    carry = next;
+    ys = ys + y[0];
+  }
+  Tensor loss = ys + sum(carry[0] * carry[0]);
+  return {loss.item(), tape.gradient(loss, v)};
+}
+
+TEST(ScanBodyCache, PlainScansOfOneBodyReuseItsCompiledStepWithNewParametersAndInputs) {
+  // An optimiser's loop: each call closes over new tracked parameters (another tape) and reads new
+  // inputs; from the second call on the step compiled by the first replays, under every schedule,
+  // and gives the unrolled loop's value and gradients.
+  const std::shared_ptr<ScanCache> cache = detail::scan_body_cache(ScanBody(rnn(Tensor(), Tensor(), Tensor())).target_type());
+  for (const auto& [name, o] : schedules()) {
+    const int64_t hits = cache->hits();
+    for (uint64_t seed : {10, 20, 30}) {
+      const Args a = args(seed);
+      expect_same(run(a, o, nullptr), unrolled(a, o), name + ", seed " + std::to_string(seed));
+    }
+    EXPECT_GE(cache->hits() - hits, 2) << name;
+  }
+}
+
+TEST(ScanBodyCache, ADifferentConstantOrLengthIsNotReused) {
+  // The untracked scale s is a constant of the traced step: a call closing over another value
+  // traces and compiles afresh, as does a call with more steps.
+  const std::shared_ptr<ScanCache> cache = detail::scan_body_cache(ScanBody(rnn(Tensor(), Tensor(), Tensor())).target_type());
+  const ScanOptions o;
+  Args a = args(40);
+  (void)run(a, o, nullptr);
+  const int64_t misses = cache->misses(), hits = cache->hits();
+  a.s = scalar(0.7);
+  expect_same(run(a, o, nullptr), unrolled(a, o), "another constant");
+  EXPECT_EQ(cache->misses() - misses, 1);
+  const Args longer = args(41, 15);
+  expect_same(run(longer, o, nullptr), unrolled(longer, o), "more steps");
+  EXPECT_EQ(cache->misses() - misses, 2);
+  EXPECT_EQ(cache->hits(), hits);
+  a.s = scalar(0.7);
+  expect_same(run(a, o, nullptr), unrolled(a, o), "the kept constant again");  // kept: the last traced is 15 steps
+  EXPECT_EQ(cache->misses() - misses, 3);
+}
+
 }  // namespace
 }  // namespace tenax
