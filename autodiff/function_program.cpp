@@ -45,6 +45,8 @@ void FunctionProgram::build_forward() {
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
   }
   forward_built_ = true;
+  bytes_ = -1;
+  bytes_ = bytes();
 }
 
 void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) {
@@ -52,7 +54,8 @@ void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std:
   std::vector<char> x_needs(adjoints.size(), 0), seeded(cotangents.size(), 0);
   for (size_t k = 0; k < adjoints.size(); ++k)
     x_needs[k] = adjoints[k].defined() && is_floating(p.var(static_cast<int32_t>(k)).dtype);
-  const std::vector<char> needs = p.needs_grad(x_needs);
+  // Which values can carry a gradient follows from which arguments want one (kept per pass kind).
+  const std::vector<char> needs = backward_built_ && x_needs == x_needs_ ? needs_ : p.needs_grad(x_needs);
   Axes batch;
   bool batch_known = false;
   for (size_t k = 0; k < cotangents.size(); ++k) {
@@ -132,9 +135,12 @@ void FunctionProgram::build_backward() {
     vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
   }
   backward_built_ = true;
+  bytes_ = -1;
+  bytes_ = bytes();
 }
 
 int64_t FunctionProgram::bytes() const {
+  if (bytes_ >= 0) return bytes_;
   int64_t n = 0;
   for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_})
     for (const Tensor& t : *list)

@@ -46,6 +46,7 @@ class FunctionProgram {
   KernelProgram forward_;
   bool forward_built_ = false;
   bool host_ = true;
+  int64_t bytes_ = -1;  // bytes(), counted once the programs are built
 
   // The reverse program and what it was built for: which arguments want adjoints, which outputs
   // are seeded, and the batch axes. The cotangents are copied into cot_ before each replay.

@@ -32,7 +32,11 @@ void KernelProgram::forward_copies(PassState& st) const {
     // When S lies in a buffer the analysis does not know (-1), nothing up to the last read may
     // write outside the known ones.
     if (last_read == kNotForwardable || st.written_between(bs, k, last_read + 1)) continue;
-    for (size_t j = k + 1; j <= last_read; ++j) {
+    // Only the records listed under D's buffer read it (copied: relisting may grow the lists).
+    const auto [from, to] = st.listed(bd, k + 1);
+    const std::vector<uint32_t> readers(from, to);
+    for (const uint32_t j : readers) {
+      if (j > last_read) break;
       each_operand(hot_[j], [&](auto& p, bool, bool redirectable) {
         if (redirectable && p && ext.find(p) == bd) {
           const auto* q = s + (reinterpret_cast<const char*>(p) - d);
@@ -49,10 +53,11 @@ void KernelProgram::forward_copies(PassState& st) const {
 // The last record reading buffer bd after copy k, where nothing before k touches bd and every
 // record after it only reads bd through redirectable operands; kNotForwardable otherwise.
 size_t KernelProgram::last_redirectable_read(const PassState& st, size_t k, int bd) const {
-  for (size_t j = 0; j < k; ++j)
-    if (!st.dropped[j] && st.in(j, bd)) return kNotForwardable;
+  for (auto [it, end] = st.listed(bd, 0); it != end && *it < k; ++it)
+    if (!st.dropped[*it] && st.in(*it, bd)) return kNotForwardable;
   size_t last_read = k;
-  for (size_t j = k + 1; j < hot_.size(); ++j) {
+  for (auto [it, end] = st.listed(bd, k + 1); it != end; ++it) {
+    const size_t j = *it;
     const RecordUses& r = st.uses[j];
     for (int i = 0; i < r.n; ++i) {
       if (r.use[i].buffer != bd) continue;

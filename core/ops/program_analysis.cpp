@@ -15,7 +15,7 @@ void KernelProgram::plan_host_passes() const {
   Extents ext;
   if (!known_extents(ext)) return;
   copy_rewritable_arguments();
-  PassState st{ext, std::vector<RecordUses>(hot_.size()), std::vector<char>(hot_.size(), 0)};
+  PassState st(ext, hot_.size());
   for (size_t k = 0; k < hot_.size(); ++k) note_uses(st, k);
   forward_copies(st);
   fuse_contractions(st);

@@ -83,11 +83,38 @@ struct RecordUses {
 
 /// What the planning passes share: the known buffers, each record's operands by buffer (a pass
 /// that rewrites a record's operands refreshes its entry: KernelProgram::note_uses), and the
-/// records dropped so far. The scans below skip dropped records.
+/// records dropped so far. The scans below skip dropped records and visit, per buffer, only the
+/// records listed under it, so that planning a long program (a compiled loop of 10^5 calls) is
+/// not quadratic.
 struct PassState {
   const Extents& ext;
   std::vector<RecordUses> uses;
   std::vector<char> dropped;
+  /// Per buffer b, at b + 2 (so that -1, unknown, and kNoBuffer fit): the records that had an
+  /// operand in it, ascending. A superset: a rewritten record stays listed under its old buffer
+  /// (each visit checks the record's uses).
+  std::vector<std::vector<uint32_t>> by_buffer;
+
+  PassState(const Extents& e, size_t records) : ext(e), uses(records), dropped(records, 0) {}
+  /// Lists record k under the buffers of its uses.
+  void list(size_t k) {
+    const RecordUses& r = uses[k];
+    for (int i = 0; i < r.n; ++i) {
+      const auto slot = static_cast<size_t>(r.use[i].buffer + 2);
+      if (slot >= by_buffer.size()) by_buffer.resize(slot + 1);
+      std::vector<uint32_t>& l = by_buffer[slot];
+      const auto at = std::lower_bound(l.begin(), l.end(), static_cast<uint32_t>(k));
+      if (at == l.end() || *at != k) l.insert(at, static_cast<uint32_t>(k));
+    }
+  }
+  /// The records listed under buffer b, from record `from` on.
+  [[nodiscard]] std::pair<const uint32_t*, const uint32_t*> listed(int b, size_t from) const {
+    const auto slot = static_cast<size_t>(b + 2);
+    if (slot >= by_buffer.size()) return {nullptr, nullptr};
+    const std::vector<uint32_t>& l = by_buffer[slot];
+    const auto at = std::lower_bound(l.begin(), l.end(), static_cast<uint32_t>(from));
+    return {l.data() + (at - l.begin()), l.data() + l.size()};
+  }
 
   [[nodiscard]] size_t size() const { return uses.size(); }
   /// Whether record j has an operand in buffer b (written only, with `writes`).
@@ -99,15 +126,15 @@ struct PassState {
   }
   /// The first live record from `from` on with an operand in buffer b (size(): none).
   [[nodiscard]] size_t next_access(int b, size_t from) const {
-    for (size_t j = from; j < size(); ++j)
-      if (!dropped[j] && in(j, b)) return j;
+    for (auto [it, end] = listed(b, from); it != end; ++it)
+      if (!dropped[*it] && in(*it, b)) return *it;
     return size();
   }
   /// Whether a live record strictly between lo and hi writes buffer b (b = -1: any buffer the
   /// analysis does not know).
   [[nodiscard]] bool written_between(int b, size_t lo, size_t hi) const {
-    for (size_t j = lo + 1; j < hi; ++j)
-      if (!dropped[j] && in(j, b, true)) return true;
+    for (auto [it, end] = listed(b, lo + 1); it != end && *it < hi; ++it)
+      if (!dropped[*it] && in(*it, b, true)) return true;
     return false;
   }
 };
@@ -149,6 +176,7 @@ inline void KernelProgram::note_uses(PassState& st, size_t k) const {
       throw Error("[replay planning] internal: a record has more operands than expected");
     r.use[r.n++] = {p ? st.ext.find(p) : OperandUse::kNoBuffer, written, redirectable};
   });
+  st.list(k);
 }
 
 }  // namespace tenax::detail
