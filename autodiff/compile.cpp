@@ -66,7 +66,8 @@ bool runs_inline() {
 /// One traced signature: its plan, and the sets of buffers and programs not in use.
 struct CompiledEntry {
   Signature sig;
-  std::shared_ptr<const ScanPlan> plan;
+  std::shared_ptr<const ScanPlan> plan;  // null when f runs op by op (eager)
+  bool eager = false;  // f calls what a trace cannot hold (scan, map, custom_vjp, a transfer)
   std::mutex mutex;
   std::vector<std::unique_ptr<FunctionProgram>> idle;
 
@@ -133,11 +134,13 @@ class CompiledState {
     }
     const Signature sig = signature_of(args);
     std::shared_ptr<CompiledEntry> e = find(sig);
-    if (e) {
-      ++replays_;
-    } else {
-      e = trace(sig, args);
+    const bool traced = !e;
+    if (traced) e = trace(sig, args);
+    if (e->eager) {
+      ++eager_;
+      return checked(f_(args));
     }
+    if (!traced) ++replays_;
     std::unique_ptr<FunctionProgram> p = e->take();
     if (!p) {
       p = std::make_unique<FunctionProgram>(e->plan, args);
@@ -156,7 +159,9 @@ class CompiledState {
     return out;
   }
 
-  [[nodiscard]] CompileStats stats() const { return {traces_.load(), replays_.load(), programs_.load(), inlined_.load()}; }
+  [[nodiscard]] CompileStats stats() const {
+    return {traces_.load(), replays_.load(), programs_.load(), inlined_.load(), eager_.load()};
+  }
 
  private:
   std::vector<Tensor> checked(std::vector<Tensor> out) const {
@@ -182,15 +187,19 @@ class CompiledState {
     auto e = std::make_shared<CompiledEntry>();
     e->sig = sig;
     std::vector<Tensor> no_carry, y;
-    {
+    try {
       LoopPositionScope where(opt_.name.c_str(), 0);
       e->plan = ScanPlan::trace(
           [this](const std::vector<Tensor>&, const std::vector<Tensor>& x) {
             return std::make_pair(std::vector<Tensor>{}, checked(f_(x)));
           },
-          {}, args, g_record_state.recorder ? g_record_state.serial : 0, no_carry, y, traced_what_.c_str());
+          {}, args, g_record_state.recorder ? g_record_state.serial : 0, no_carry, y, traced_what_.c_str(), true);
+    } catch (const Untraceable&) {
+      // A scan (its step compiled and kept between calls by the scan body cache), map, custom_vjp
+      // or transfer inside f: f runs op by op for this signature.
+      e->eager = true;
     }
-    if (!e->plan->params().empty())
+    if (e->plan && !e->plan->params().empty())
       throw AutodiffError(where_ + " the function reads a tensor " + e->plan->params()[0].axes().describe() +
                           " that the tape tracks but that is not among its arguments; pass it as an argument "
                           "(a closed-over tensor is a constant of the compiled function, and its gradient would be lost)");
@@ -218,7 +227,7 @@ class CompiledState {
   std::mutex mutex_;
   std::list<std::shared_ptr<CompiledEntry>> lru_;  // most recently used first
   std::vector<Signature> traced_;                  // with max_traces: the signatures traced, in order
-  std::atomic<int64_t> traces_{0}, replays_{0}, programs_{0}, inlined_{0};
+  std::atomic<int64_t> traces_{0}, replays_{0}, programs_{0}, inlined_{0}, eager_{0};
 };
 
 }  // namespace detail

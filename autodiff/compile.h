@@ -31,6 +31,7 @@ struct CompileStats {
   int64_t replays = 0;   ///< calls that replayed a kept plan
   int64_t programs = 0;  ///< sets of buffers and programs captured (one per concurrent use)
   int64_t inlined = 0;   ///< calls that ran the function's ops directly (see compile())
+  int64_t eager = 0;     ///< calls of a signature whose function runs op by op (see compile())
 };
 
 namespace detail {
@@ -121,8 +122,10 @@ std::vector<Tensor> call_unpacked(const F& f, const std::vector<Tensor>& args, s
 ///   tensor that a tape tracks is an Error at trace time (its gradient would be lost).
 /// Calls inside a scan body, inside another compiled function, and under forward mode (jvp,
 /// jacobian with Mode::forward) run f's ops directly: the enclosing trace compiles them, and the
-/// tangents go through each op's JVP rule. A scan, map or custom_vjp inside f is an Error for
-/// now. A call recorded on a tape holds its set of buffers until the tape is gone (the reverse
+/// tangents go through each op's JVP rule. A function that calls scan, map, custom_vjp or a
+/// transfer (to()) runs op by op for that signature (stats().eager counts such calls): its scans
+/// still replay their compiled steps from one call to the next (a plain scan keeps its body's
+/// compiled step), the ops around them are dispatched one by one. A call recorded on a tape holds its set of buffers until the tape is gone (the reverse
 /// pass reads its values); a call that finds every set held captures another (about the cost of
 /// running f's ops once), so calling one compiled function many times under one tape is no faster
 /// than eager: compile the loop, or use scan.

@@ -117,8 +117,8 @@ int64_t check_map(Name over, const std::vector<Tensor>& args, const MapOptions& 
   // Its chunks run on untracked copies of the arguments: a trace would record none of their ops
   // and replay the first call's results as constants.
   if (detail::g_record_state.trace)
-    throw Error(std::string("[map] a map inside a ") + detail::g_record_state.traced +
-                " is not supported yet; use nmap there (it vectorises the same way) or run the map outside");
+    detail::refuse_in_trace("map", "is not supported yet; use nmap there (it vectorises the same way) or run the "
+                                   "map outside");
   if (o.batch_size < 0) throw Error("[map] batch_size must be >= 0, got " + std::to_string(o.batch_size));
   if (o.memory_budget < 0) throw Error("[map] memory_budget must be >= 0 bytes");
   if (o.parallel_chunks < 1) throw Error("[map] parallel_chunks must be >= 1, got " + std::to_string(o.parallel_chunks));

@@ -87,8 +87,7 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) 
 int64_t check_scan(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
                    const ScanOptions& options) {
   if (detail::g_record_state.trace)
-    throw Error(std::string("[scan] a scan inside a ") + detail::g_record_state.traced +
-                " is not supported yet; run it outside");
+    detail::refuse_in_trace("scan", "is not supported yet; run it outside");
   if (options.checkpoint_every < 1)
     throw Error("[scan] checkpoint_every must be >= 1, got " + std::to_string(options.checkpoint_every));
   if (options.memory_budget < 0) throw Error("[scan] memory_budget must be >= 0 bytes");

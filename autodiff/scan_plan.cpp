@@ -52,8 +52,8 @@ class PlanRecorder final : public Recorder {
   }
 
   void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>&, std::vector<Tensor>&) override {
-    throw Error(std::string("[") + node->name() + "] inside a " + g_record_state.traced +
-                " (traced once, then replayed) is not supported yet; run it outside or restructure the loop");
+    refuse_in_trace(node->name(),
+                    "(traced once, then replayed) is not supported yet; run it outside or restructure the loop");
   }
 
  private:
@@ -67,8 +67,9 @@ namespace {
 // Makes `rec` the recorder of this thread in trace mode for the guard's lifetime.
 class TraceScope {
  public:
-  TraceScope(Recorder* rec, uint32_t serial, uint32_t outer, const char* what) : previous_(g_record_state) {
-    g_record_state = {rec, serial, outer, true, what};
+  TraceScope(Recorder* rec, uint32_t serial, uint32_t outer, const char* what, bool fallback)
+      : previous_(g_record_state) {
+    g_record_state = {rec, serial, outer, true, what, fallback};
   }
   ~TraceScope() { restore_record_state(previous_); }
   TraceScope(const TraceScope&) = delete;
@@ -88,7 +89,7 @@ Tensor untracked(Tensor t) {
 std::shared_ptr<ScanPlan> ScanPlan::trace(const ScanStepFn& body, const std::vector<Tensor>& carry,
                                           const std::vector<Tensor>& x, uint32_t outer,
                                           std::vector<Tensor>& carry_out, std::vector<Tensor>& y_out,
-                                          const char* what) {
+                                          const char* what, bool fallback) {
   auto plan = std::make_shared<ScanPlan>();
   const uint32_t serial = new_serial();
   PlanRecorder rec(*plan, serial, outer);
@@ -99,7 +100,7 @@ std::shared_ptr<ScanPlan> ScanPlan::trace(const ScanStepFn& body, const std::vec
   for (size_t k = 0; k < x.size(); ++k) xs.push_back(rec.watch(x[k], VarKind::x, static_cast<int32_t>(k)));
   std::pair<std::vector<Tensor>, std::vector<Tensor>> res;
   {
-    TraceScope scope(&rec, serial, outer, what);
+    TraceScope scope(&rec, serial, outer, what, fallback);
     res = body(c, xs);
     for (size_t k = 0; k < res.first.size(); ++k) {
       if (!res.first[k].defined()) throw Error("[scan] carry " + std::to_string(k) + " returned by the body is undefined");

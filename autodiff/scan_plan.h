@@ -45,11 +45,12 @@ class ScanPlan {
  public:
   /// Runs `body` once on (carry, x) recording its op calls. `outer` is the serial of the tape the
   /// scan records on (0 if none): tensors it tracks become parameters. Returns the step's results.
-  /// `what` names what is traced in errors (e.g. "scan body"; it must outlive the trace).
+  /// `what` names what is traced in errors (e.g. "scan body"; it must outlive the trace);
+  /// `fallback`: the caller can run the body op by op instead (RecordState::fallback).
   static std::shared_ptr<ScanPlan> trace(const ScanStepFn& body, const std::vector<Tensor>& carry,
                                          const std::vector<Tensor>& x, uint32_t outer,
                                          std::vector<Tensor>& carry_out, std::vector<Tensor>& y_out,
-                                         const char* what = "scan body");
+                                         const char* what = "scan body", bool fallback = false);
 
   /// Empty when both plans run the same op calls on the same wiring; else what differs.
   [[nodiscard]] std::string difference(const ScanPlan& other) const;

@@ -152,6 +152,12 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   return out;
 }
 
+void refuse_in_trace(const char* what, const std::string& why) {
+  if (g_record_state.fallback) throw Untraceable{what};
+  throw Error(std::string("[") + what + "] inside a " + (g_record_state.traced ? g_record_state.traced : "traced function") +
+              " " + why);
+}
+
 MappedScope::MappedScope(const AxisList& axes, Mode mode) : previous_(g_mapped) {
   if (mode == replace) g_mapped = AxisList{};
   for (Name n : axes)

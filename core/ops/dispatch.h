@@ -51,8 +51,22 @@ struct RecordState {
   bool trace = false;
   /// While tracing: what is traced, for errors ("scan body", a compiled function's name).
   const char* traced = nullptr;
+  /// While tracing: the tracer can run the function op by op instead, where it calls something
+  /// that cannot be traced (a compiled function: see Untraceable).
+  bool fallback = false;
 };
 inline thread_local RecordState g_record_state;
+
+/// Thrown, while a tracer that can fall back traces (RecordState::fallback), by a call that cannot
+/// be traced (a scan, map, custom_vjp or transfer inside the function); the tracer catches it and
+/// runs the function op by op. Not an Error: a function's own handlers do not take it.
+struct Untraceable {
+  const char* what;
+};
+
+/// What a call that cannot be traced does while tracing: throws Untraceable{what} where the tracer
+/// can fall back, else Error("[what] inside a <traced> " + `why`).
+[[noreturn]] void refuse_in_trace(const char* what, const std::string& why);
 
 /// Axes mapped by the enclosing nmap/map on this thread (empty outside one). Every op call checks
 /// its attributes against them (named/batching.h).
