@@ -180,6 +180,27 @@ TEST(Compile, UnderNmapEachSliceGetsTheSliceFunction) {
   for (size_t k = 0; k < 2; ++k) EXPECT_LE(mismatch(g[k], e[k], 1e-12, 1e-13), 1.0) << k;
 }
 
+TEST(Compile, InsideMapEachChunkReplays) {
+  auto f = compile([](const Tensor& x, const Tensor& w) { return tanh(x * w) * x; });
+  const Tensor x = randn(Axes{{"b", 10}, {"i", 3}}, 13), w = randn(Axes{{"i", 3}}, 14);
+  MapOptions o;
+  o.batch_size = 4;  // chunks of 4, 4 and 2: two signatures
+  o.parallel_chunks = 2;
+  auto loss = [&](bool compiled) {
+    return [&, compiled](const std::vector<Tensor>& p) {
+      auto g = [&](const std::vector<Tensor>& a) {
+        return std::vector<Tensor>{compiled ? f(a[0], a[1]) : tanh(a[0] * a[1]) * a[0]};
+      };
+      return sum(map(g, "b", {p[0], p[1]}, o)[0]);
+    };
+  };
+  const auto [v, g] = value_and_grad(loss(true), {x, w});
+  const auto [ve, ge] = value_and_grad(loss(false), {x, w});
+  EXPECT_NEAR(v.item(), ve.item(), 1e-13);
+  for (size_t k = 0; k < 2; ++k) EXPECT_LE(mismatch(g[k], ge[k], 1e-12, 1e-13), 1.0) << k;
+  EXPECT_GT(f.stats().replays, 0);
+}
+
 // A function calling scan, map or custom_vjp runs op by op; its scan keeps the compiled step of
 // its body from one call to the next (the scan body cache), and values and gradients are eager's.
 TEST(Compile, AFunctionCallingScanMapOrCustomVjpRunsOpByOp) {

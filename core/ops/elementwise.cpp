@@ -2,9 +2,12 @@
 // the adjoint, reducing broadcast axes on the fly), JVP, and a sampler. Named axes make their
 // batching rule "nothing to do".
 #include "tenax/core/ops/elementwise.h"
+
+#include <array>
 #include "tenax/core/ops/families.h"
 
 #include "tenax/core/ops.h"
+#include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/align.h"
@@ -15,10 +18,62 @@ namespace {
 constexpr uint32_t kSavesNONE = 0, kSavesX = 1, kSavesY = kSaveOutput;
 constexpr uint32_t kSavesA_B = 3, kSavesB_Y = 2 | kSaveOutput, kSavesA_B_Y = 3 | kSaveOutput;
 
+constexpr int deriv_index(BinaryOp b, int side) { return int(DerivOp::add_a) + 2 * int(b) + side; }
+
+// The eager fast path: a small host call, not captured, whose operands are laid out alike — each
+// contiguous with the output's axes in order, or a single element (rank 0) — runs the kernel's
+// flat twin over the elements in memory order: no axis alignment, no per-axis loop arguments.
+// Larger calls take the planned loop (which may split across threads).
+constexpr int64_t kFlatEager = 1 << 12;
+
+bool flat_operand(const Tensor& t, const Axes& out) {
+  return t.rank() == 0 || ((&t.axes() == &out || t.axes() == out) && t.is_contiguous());
+}
+
+// The flat twin of the host kernel `fn` (looked up once per kernel by the caller's static).
+FlatFn host_flat(ElementwiseFn fn) { return fn ? flat_twin(fn) : nullptr; }
+
+template <int N>
+bool run_flat(FlatFn flat, Tensor& out, const Tensor* const* in) {
+  FlatArg args[N + 1];
+  args[0] = {out.data_ptr(), 1, 0};
+  for (int k = 0; k < N; ++k) args[k + 1] = {in[k]->data_ptr(), in[k]->rank() == 0 ? 0 : 1, 0};
+  flat(1, out.numel(), args);
+  return true;
+}
+
+template <UnaryOp U>
+bool unary_flat(Inputs in, Tensor& out) {
+  const Tensor& x = in[0];
+  if (g_capture || x.device().kind != Device::Kind::cpu || x.numel() > kFlatEager || !x.is_contiguous()) return false;
+  static const FlatFn flats[2] = {host_flat(real_kernels(0).unary[int(U)][0]), host_flat(real_kernels(0).unary[int(U)][1])};
+  const FlatFn flat = flats[x.dtype() == DType::f64 ? 0 : 1];
+  if (!flat) return false;
+  out = empty(x.axes(), x.dtype(), x.device());
+  const Tensor* ops[1] = {&x};
+  return run_flat<1>(flat, out, ops);
+}
+
+template <BinaryOp B>
+bool binary_flat(Inputs in, Tensor& out) {
+  const Tensor& big = in[0].rank() >= in[1].rank() ? in[0] : in[1];
+  if (g_capture || big.device().kind != Device::Kind::cpu || big.numel() > kFlatEager ||
+      !flat_operand(in[0], big.axes()) || !flat_operand(in[1], big.axes()))
+    return false;
+  static const FlatFn flats[2] = {host_flat(real_kernels(0).binary[int(B)][0]),
+                                  host_flat(real_kernels(0).binary[int(B)][1])};
+  const FlatFn flat = flats[big.dtype() == DType::f64 ? 0 : 1];
+  if (!flat) return false;
+  out = empty(big.axes(), big.dtype(), big.device());
+  const Tensor* ops[2] = {&in[0], &in[1]};
+  return run_flat<2>(flat, out, ops);
+}
+
 template <UnaryOp U>
 Tensor unary_forward(Inputs in, const Attrs&) {
   const char* name = unary_name(U);
   check_float_operands(name, in);
+  if (Tensor out; unary_flat<U>(in, out)) return out;
   const Axes& ax = in[0].axes();
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
@@ -58,6 +113,7 @@ template <BinaryOp B>
 Tensor binary_forward(Inputs in, const Attrs&) {
   const char* name = binary_name(B);
   check_float_operands(name, in);
+  if (Tensor out; binary_flat<B>(in, out)) return out;
   Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
@@ -66,7 +122,48 @@ Tensor binary_forward(Inputs in, const Attrs&) {
   return out;
 }
 
-constexpr int deriv_index(BinaryOp b, int side) { return int(DerivOp::add_a) + 2 * int(b) + side; }
+// What an absent operand of a flat twin points at (read only, whatever its dtype).
+const double kAbsent[2] = {0.0, 0.0};
+
+// The flat twin of a binary op's derivative kernel: [side][assign][float64, float32].
+template <BinaryOp B>
+FlatFn deriv_flat_fn(int side, bool assign, int dt) {
+  static const auto table = [] {
+    std::array<std::array<std::array<FlatFn, 2>, 2>, 2> t{};
+    const KernelTable& k = real_kernels(0);
+    for (int s = 0; s < 2; ++s)
+      for (int d = 0; d < 2; ++d) {
+        t[size_t(s)][0][size_t(d)] = host_flat(k.deriv_acc[deriv_index(B, s)][d]);
+        t[size_t(s)][1][size_t(d)] = host_flat(k.deriv_set[deriv_index(B, s)][d]);
+      }
+    return t;
+  }();
+  return table[size_t(side)][assign ? 1 : 0][size_t(dt)];
+}
+
+// The VJP's eager fast path (as binary_flat): the adjoint, the cotangent and the saved values
+// laid out alike.
+template <BinaryOp B, uint32_t S>
+bool binary_vjp_flat(VjpContext& c, int side, bool assign, const Tensor& g, const Tensor& dst) {
+  const Axes& ax = g.axes();
+  if (g_capture || g.device().kind != Device::Kind::cpu || g.numel() > kFlatEager || !g.is_contiguous() ||
+      dst.rank() != g.rank() || !flat_operand(dst, ax) || ((S & 1) && !flat_operand(c.input(0), ax)) ||
+      ((S & 2) && !flat_operand(c.input(1), ax)) || ((S & kSaveOutput) && !flat_operand(c.output(), ax)))
+    return false;
+  const FlatFn flat = deriv_flat_fn<B>(side, assign, g.dtype() == DType::f64 ? 0 : 1);
+  if (!flat) return false;
+  auto arg = [&](bool present, auto get) -> FlatArg {
+    if (!present) return {const_cast<double*>(kAbsent), 0, 0};
+    const Tensor& t = get();
+    return {t.data_ptr(), t.rank() == 0 ? 0 : 1, 0};
+  };
+  const FlatArg args[5] = {{dst.data_ptr(), 1, 0}, {g.data_ptr(), 1, 0},
+                           arg(S & 1, [&]() -> const Tensor& { return c.input(0); }),
+                           arg(S & 2, [&]() -> const Tensor& { return c.input(1); }),
+                           arg(S & kSaveOutput, [&]() -> const Tensor& { return c.output(); })};
+  flat(1, g.numel(), args);
+  return true;
+}
 
 template <BinaryOp B, uint32_t S>
 void binary_vjp(VjpContext& c) {
@@ -76,6 +173,7 @@ void binary_vjp(VjpContext& c) {
     if (!c.needs_grad(side)) continue;
     bool assign = false;
     const Tensor& dst = adjoint_for_pass(c, side, g.numel(), assign);
+    if (binary_vjp_flat<B, S>(c, side, assign, g, dst)) continue;
     LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                        (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
                        (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
