@@ -32,11 +32,21 @@ struct ArgSignature {
 struct Signature {
   std::vector<ArgSignature> args;
   std::vector<Name> mapped;
-  bool operator==(const Signature& o) const { return args == o.args && mapped == o.mapped; }
+  bool forward_mode = false;  // recorded on a forward-mode tape (jvp, forward jacobian)
+  bool operator==(const Signature& o) const {
+    return args == o.args && mapped == o.mapped && forward_mode == o.forward_mode;
+  }
 };
+
+// Whether this thread records on a forward-mode tape (it keeps every residual).
+bool forward_mode_tape() {
+  const auto* tape = dynamic_cast<const TapeImpl*>(g_record_state.recorder);
+  return tape != nullptr && tape->keeps_all();
+}
 
 Signature signature_of(const std::vector<Tensor>& args) {
   Signature s;
+  s.forward_mode = forward_mode_tape();
   for (const Tensor& a : args) s.args.push_back({a.axes(), a.dtype(), a.device(), is_tracked(a)});
   for (int i = 0; i < g_mapped.size(); ++i) s.mapped.push_back(g_mapped[i]);
   return s;
@@ -50,15 +60,10 @@ std::string difference(const Signature& then, const Signature& now) {
     if (!(now.args[k] == then.args[k]))
       return "argument " + std::to_string(k) + " is " + now.args[k].describe() + " where it was " +
              then.args[k].describe();
+  if (now.forward_mode != then.forward_mode)
+    return now.forward_mode ? "the call is recorded for forward mode (jvp), the traced one was not"
+                            : "the call is not recorded for forward mode (jvp), the traced one was";
   return "the axes mapped by the enclosing nmap/map differ";
-}
-
-// Calls whose ops run directly: inside a trace (the enclosing scan body or compiled function
-// compiles them) and on a forward-mode tape (the tangents go through each op's JVP rule).
-bool runs_inline() {
-  if (g_record_state.trace) return true;
-  const auto* tape = dynamic_cast<const TapeImpl*>(g_record_state.recorder);
-  return tape != nullptr && tape->keeps_all();
 }
 
 }  // namespace
@@ -105,6 +110,11 @@ class CompiledNode final : public CustomNode {
   }
   [[nodiscard]] int64_t residual_bytes() const override { return program_->bytes(); }
   [[nodiscard]] bool batched_vjp() const override { return true; }
+  bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override {
+    const MappedScope scope(mapped_, MappedScope::replace);
+    out = program_->tangent(tangents, batch);
+    return true;
+  }
 
  private:
   std::string name_;
@@ -128,7 +138,8 @@ class CompiledState {
   std::vector<Tensor> call(const std::vector<Tensor>& args) {
     for (size_t k = 0; k < args.size(); ++k)
       if (!args[k].defined()) throw Error(where_ + " argument " + std::to_string(k) + " is undefined");
-    if (runs_inline()) {
+    // Inside a trace the enclosing scan body or compiled function compiles the ops.
+    if (g_record_state.trace) {
       ++inlined_;
       return checked(f_(args));
     }
@@ -143,7 +154,7 @@ class CompiledState {
     if (!traced) ++replays_;
     std::unique_ptr<FunctionProgram> p = e->take();
     if (!p) {
-      p = std::make_unique<FunctionProgram>(e->plan, args);
+      p = std::make_unique<FunctionProgram>(e->plan, args, sig.forward_mode);
       ++programs_;
     }
     // A program whose run fails is dropped (its capture may be unfinished); a later call makes another.

@@ -112,17 +112,17 @@ std::vector<Tensor> call_unpacked(const F& f, const std::vector<Tensor>& args, s
 /// tracing its ops into a plan, and captures the plan's kernel calls on buffers of its own; later
 /// calls with that signature replay those kernel calls on the new arguments, with no dispatch and
 /// no allocation but the outputs. When a tape records the call (grad, value_and_grad, vjp,
-/// jacobian in reverse mode, a Tape), the reverse pass replays a reverse program captured the
-/// same way. So, as for a scan body, what f does is fixed at trace time:
-/// - C++ control flow in f runs once per signature: branch on values with where(), not `if`;
+/// jacobian, jvp, a Tape), the reverse pass replays a reverse program captured the same way, and
+/// forward mode (jvp, jacobian with Mode::forward) a tangent program. So, as for a scan body,
+/// what f does is fixed at trace time:
+/// - C++ control flow in f runs once per signature (being recorded for forward mode is part of it): branch on values with where(), not `if`;
 /// - reading a value inside f (item(), at(), to_vector of an argument or of anything computed from
 ///   one) is an Error naming the op;
 /// - tensors f closes over, and anything computed from them alone (including random draws), are
 ///   constants read at trace time: pass what changes between calls as an argument. A closed-over
 ///   tensor that a tape tracks is an Error at trace time (its gradient would be lost).
-/// Calls inside a scan body, inside another compiled function, and under forward mode (jvp,
-/// jacobian with Mode::forward) run f's ops directly: the enclosing trace compiles them, and the
-/// tangents go through each op's JVP rule. A function that calls scan, map, custom_vjp or a
+/// Calls inside a scan body or inside another compiled function's trace run f's ops directly: the
+/// enclosing trace compiles them. A function that calls scan, map, custom_vjp or a
 /// transfer (to()) runs op by op for that signature (stats().eager counts such calls): its scans
 /// still replay their compiled steps from one call to the next (a plain scan keeps its body's
 /// compiled step), the ops around them are dispatched one by one. A call recorded on a tape holds its set of buffers until the tape is gone (the reverse

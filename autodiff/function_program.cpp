@@ -11,8 +11,9 @@ constexpr const char* kWhat = "compiled function call";
 
 }  // namespace
 
-FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args)
-    : plan_(std::move(plan)) {
+FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args,
+                                 bool forward_mode)
+    : plan_(std::move(plan)), forward_mode_(forward_mode) {
   const ScanPlan& p = *plan_;
   values_.resize(p.n_vars());
   host_ = args.empty() || args[0].device().kind == Device::Kind::cpu;
@@ -40,7 +41,7 @@ std::vector<Tensor> FunctionProgram::forward(const std::vector<Tensor>& args) {
 // what the reverse rules save are read after it).
 void FunctionProgram::build_forward() {
   capture_into(forward_, [&] { plan_->forward(values_); });
-  if (host_) {
+  if (host_ && !forward_mode_) {
     BufferSplit b = split_buffers(values_, plan_->read_after_step());
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
   }
@@ -139,10 +140,55 @@ void FunctionProgram::build_backward() {
   bytes_ = bytes();
 }
 
+std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents, const Axes& batch) {
+  if (!forward_mode_) throw AutodiffError("[jvp] internal: a compiled program made without forward mode");
+  const ScanPlan& p = *plan_;
+  std::vector<char> given(tangents.size(), 0);
+  for (size_t k = 0; k < tangents.size(); ++k) given[k] = tangents[k].defined();
+  const bool rebuild = !tangent_built_ || given != tangent_args_ || !(batch == tangent_batch_);
+  if (rebuild) {
+    tangent_args_ = given;
+    tangent_batch_ = batch;
+    tangents_.assign(p.n_vars(), Tensor());
+    for (size_t k = 0; k < tangents.size(); ++k) {
+      if (!given[k]) continue;
+      Axes ax = p.var(static_cast<int32_t>(k)).axes;
+      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+      tangents_[k] = empty(ax, p.var(static_cast<int32_t>(k)).dtype, tangents[k].device());
+    }
+  }
+  for (size_t k = 0; k < tangents.size(); ++k)
+    if (given[k]) copy_into(tangents_[k], tangents[k]);
+  if (rebuild) {
+    tangent_ = KernelProgram();
+    capture_into(tangent_, [&] { p.forward_tangent(values_, tangents_, batch); });
+    tangent_built_ = true;
+    bytes_ = -1;
+    bytes_ = bytes();
+  } else {
+    tangent_.run(kWhat, 0);
+    tangent_.finish(kWhat);
+  }
+  std::vector<Tensor> out;
+  for (const PlanRef& r : p.y_out()) {
+    const Tensor* t = r.var >= 0 && tangents_[static_cast<size_t>(r.var)].defined() ? &tangents_[static_cast<size_t>(r.var)]
+                                                                                    : nullptr;
+    if (t) {
+      out.push_back(copy_of(*t));
+    } else {
+      const Tensor& v = p.value(values_, r);
+      Axes ax = v.axes();
+      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
+      out.push_back(zeros(ax, v.dtype(), v.device()));
+    }
+  }
+  return out;
+}
+
 int64_t FunctionProgram::bytes() const {
   if (bytes_ >= 0) return bytes_;
   int64_t n = 0;
-  for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_})
+  for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_, &tangents_})
     for (const Tensor& t : *list)
       if (t.defined()) n += bytes_of(t);
   return n;

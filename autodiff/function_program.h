@@ -18,7 +18,9 @@ namespace tenax::detail {
 class FunctionProgram {
  public:
   /// `plan`: traced with no carries and one x per argument; `args` give the buffers' devices.
-  FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args);
+  /// `forward_mode`: tangent() will be asked for, so the forward replay writes every value (the
+  /// JVP rules read every op's inputs and output).
+  FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args, bool forward_mode = false);
   FunctionProgram(const FunctionProgram&) = delete;
   FunctionProgram& operator=(const FunctionProgram&) = delete;
   ~FunctionProgram() = default;
@@ -32,6 +34,12 @@ class FunctionProgram {
   /// `adjoints` of the arguments to add to (undefined: not wanted). The reverse program is
   /// captured the first time, and again when a pass wants other adjoints or batch axes.
   void backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints);
+
+  /// Forward mode for the call last run forwards (a program made with forward_mode): the outputs'
+  /// tangents (new tensors; zeros where none reaches an output) from the arguments' `tangents`
+  /// (undefined: zero; `batch` axes beyond each argument's). The tangent program is captured the
+  /// first time, and again for other batch axes or other arguments with tangents.
+  std::vector<Tensor> tangent(const std::vector<Tensor>& tangents, const Axes& batch);
 
   /// Bytes of the buffers (the arguments' and every value's).
   [[nodiscard]] int64_t bytes() const;
@@ -55,6 +63,15 @@ class FunctionProgram {
   std::vector<Tensor> adjoints_, cot_;
   KernelProgram seed_, vjp_;
   bool backward_built_ = false;
+
+  // The tangent program: which arguments have tangents, the batch axes, the tangents' buffers
+  // (per plan variable; the arguments' are filled before each replay).
+  bool forward_mode_ = false;
+  std::vector<char> tangent_args_;
+  Axes tangent_batch_;
+  std::vector<Tensor> tangents_;
+  KernelProgram tangent_;
+  bool tangent_built_ = false;
 };
 
 }  // namespace tenax::detail

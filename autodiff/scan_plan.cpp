@@ -390,6 +390,50 @@ class PlanVjpContext final : public VjpContext {
 
 }  // namespace
 
+namespace {
+
+class PlanJvpContext final : public JvpContext {
+ public:
+  PlanJvpContext(const ScanPlan& plan, const PlanOp& p, const Attrs& attrs, const std::vector<Tensor>& values,
+                 const std::vector<Tensor>& tangents)
+      : plan_(plan), p_(p), attrs_(attrs), values_(values), tangents_(tangents) {}
+  const Tensor& input(int i) const override { return plan_.value(values_, plan_.input(p_, i)); }
+  const Tensor& output() const override { return values_[static_cast<size_t>(p_.out)]; }
+  int num_inputs() const override { return p_.n_inputs; }
+  const Tensor& tangent(int i) const override {
+    const int32_t v = plan_.input(p_, i).var;
+    return v >= 0 ? tangents_[static_cast<size_t>(v)] : none_;
+  }
+  const Attrs& attrs() const override { return attrs_; }
+
+ private:
+  const ScanPlan& plan_;
+  const PlanOp& p_;
+  const Attrs& attrs_;
+  const std::vector<Tensor>& values_;
+  const std::vector<Tensor>& tangents_;
+  Tensor none_;
+};
+
+}  // namespace
+
+void ScanPlan::forward_tangent(const std::vector<Tensor>& values, std::vector<Tensor>& tangents,
+                               const Axes& batch) const {
+  for (const PlanOp& p : ops_) {
+    bool any = false;
+    for (int i = 0; i < p.n_inputs; ++i) {
+      const int32_t v = input(p, i).var;
+      any = any || (v >= 0 && tangents[static_cast<size_t>(v)].defined());
+    }
+    if (!any || !p.op->jvp) continue;
+    if (batch.rank() > 0 && !p.op->batched_jvp)
+      throw AutodiffError(std::string("[jvp] the JVP of '") + p.op->name + "' cannot take the batch axes " +
+                          batch.describe() + " of the tangents; compute one JVP per tangent instead");
+    PlanJvpContext ctx(*this, p, attrs_[static_cast<size_t>(p.attrs)], values, tangents);
+    tangents[static_cast<size_t>(p.out)] = p.op->jvp(ctx);
+  }
+}
+
 void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
                         const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh) const {
   for (size_t k = ops_.size(); k-- > 0;) {

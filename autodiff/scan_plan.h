@@ -79,6 +79,12 @@ class ScanPlan {
   void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
                 const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh = nullptr) const;
 
+  /// Forward mode over the values of forward(): `tangents` holds, on entry, the tangents of some
+  /// variables (with `batch` axes beyond theirs; others undefined: zero); each op with a tangent
+  /// input gets its output's tangent from its JVP rule. The rules read every op's inputs and
+  /// output, so the values must all be written (no copy forwarding in the forward replay).
+  void forward_tangent(const std::vector<Tensor>& values, std::vector<Tensor>& tangents, const Axes& batch) const;
+
   /// The adjoint of variable v (its axes, then `batch`), allocated zeroed (or as a view of its
   /// parent's) on first use. With `fresh`: an adjoint flagged fresh (or the fresh parent of a
   /// view) is zero-filled now and unflagged, so that it can be accumulated into.

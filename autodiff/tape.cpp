@@ -467,9 +467,10 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
   }
   for (const Record& r : a_.records) {
-    if (r.op == &kCustomOp)
-      throw AutodiffError(std::string("[jvp] forward mode through ") + a_.customs[static_cast<size_t>(r.attrs)].node->name() +
-                          " is not supported yet; use reverse mode (grad, vjp)");
+    if (r.op == &kCustomOp) {
+      custom_tangent(r, tan, batch);
+      continue;
+    }
     if (batch.rank() > 0 && !r.op->batched_jvp)
       throw AutodiffError(std::string("[jvp] the JVP of '") + r.op->name + "' cannot take the batch axes " +
                           batch.describe() + " of the tangents; compute one JVP per tangent instead");
@@ -493,6 +494,24 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
   for (int i = 0; i < batch.rank(); ++i) out_axes.push_back(batch[i]);
   if (tracked && tan[static_cast<size_t>(output.var())].defined()) return tan[static_cast<size_t>(output.var())];
   return zeros(out_axes, output.dtype(), output.device());
+}
+
+// A custom node's outputs' tangents, from its inputs'; an AutodiffError where it has no forward mode.
+void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch) {
+  const CustomEntry& c = a_.customs[static_cast<size_t>(r.attrs)];
+  std::vector<Tensor> in(static_cast<size_t>(r.n_inputs)), out;
+  bool any = false;
+  for (int i = 0; i < r.n_inputs; ++i) {
+    const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
+    if (v >= 0) in[static_cast<size_t>(i)] = tan[static_cast<size_t>(v)];
+    any = any || in[static_cast<size_t>(i)].defined();
+  }
+  if (!any) return;
+  if (!c.node->jvp(in, batch, out))
+    throw AutodiffError(std::string("[jvp] forward mode through ") + c.node->name() +
+                        " is not supported yet; use reverse mode (grad, vjp)");
+  for (int32_t k = 0; k < c.n_out && static_cast<size_t>(k) < out.size(); ++k)
+    tan[static_cast<size_t>(c.first_out + k)] = out[static_cast<size_t>(k)];
 }
 
 TapeStats TapeImpl::stats() const {

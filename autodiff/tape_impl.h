@@ -104,6 +104,7 @@ class TapeImpl final : public Recorder {
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
+  void custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch);
   // gradient(): the batch axes of a cotangent, the seed, the sweep over the records.
   static Axes cotangent_batch_axes(const Tensor& output, const Tensor& cotangent);
   void seed(const Tensor& output, const Tensor& cotangent);

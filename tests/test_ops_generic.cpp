@@ -336,8 +336,9 @@ TEST_P(EveryOp, ReplayedInsideAScanEqualsEager) {
   }
 }
 
-// Every op through compile: the second and third calls replay the captured forward and reverse
-// programs on new inputs (scaled by a per-call factor) and give the eager op's value and VJP.
+// Every op through compile: the second and third calls replay the captured forward, reverse and
+// tangent programs on new inputs (scaled by a per-call factor) and give the eager op's value, VJP
+// and JVP.
 TEST_P(EveryOp, CompiledEqualsEager) {
   const OpDef& op = *GetParam();
   for (int c = 0; c < kCasesPerOp; ++c) {
@@ -367,8 +368,13 @@ TEST_P(EveryOp, CompiledEqualsEager) {
       const std::vector<Tensor> g = grad(loss(true), at), e = grad(loss(false), at);
       for (size_t k = 0; k < at.size(); ++k)
         EXPECT_LE(mismatch(g[k], e[k], 1e-13, 1e-13), 1.0) << op.name << " case " << c << " call " << call << " input " << k;
+      if (!op.jvp) continue;
+      std::vector<Tensor> tangents;
+      for (const Tensor& t : at) tangents.push_back(randn(t.axes(), rng()));
+      const Tensor jc = jvp(loss(true), at, tangents).second, je = jvp(loss(false), at, tangents).second;
+      EXPECT_NEAR(jc.item(), je.item(), 1e-12 * (1.0 + std::abs(je.item()))) << op.name << " case " << c << " call " << call;
     }
-    EXPECT_LE(f.stats().traces, 2) << op.name;  // untracked, then tracked
+    EXPECT_LE(f.stats().traces, 3) << op.name;  // untracked, reverse mode, forward mode
   }
 }
 

@@ -27,6 +27,15 @@ class CustomNode {
   [[nodiscard]] virtual int64_t residual_bytes() const = 0;
   /// Whether vjp() accepts cotangents (and adjoints) with batch axes beyond the outputs' own.
   [[nodiscard]] virtual bool batched_vjp() const { return false; }
+  /// Forward mode: from the inputs' tangents (undefined: zero; `batch` axes beyond the inputs'
+  /// own), the outputs' tangents into `out` (one per output; undefined: zero). False when the node
+  /// has no forward mode (the sweep then raises an AutodiffError naming it).
+  virtual bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) {
+    (void)tangents;
+    (void)batch;
+    (void)out;
+    return false;
+  }
 };
 
 /// The interface the tape implements; core calls it when an op has a tracked input.
