@@ -7,6 +7,7 @@
 #include <climits>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "tenax/core/dtype.h"
@@ -219,11 +220,16 @@ const KernelTable& real_kernels(int device_kind) { return tables().real[device_k
 const KernelTable& capturing_kernels(int device_kind) { return tables().capturing[device_kind]; }
 
 namespace {
+// Looked up per slice copy and per captured call: by a hash of the kernel, not a walk of the table.
 const KernelTable::FlatTwin* twins_of(ElementwiseFn fn) {
-  const KernelTable& t = tables().real[0];
-  for (int k = 0; fn && k < t.n_flat; ++k)
-    if (t.flat[k].kernel == fn) return &t.flat[k];
-  return nullptr;
+  static const std::unordered_map<ElementwiseFn, const KernelTable::FlatTwin*> index = [] {
+    std::unordered_map<ElementwiseFn, const KernelTable::FlatTwin*> m;
+    const KernelTable& t = tables().real[0];
+    for (int k = 0; k < t.n_flat; ++k) m.emplace(t.flat[k].kernel, &t.flat[k]);
+    return m;
+  }();
+  const auto it = fn ? index.find(fn) : index.end();
+  return it == index.end() ? nullptr : it->second;
 }
 }  // namespace
 
