@@ -21,6 +21,24 @@ FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std
     const PlanVar& v = p.var(k);
     values_[static_cast<size_t>(k)] = empty(v.axes, v.dtype, args[static_cast<size_t>(k)].device());
   }
+  // On the host the values, and the adjoints with the reverse rules' temporaries, are carved from
+  // one block each, in the order the programs first touch them: a long program (a compiled loop)
+  // then streams through two packed blocks instead of buffers scattered over the pool's classes.
+  // Twice the values' bytes each, for the ops' own temporaries; past that, buffers come one by one.
+  if (host_) {
+    int64_t total = 16 << 10;
+    for (size_t v = 0; v < p.n_vars(); ++v) {
+      const PlanVar& pv = p.var(static_cast<int32_t>(v));
+      if (pv.kind == VarKind::op) total += 2 * ((pv.axes.numel() * static_cast<int64_t>(itemsize(pv.dtype)) + 63) / 64 * 64);
+    }
+    try {
+      values_arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
+      adjoints_arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
+    } catch (const MemoryError&) {
+      values_arena_.reset();  // over the host's memory budget: buffers one by one
+      adjoints_arena_.reset();
+    }
+  }
 }
 
 std::vector<Tensor> FunctionProgram::forward(const std::vector<Tensor>& args) {
@@ -40,7 +58,10 @@ std::vector<Tensor> FunctionProgram::forward(const std::vector<Tensor>& args) {
 // replays may skip or fuse copies into buffers that nothing reads after the call (the outputs and
 // what the reverse rules save are read after it).
 void FunctionProgram::build_forward() {
-  capture_into(forward_, [&] { plan_->forward(values_); });
+  {
+    HostArenaScope carve(values_arena_.get());
+    capture_into(forward_, [&] { plan_->forward(values_); });
+  }
   if (host_ && !forward_mode_) {
     BufferSplit b = split_buffers(values_, plan_->read_after_step());
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
@@ -104,6 +125,7 @@ void FunctionProgram::build_backward() {
   vjp_ = KernelProgram();
   adjoints_.assign(p.n_vars(), Tensor());
   std::vector<char> fresh(p.n_vars(), 0);
+  HostArenaScope carve(adjoints_arena_.get());
   capture_into(seed_, [&] {
     for (size_t v = 0; v < p.n_vars(); ++v)
       if (needs_[v]) p.allocate(values_, adjoints_, static_cast<int32_t>(v), batch_, fresh);

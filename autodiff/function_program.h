@@ -50,6 +50,8 @@ class FunctionProgram {
   [[nodiscard]] const Tensor& x_buffer(size_t k) const { return values_[k]; }
 
   std::shared_ptr<const ScanPlan> plan_;
+  // The blocks the values and the adjoints are carved from (host; first, so that they go last).
+  std::unique_ptr<HostArena> values_arena_, adjoints_arena_;
   std::vector<Tensor> values_;  // per plan variable: the argument buffers first, then op outputs
   KernelProgram forward_;
   bool forward_built_ = false;
