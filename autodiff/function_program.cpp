@@ -29,7 +29,8 @@ FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std
     int64_t total = 16 << 10;
     for (size_t v = 0; v < p.n_vars(); ++v) {
       const PlanVar& pv = p.var(static_cast<int32_t>(v));
-      if (pv.kind == VarKind::op) total += 2 * ((pv.axes.numel() * static_cast<int64_t>(itemsize(pv.dtype)) + 63) / 64 * 64);
+      const int64_t bytes = (pv.axes.numel() * static_cast<int64_t>(itemsize(pv.dtype)) + 63) / 64 * 64;
+      if (pv.kind == VarKind::op) total += 2 * bytes;
     }
     try {
       values_arena_ = std::make_unique<HostArena>(static_cast<std::size_t>(total));
