@@ -18,6 +18,8 @@ int main() {
   };
   auto [value, grads] = value_and_grad(loss, {zeros(Axes{{"feat", 3}}), scalar(0.0)});
   auto [v, dv] = jvp(loss, {w, scalar(0.0)}, {Tensor(), scalar(1.0)});  // forward mode, d/d p[1]
+  auto fast = compile(loss);  // traced once per signature, then replayed: forwards and backwards
+  auto [value2, grads2] = value_and_grad(fast, {zeros(Axes{{"feat", 3}}), scalar(0.0)});
 
   Tensor cov = dot(x, rename(x, "feat", "feat2"), {"obs"}) / 200.0;  // (feat, feat2), SPD
   Tensor l = cholesky(cov, "feat", "feat2");                       // batched over any other axes
@@ -26,5 +28,7 @@ int main() {
   std::printf("%s %s %s\n", s.describe().c_str(), m.describe().c_str(), u.describe().c_str());
   std::printf("loss %.4f, d/dw %s, directional derivative %.4f\n", value.item(), grads[0].describe().c_str(),
               dv.item());
+  std::printf("compiled: loss %.4f, gradient differs by %.1e\n", value2.item(),
+              max(abs(grads2[0] - grads[0])).item());
   return 0;
 }
