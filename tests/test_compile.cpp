@@ -186,6 +186,35 @@ TEST(Compile, UnderNmapEachSliceGetsTheSliceFunction) {
   for (size_t k = 0; k < 2; ++k) EXPECT_LE(mismatch(g[k], e[k], 1e-12, 1e-13), 1.0) << k;
 }
 
+TEST(Compile, OutputsThatAreArgumentsViewsConstantsOrBooleans) {
+  const Tensor k = tensor({1.0, 2.0}, "j");
+  auto f = compile([&k](const std::vector<Tensor>& a) {
+    return std::vector<Tensor>{a[0], transpose(a[1], {"j", "i"}), k * 2.0, greater(a[0], scalar(0.0)),
+                               sum(a[1] * a[0])};
+  });
+  for (uint64_t s = 0; s < 2; ++s) {
+    const Tensor x = randn(Axes{{"i", 3}}, 50 + s), y = randn(Axes{{"i", 3}, {"j", 2}}, 60 + s);
+    const std::vector<Tensor> got = f({x, y});
+    ASSERT_EQ(got.size(), 5u);
+    EXPECT_EQ(got[0].to_vector(), x.to_vector());
+    EXPECT_EQ(got[1].axes().name(0), Name("j"));
+    EXPECT_LE(mismatch(got[1], y, 1e-15, 1e-15), 1.0);
+    EXPECT_EQ(got[2].to_vector(), std::vector<double>({2.0, 4.0}));
+    EXPECT_EQ(got[3].dtype(), DType::b8);
+    // d/dx and d/dy of sum(out0 * 3) + sum(out1 * out1) + out4, through the compiled reverse.
+    auto loss = [&](bool compiled) {
+      return [&, compiled](const std::vector<Tensor>& p) {
+        const std::vector<Tensor> o =
+            compiled ? f(p)
+                     : std::vector<Tensor>{p[0], transpose(p[1], {"j", "i"}), k * 2.0, Tensor(), sum(p[1] * p[0])};
+        return sum(o[0] * 3.0) + sum(o[1] * o[1]) + o[4] + sum(o[2]);
+      };
+    };
+    const std::vector<Tensor> g = grad(loss(true), {x, y}), e = grad(loss(false), {x, y});
+    for (size_t a = 0; a < 2; ++a) EXPECT_LE(mismatch(g[a], e[a], 1e-13, 1e-13), 1.0) << "call " << s << " arg " << a;
+  }
+}
+
 TEST(Compile, InsideMapEachChunkReplays) {
   auto f = compile([](const Tensor& x, const Tensor& w) { return tanh(x * w) * x; });
   const Tensor x = randn(Axes{{"b", 10}, {"i", 3}}, 13), w = randn(Axes{{"i", 3}}, 14);
