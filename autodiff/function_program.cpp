@@ -7,7 +7,11 @@
 namespace tenax::detail {
 namespace {
 
-constexpr const char* kWhat = "compiled function call";
+// How replays name themselves in errors: "[cholesky] at a call of a compiled function: ..." (no
+// position), and for a device's deferred failures "... in a compiled function call on the GPU".
+constexpr const char* kWhat = "a call of a compiled function";
+constexpr const char* kDeferredWhat = "compiled function call";
+constexpr int64_t kNoPosition = -1;
 
 }  // namespace
 
@@ -45,8 +49,8 @@ FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std
 std::vector<Tensor> FunctionProgram::forward(const std::vector<Tensor>& args) {
   for (size_t k = 0; k < args.size(); ++k) copy_into(x_buffer(k), args[k]);
   if (forward_built_) {
-    forward_.run(kWhat, 0);
-    forward_.finish(kWhat);
+    forward_.run(kWhat, kNoPosition);
+    forward_.finish(kDeferredWhat);
   } else {
     build_forward();
   }
@@ -108,10 +112,10 @@ void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std:
   if (rebuild) {
     build_backward();  // runs the programs as it captures them
   } else {
-    seed_.run(kWhat, 0);
-    vjp_.run(kWhat, 0);
-    seed_.finish(kWhat);
-    vjp_.finish(kWhat);
+    seed_.run(kWhat, kNoPosition);
+    vjp_.run(kWhat, kNoPosition);
+    seed_.finish(kDeferredWhat);
+    vjp_.finish(kDeferredWhat);
   }
   for (size_t k = 0; k < adjoints.size(); ++k)
     if (x_needs_[k]) accumulate(adjoints[k], adjoints_[static_cast<size_t>(k)]);
@@ -189,8 +193,8 @@ std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents
     bytes_ = -1;
     bytes_ = bytes();
   } else {
-    tangent_.run(kWhat, 0);
-    tangent_.finish(kWhat);
+    tangent_.run(kWhat, kNoPosition);
+    tangent_.finish(kDeferredWhat);
   }
   std::vector<Tensor> out;
   for (const PlanRef& r : p.y_out()) {

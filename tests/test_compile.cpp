@@ -315,6 +315,13 @@ TEST(Compile, ErrorsSayWhatToDo) {
   EXPECT_MESSAGE(
       testing::error_message<Error>([&] { (void)scan(body, {scalar(1.0)}, {randn(Axes{{"t", 3}, {"i", 2}}, 1)}, "t"); }),
       "[map] inside a scan body is not supported yet");
+  // A kernel failing in a replay names the kernel and the call; the function stays usable.
+  auto chol = compile([](const Tensor& a) { return sum(cholesky(a, "r", "c")); });
+  const Tensor spd = tensor({{2.0, 0.5}, {0.5, 1.0}}, "r", "c"), indefinite = tensor({{1.0, 2.0}, {2.0, 1.0}}, "r", "c");
+  const double good = chol(spd).item();
+  EXPECT_MESSAGE(testing::error_message<NumericError>([&] { (void)chol(indefinite); }),
+                 "[cholesky] at a call of a compiled function: the matrix at batch index 0 is not positive definite");
+  EXPECT_EQ(chol(spd).item(), good);
   CompileOptions zero;
   zero.cache_size = 0;
   EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)compile(step, zero); }), "cache_size must be at least 1");

@@ -33,8 +33,8 @@ class KernelProgram {
   KernelProgram(KernelProgram&&) noexcept = default;
   KernelProgram& operator=(KernelProgram&&) noexcept = default;
   ~KernelProgram() = default;
-  /// Replays every call. `what` names the loop position for errors (e.g. "scan step 12"): a
-  /// linear-algebra kernel that fails (matrix not positive definite, singular) raises
+  /// Replays every call. `what` and `position` name the loop position for errors ("scan step 12";
+  /// a position below 0: `what` alone): a linear-algebra kernel that fails (matrix not positive definite, singular) raises
   /// NumericError naming the kernel, the batch index and `what`. Moving calls (slice copies,
   /// KernelCapture::moving) run at slice `index`.
   void run(const char* what, int64_t position, int64_t index = 0) const;

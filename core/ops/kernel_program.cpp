@@ -25,8 +25,13 @@ const char* failure_reason(const char* kernel) {
   return "is singular";
 }
 
+// Where a replay failed: "scan step 12", or `what` alone for a position below 0.
+std::string replay_position(const char* what, int64_t position) {
+  return position < 0 ? std::string(what) : std::string(what) + " " + std::to_string(position);
+}
+
 [[noreturn]] void matrix_failure(const char* kernel, int64_t bad, const char* what, int64_t position) {
-  throw NumericError(std::string("[") + kernel + "] at " + what + " " + std::to_string(position) +
+  throw NumericError(std::string("[") + kernel + "] at " + replay_position(what, position) +
                      ": the matrix at batch index " + std::to_string(bad) + " " + failure_reason(kernel));
 }
 
@@ -103,7 +108,7 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
         *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
     const int64_t bad = c.other();
     if (bad >= 0 && c.describe)
-      throw NumericError(c.describe(bad) + " at " + what + " " + std::to_string(position) +
+      throw NumericError(c.describe(bad) + " at " + replay_position(what, position) +
                          " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
     if (bad >= 0) matrix_failure(c.kernel, bad, what, position);
   }
