@@ -1,7 +1,8 @@
 // scan: validation, the forward loop over a traced plan, carry checkpoints (and, within a budget,
 // the steps' intermediates), recorded on the enclosing tape as a ScanRun whose reverse pass is in
-// scan_run.cpp; scan_cached's reuse of a plan and compiled step kept from an earlier call
-// (autodiff/scan_cache.h).
+// scan_run.cpp; the reuse of a plan and compiled step kept from an earlier call, by a model's
+// named captures (scan_cached) or by a plain scan's body type and traced step (reuse_by_plan;
+// autodiff/scan_cache.h).
 #include "tenax/autodiff/scan.h"
 
 #include <cmath>
@@ -26,6 +27,8 @@ using detail::ScanRun;
 
 detail::ScanCache::ScanCache() = default;
 
+detail::ScanCache::~ScanCache() = default;
+
 std::shared_ptr<detail::ScanCache> detail::scan_body_cache(const std::type_info& body_type) {
   static std::mutex mutex;
   static std::unordered_map<std::type_index, std::shared_ptr<ScanCache>> caches;
@@ -34,7 +37,6 @@ std::shared_ptr<detail::ScanCache> detail::scan_body_cache(const std::type_info&
   if (!c) c = std::make_shared<ScanCache>();
   return c;
 }
-detail::ScanCache::~ScanCache() = default;
 
 std::unique_ptr<detail::ScanCache::Entry> detail::ScanCache::take() {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -90,9 +90,11 @@ double read(const Tensor& t, int64_t offset) {
 
 void require_host(const Tensor& t, const char* op) {
   if (!t.defined()) throw Error(std::string("[") + op + "] the tensor is undefined");
-  // A scan body is traced once and replayed: a value read while tracing would be baked in.
+  // A scan body or compiled function is traced once and replayed: a value read while tracing would
+  // be baked in.
   if (detail::g_record_state.trace && t.var() >= 0 && t.tape_serial() == detail::g_record_state.serial)
-    throw Error(std::string("[") + op + "] a " + detail::g_record_state.traced +
+    throw Error(std::string("[") + op + "] a " +
+                (detail::g_record_state.traced ? detail::g_record_state.traced : "traced function") +
                 " reads the value of a tensor computed from its inputs; it is traced once and replayed, so it must "
                 "compute with tenax ops (use where() to branch)");
   if (t.device().kind != Device::Kind::cpu)
