@@ -427,8 +427,15 @@ class ScanCall {
     // ck stores every carry (step 0); ck_new not those an output's store fills (steps > 0).
     ScanRun::CarrySlots ck, ck_new;
     if (store_ck) {
-      ck = ScanRun::CarrySlots(run_->checkpoints, p.carry());
-      ck_new = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &ck_in_ys_);
+      const std::vector<char> needed = run_->plan->carries_needed_backward();
+      run_->unneeded.assign(needed.size(), 0);
+      std::vector<char> skip_new = ck_in_ys_;
+      for (size_t c = 0; c < needed.size(); ++c) {
+        run_->unneeded[c] = needed[c] ? 0 : 1;
+        skip_new[c] = skip_new[c] || run_->unneeded[c];
+      }
+      ck = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &run_->unneeded);
+      ck_new = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &skip_new);
     }
     std::vector<detail::SliceCopy> y_store;
     bool keep = false;

@@ -290,6 +290,36 @@ std::vector<char> ScanPlan::read_after_step() const {
   return read;
 }
 
+std::vector<char> ScanPlan::carries_needed_backward() const {
+  std::vector<char> mark(vars_.size(), 0), needed(static_cast<size_t>(n_carry_), 0);
+  auto root = [&](PlanRef r) {
+    if (r.var >= 0) mark[static_cast<size_t>(r.var)] = 1;
+  };
+  for (const PlanOp& p : ops_) {
+    if (!p.op->vjp) continue;
+    if (p.op->saves & kSaveOutput) mark[static_cast<size_t>(p.out)] = 1;
+    for (int i = 0; i < p.n_inputs && i < 31; ++i)
+      if (p.op->saves & (1u << i)) root(input(p, i));
+  }
+  // What the marked values are computed from, back to the carries; a newly needed carry's new
+  // value is a root too (a recomputed chunk computes the next carry from this one).
+  for (bool grew = true; grew;) {
+    for (size_t k = ops_.size(); k-- > 0;) {
+      const PlanOp& p = ops_[k];
+      if (!mark[static_cast<size_t>(p.out)]) continue;
+      for (int i = 0; i < p.n_inputs; ++i) root(input(p, i));
+    }
+    grew = false;
+    for (int c = 0; c < n_carry_; ++c)
+      if (mark[static_cast<size_t>(c)] && !needed[static_cast<size_t>(c)]) {
+        needed[static_cast<size_t>(c)] = 1;
+        root(carry_out_[static_cast<size_t>(c)]);
+        grew = true;
+      }
+  }
+  return needed;
+}
+
 int32_t ScanPlan::view_parent(int32_t v) const {
   const PlanVar& pv = vars_[static_cast<size_t>(v)];
   if (pv.kind != VarKind::op) return -1;

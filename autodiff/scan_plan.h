@@ -116,6 +116,11 @@ class ScanPlan {
   /// Per variable: whether anything but the forward step reads its value — a carry, input or
   /// parameter, a new carry or output, or what a reverse rule saves (OpDef::saves).
   [[nodiscard]] std::vector<char> read_after_step() const;
+  /// Per carry: whether the reverse pass needs its value — some value a reverse rule reads
+  /// (OpDef::saves) depends on it, or the new value of a carry it needs does. A carry it does not
+  /// need (an accumulated loss: loss + f(...)) needs no checkpoints: a recomputed step may read
+  /// any value of it.
+  [[nodiscard]] std::vector<char> carries_needed_backward() const;
 
  private:
   friend class PlanRecorder;

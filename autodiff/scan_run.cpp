@@ -275,9 +275,12 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
     reverse_range(snap, 0, steps, 0);
     leaf_loop_.reset();
   } else {
-    std::vector<char> in_place(nc);
-    for (size_t k = 0; k < nc; ++k) in_place[k] = p.carry_in_place(k) ? 1 : 0;
-    CarrySlots ck(checkpoints, p.carry(), nullptr, &in_place);
+    // Carries read in place from their slots, and carries the reverse pass never reads, are not
+    // loaded from their checkpoints.
+    std::vector<char> no_load(nc);
+    for (size_t k = 0; k < nc; ++k)
+      no_load[k] = p.carry_in_place(k) || (k < unneeded.size() && unneeded[k]) ? 1 : 0;
+    CarrySlots ck(checkpoints, p.carry(), nullptr, &no_load);
     reverse_chunks(ck, opt.checkpoint_every);
   }
   p.finish();

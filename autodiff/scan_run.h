@@ -41,6 +41,9 @@ struct ScanRun final : CustomNode {
   int64_t steps = 0;
   ScanOptions opt;
   std::vector<Tensor> checkpoints;  // per carry: (__scan_checkpoint, carry axes...), every-k mode
+  // Per carry: the reverse pass never reads its value (ScanPlan::carries_needed_backward), so
+  // its checkpoints are neither stored nor loaded (their slots stay as allocated).
+  std::vector<char> unneeded;
   bool bisection = false;           // memory_budget below all carries: recursive bisection
   // A call through a ScanCache: the entry its program goes back into when this run is done (once
   // its forward pass completed), and the cache.

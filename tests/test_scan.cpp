@@ -109,6 +109,85 @@ TEST(Scan, GradientMatchesTheUnrolledLoopUnderEveryCheckpointSchedule) {
   }
 }
 
+TEST(Scan, AnAccumulatorCarryNeedsNoCheckpointsUnderEverySchedule) {
+  // A loss accumulated in a carry is read by no reverse rule: its checkpoints are neither stored
+  // nor loaded. Value and gradients equal the unrolled loop under every schedule, scalar steps
+  // (fused loops) and vector steps, and where the accumulator feeds the state (then it is needed).
+  const Tensor a0 = scalar(0.7), w0 = tensor({0.5, -0.3, 0.8}, "h");
+  const Tensor us = randn(Axes{{"t", 23}}, 71) * 0.5, xs = randn(Axes{{"t", 23}, {"h", 3}}, 72) * 0.5;
+  using Body = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(const std::vector<Tensor>&,
+                                                                                 const std::vector<Tensor>&)>;
+  struct Case {
+    const char* name;
+    std::function<Body(const std::vector<Tensor>&)> body;
+    std::vector<Tensor> init;
+    Tensor xs;
+  };
+  const std::vector<Case> cases = {
+      {"scalar",
+       [](const std::vector<Tensor>& p) -> Body {
+         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+           const Tensor y = p[0] * c[0] + x[0];
+           return std::make_pair(std::vector<Tensor>{y, c[1] + y * y}, std::vector<Tensor>{});
+         };
+       },
+       {scalar(0.1), scalar(0.0)},
+       us},
+      {"vector",
+       [](const std::vector<Tensor>& p) -> Body {
+         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+           const Tensor h = tanh(p[1] * c[0] + x[0]);
+           return std::make_pair(std::vector<Tensor>{h, c[1] + sum(h * h)}, std::vector<Tensor>{});
+         };
+       },
+       {zeros(Axes{{"h", 3}}), scalar(0.0)},
+       xs},
+      {"feeding the state",
+       [](const std::vector<Tensor>& p) -> Body {
+         // No value a reverse rule reads depends on c[1] within a step, but the next state does:
+         // a recomputed chunk needs it.
+         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+           const Tensor y = tanh(p[1] * c[0] + x[0]);
+           return std::make_pair(std::vector<Tensor>{y + c[1], c[1] + sum(y * y)}, std::vector<Tensor>{});
+         };
+       },
+       {zeros(Axes{{"h", 3}}), scalar(0.0)},
+       xs},
+  };
+  std::vector<ScanOptions> schedules(6);
+  schedules[1].residual_budget = 0;
+  schedules[2].checkpoint_every = 3;
+  schedules[3].checkpoint_every = 11;
+  schedules[4].memory_budget = 6 * 4 * 8;
+  schedules[5].reverse = true;
+  for (const Case& k : cases) {
+    auto unrolled = [&](bool rev) {
+      return [&, rev](const std::vector<Tensor>& p) {
+        const Body body = k.body(p);
+        std::vector<Tensor> c = k.init;
+        const int64_t n = k.xs.size("t");
+        for (int64_t s = 0; s < n; ++s) c = body(c, {select(k.xs, "t", rev ? n - 1 - s : s)}).first;
+        return c[1] + sum(c[0]);
+      };
+    };
+    for (const ScanOptions& o : schedules) {
+      auto [vr, gr] = value_and_grad(unrolled(o.reverse), {a0, w0});
+      auto [v, g] = value_and_grad(
+          [&](const std::vector<Tensor>& p) {
+            const ScanResult r = scan(k.body(p), k.init, {k.xs}, "t", o);
+            return r.carry[1] + sum(r.carry[0]);
+          },
+          {a0, w0});
+      EXPECT_NEAR(v.item(), vr.item(), 1e-12) << k.name;
+      for (size_t i = 0; i < g.size(); ++i)
+        EXPECT_LT(mismatch(g[i], gr[i], 1e-11, 1e-12), 1.0)
+            << k.name << " argument " << i << " checkpoint_every=" << o.checkpoint_every
+            << " residual_budget=" << o.residual_budget << " memory_budget=" << o.memory_budget
+            << " reverse=" << o.reverse;
+    }
+  }
+}
+
 TEST(Scan, GradientMatchesFiniteDifferences) {
   std::vector<Tensor> args = rnn_inputs();
   ScanOptions o;
