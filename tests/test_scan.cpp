@@ -109,85 +109,6 @@ TEST(Scan, GradientMatchesTheUnrolledLoopUnderEveryCheckpointSchedule) {
   }
 }
 
-TEST(Scan, AnAccumulatorCarryNeedsNoCheckpointsUnderEverySchedule) {
-  // A loss accumulated in a carry is read by no reverse rule: its checkpoints are neither stored
-  // nor loaded. Value and gradients equal the unrolled loop under every schedule, scalar steps
-  // (fused loops) and vector steps, and where the accumulator feeds the state (then it is needed).
-  const Tensor a0 = scalar(0.7), w0 = tensor({0.5, -0.3, 0.8}, "h");
-  const Tensor us = randn(Axes{{"t", 23}}, 71) * 0.5, xs = randn(Axes{{"t", 23}, {"h", 3}}, 72) * 0.5;
-  using Body = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(const std::vector<Tensor>&,
-                                                                                 const std::vector<Tensor>&)>;
-  struct Case {
-    const char* name;
-    std::function<Body(const std::vector<Tensor>&)> body;
-    std::vector<Tensor> init;
-    Tensor xs;
-  };
-  const std::vector<Case> cases = {
-      {"scalar",
-       [](const std::vector<Tensor>& p) -> Body {
-         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-           const Tensor y = p[0] * c[0] + x[0];
-           return std::make_pair(std::vector<Tensor>{y, c[1] + y * y}, std::vector<Tensor>{});
-         };
-       },
-       {scalar(0.1), scalar(0.0)},
-       us},
-      {"vector",
-       [](const std::vector<Tensor>& p) -> Body {
-         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-           const Tensor h = tanh(p[1] * c[0] + x[0]);
-           return std::make_pair(std::vector<Tensor>{h, c[1] + sum(h * h)}, std::vector<Tensor>{});
-         };
-       },
-       {zeros(Axes{{"h", 3}}), scalar(0.0)},
-       xs},
-      {"feeding the state",
-       [](const std::vector<Tensor>& p) -> Body {
-         // No value a reverse rule reads depends on c[1] within a step, but the next state does:
-         // a recomputed chunk needs it.
-         return [p](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
-           const Tensor y = tanh(p[1] * c[0] + x[0]);
-           return std::make_pair(std::vector<Tensor>{y + c[1], c[1] + sum(y * y)}, std::vector<Tensor>{});
-         };
-       },
-       {zeros(Axes{{"h", 3}}), scalar(0.0)},
-       xs},
-  };
-  std::vector<ScanOptions> schedules(6);
-  schedules[1].residual_budget = 0;
-  schedules[2].checkpoint_every = 3;
-  schedules[3].checkpoint_every = 11;
-  schedules[4].memory_budget = 6 * 4 * 8;
-  schedules[5].reverse = true;
-  for (const Case& k : cases) {
-    auto unrolled = [&](bool rev) {
-      return [&, rev](const std::vector<Tensor>& p) {
-        const Body body = k.body(p);
-        std::vector<Tensor> c = k.init;
-        const int64_t n = k.xs.size("t");
-        for (int64_t s = 0; s < n; ++s) c = body(c, {select(k.xs, "t", rev ? n - 1 - s : s)}).first;
-        return c[1] + sum(c[0]);
-      };
-    };
-    for (const ScanOptions& o : schedules) {
-      auto [vr, gr] = value_and_grad(unrolled(o.reverse), {a0, w0});
-      auto [v, g] = value_and_grad(
-          [&](const std::vector<Tensor>& p) {
-            const ScanResult r = scan(k.body(p), k.init, {k.xs}, "t", o);
-            return r.carry[1] + sum(r.carry[0]);
-          },
-          {a0, w0});
-      EXPECT_NEAR(v.item(), vr.item(), 1e-12) << k.name;
-      for (size_t i = 0; i < g.size(); ++i)
-        EXPECT_LT(mismatch(g[i], gr[i], 1e-11, 1e-12), 1.0)
-            << k.name << " argument " << i << " checkpoint_every=" << o.checkpoint_every
-            << " residual_budget=" << o.residual_budget << " memory_budget=" << o.memory_budget
-            << " reverse=" << o.reverse;
-    }
-  }
-}
-
 TEST(Scan, GradientMatchesFiniteDifferences) {
   std::vector<Tensor> args = rnn_inputs();
   ScanOptions o;
@@ -283,6 +204,38 @@ void expect_scan_matches_unrolled(const ScanBody& body, const std::vector<Tensor
   for (size_t k = 0; k < g.size(); ++k)
     EXPECT_LT(mismatch(g[k], g_ref[k], 1e-10, 1e-12), 1.0)
         << "argument " << k << " checkpoint_every=" << o.checkpoint_every << " reverse=" << o.reverse;
+}
+
+TEST(Scan, AnAccumulatorCarryNeedsNoCheckpointsUnderEverySchedule) {
+  // A loss accumulated in a carry is read by no reverse rule: its checkpoints are neither stored
+  // nor loaded. Scalar steps (fused loops), vector steps, and an accumulator feeding the state
+  // (then a recomputed chunk needs it) match the unrolled loop under every schedule.
+  const Tensor a = scalar(0.7), w = tensor({0.5, -0.3, 0.8}, "h");
+  const ScanBody scalar_step = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor y = a * c[0] + x[0];
+    return std::make_pair(std::vector<Tensor>{y, c[1] + y * y}, std::vector<Tensor>{});
+  };
+  const ScanBody vector_step = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor h = tanh(w * c[0] + x[0]);
+    return std::make_pair(std::vector<Tensor>{h, c[1] + sum(h * h)}, std::vector<Tensor>{});
+  };
+  // No value a reverse rule reads depends on c[1] within a step, but the next state does.
+  const ScanBody feeding = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor y = tanh(w * c[0] + x[0]);
+    return std::make_pair(std::vector<Tensor>{y + c[1], c[1] + sum(y * y)}, std::vector<Tensor>{});
+  };
+  std::vector<ScanOptions> schedules(6);
+  schedules[1].residual_budget = 0;
+  schedules[2].checkpoint_every = 3;
+  schedules[3].checkpoint_every = 11;
+  schedules[4].memory_budget = 6 * 4 * 8;
+  schedules[5].reverse = true;
+  const Tensor us = randn(Axes{{"t", 23}}, 71) * 0.5, xs = randn(Axes{{"t", 23}, {"h", 3}}, 72) * 0.5;
+  for (const ScanOptions& o : schedules) {
+    expect_scan_matches_unrolled(scalar_step, {scalar(0.1), scalar(0.0)}, us, o);
+    expect_scan_matches_unrolled(vector_step, {zeros(Axes{{"h", 3}}), scalar(0.0)}, xs, o);
+    expect_scan_matches_unrolled(feeding, {zeros(Axes{{"h", 3}}), scalar(0.0)}, xs, o);
+  }
 }
 
 TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries) {
@@ -760,63 +713,6 @@ TEST(Scan, AFailingFactorisationNamesTheStep) {
         (void)scan(solve_body, {tensor({1.0, 2.0}, "r")}, {ds}, "t");
       },
       "[triangular_solve] at scan step 6: the matrix at batch index 0 has a zero on its diagonal");
-}
-
-TEST(AssociativeScan, PrefixSumsMatchTheLoopForwardsAndInReverse) {
-  // 13 steps (not a power of two) along an inner axis of a (j=2, t=13) tensor.
-  Tensor x = randn(Axes{{"j", 2}, {"t", 13}}, 11);
-  AssociativeFn add_fn = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    return std::vector<Tensor>{a[0] + b[0]};
-  };
-  for (bool rev : {false, true}) {
-    Tensor r = associative_scan(add_fn, {x}, "t", rev ? ScanDirection::reverse : ScanDirection::forward)[0];
-    EXPECT_TRUE(r.axes().same_set(x.axes()));
-    for (int j = 0; j < 2; ++j) {
-      double acc = 0;
-      for (int s = 0; s < 13; ++s) {
-        const int t = rev ? 12 - s : s;
-        acc += x.at({{"j", j}, {"t", t}});
-        EXPECT_NEAR(r.at({{"j", j}, {"t", t}}), acc, 1e-13) << "reverse=" << rev;
-      }
-    }
-  }
-}
-
-TEST(AssociativeScan, LinearRecurrencePairsMatchLinearRecurrenceWithGradients) {
-  // (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2): the prefix's b is x_t = a_t x_{t-1} + b_t. The
-  // operator is associative but not commutative, so this also checks the order of the operands.
-  AssociativeFn affine = [](const std::vector<Tensor>& p, const std::vector<Tensor>& q) {
-    return std::vector<Tensor>{p[0] * q[0], q[0] * p[1] + q[1]};
-  };
-  std::vector<Tensor> args{randn(Axes{{"t", 37}, {"j", 3}}, 12) * 0.3 + 0.5, randn(Axes{{"t", 37}, {"j", 3}}, 13)};
-  auto by_prefix = [&](const std::vector<Tensor>& a) {
-    Tensor x = associative_scan(affine, {a[0], a[1]}, "t")[1];
-    return sum(x * x * tensor({1.0, 2.0, 3.0}, "j"));
-  };
-  auto by_recurrence = [&](const std::vector<Tensor>& a) {
-    Tensor x = linear_recurrence(a[0], a[1], "t");
-    return sum(x * x * tensor({1.0, 2.0, 3.0}, "j"));
-  };
-  auto [v, g] = value_and_grad(by_prefix, args);
-  auto [v_ref, g_ref] = value_and_grad(by_recurrence, args);
-  EXPECT_NEAR(v.item(), v_ref.item(), 1e-10 * std::abs(v_ref.item()));
-  for (size_t k = 0; k < 2; ++k) EXPECT_LT(mismatch(g[k], g_ref[k], 1e-10, 1e-12), 1.0) << "argument " << k;
-}
-
-TEST(AssociativeScan, ErrorsSayWhatIsWrong) {
-  AssociativeFn add_fn = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    return std::vector<Tensor>{a[0] + b[0]};
-  };
-  expect_error<AxisError>([&] { (void)associative_scan(add_fn, {randn(Axes{{"s", 4}}, 1)}, "t"); },
-                          "has no axis 't'");
-  expect_error<ShapeError>(
-      [&] { (void)associative_scan(add_fn, {randn(Axes{{"t", 4}}, 1), randn(Axes{{"t", 5}}, 1)}, "t"); },
-      "has 5 steps along 't' but element 0 has 4");
-  AssociativeFn grows = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    return std::vector<Tensor>{broadcast(a[0] + b[0], Axes{{"k", 2}})};
-  };
-  expect_error<ShapeError>([&] { (void)associative_scan(grows, {randn(Axes{{"t", 4}}, 1)}, "t"); },
-                           "it must keep the axes");
 }
 
 TEST(Scan, ErrorsSayWhatIsWrong) {
