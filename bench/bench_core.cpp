@@ -12,6 +12,8 @@
 
 #include <tenax/tenax.h>
 
+#include "hand_chain.h"
+
 namespace {
 
 using namespace tenax;
@@ -69,21 +71,8 @@ BENCHMARK(BM_SmallOps_ForwardRecordBackward)->Unit(benchmark::kMicrosecond);
 
 // Baseline: the same chain and its adjoint written by hand (values kept for the reverse pass).
 void BM_SmallOps_HandWritten(benchmark::State& state) {
-  const double c[4] = {0.5, 0.25, 0.125, 1.0};
   std::vector<double> ys(4 * (kChain + 1));
-  for (auto _ : state) {
-    for (int i = 0; i < 4; ++i) ys[size_t(i)] = c[i];
-    for (int k = 0; k < kChain; ++k)
-      for (int i = 0; i < 4; ++i) ys[size_t(4 * (k + 1) + i)] = ys[size_t(4 * k + i)] * c[i] + c[i];
-    double yb[4] = {1, 1, 1, 1}, cb[4] = {0, 0, 0, 0};
-    for (int k = kChain - 1; k >= 0; --k)
-      for (int i = 0; i < 4; ++i) {
-        cb[i] += yb[i] * (ys[size_t(4 * k + i)] + 1.0);
-        yb[i] *= c[i];
-      }
-    for (int i = 0; i < 4; ++i) cb[i] += yb[i];
-    benchmark::DoNotOptimize(cb);
-  }
+  for (auto _ : state) bench::hand_chain(ys, kChain);
   state.counters["ns_per_op"] =
       benchmark::Counter(2.0 * kChain, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }

@@ -15,40 +15,12 @@
 #include <tenax/tenax.h>
 
 #include "kalman.h"
+#include "kalman_bench_model.h"
 
 namespace {
 
 using namespace tenax;
-using nlohmann::json;
-
-constexpr int64_t kObs = 2;
-
-json matrix(int64_t rows, int64_t cols, const std::function<double(int64_t, int64_t)>& f) {
-  json m = json::array();
-  for (int64_t r = 0; r < rows; ++r) {
-    json row = json::array();
-    for (int64_t c = 0; c < cols; ++c) row.push_back(f(r, c));
-    m.push_back(row);
-  }
-  return m;
-}
-
-// The shipped model with state dimension n: F = 0.9 I + 0.05 on the superdiagonal, Q = 0.1 I +
-// 0.02 off-diagonal neighbours, H picks state 0 and 0.5 state 0 + state 1 (state 1 when n > 1).
-Model model(int64_t n, int64_t series, int64_t steps) {
-  json doc = kalman::default_model();
-  for (const char* a : {"state", "state2", "state3"}) doc["axes"][a] = n;
-  doc["axes"]["series"] = series;
-  doc["axes"]["time"] = steps;
-  auto& p = doc["parameters"];
-  p["F"]["value"] = matrix(n, n, [](int64_t r, int64_t c) { return r == c ? 0.9 : c == r + 1 ? 0.05 : 0.0; });
-  p["Q"]["value"] = matrix(n, n, [](int64_t r, int64_t c) { return r == c ? 0.1 : std::abs(r - c) == 1 ? 0.02 : 0.0; });
-  p["H"]["value"] = matrix(kObs, n, [n](int64_t r, int64_t c) {
-    if (r == 0) return c == 0 ? 1.0 : 0.0;
-    return c == 0 ? 0.5 : (c == 1 && n > 1) ? 1.0 : 0.0;
-  });
-  return load_model_json(doc);
-}
+using bench::kObs;
 
 // Forward-only filter on raw arrays, the same math as the model: Cholesky of S, triangular solves
 // for w = L⁻¹ v and B = L⁻¹ H P, m += Bᵀ w, P -= Bᵀ B, symmetrised.
@@ -449,7 +421,7 @@ void per_series_step(benchmark::State& state, int64_t series, int64_t steps) {
 // args: state dimension, series, T
 void BM_Kalman_HandWrittenForward(benchmark::State& state) {
   const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
-  const Model mod = model(n, 1, 8);
+  const Model mod = bench::kalman_model(n, 1, 8);
   HandFilter f(mod, n, kObs);
   const std::vector<double> y = randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3).to_vector();
   for (auto _ : state) {
@@ -462,7 +434,7 @@ void BM_Kalman_HandWrittenForward(benchmark::State& state) {
 
 void BM_Kalman_HandWrittenValueAndGrad(benchmark::State& state) {
   const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
-  const Model mod = model(n, 1, 8);
+  const Model mod = bench::kalman_model(n, 1, 8);
   const std::vector<double> y =
       randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3).to_vector();
   if (const double e = hand_adjoint_error(mod, n, y.data(), std::min<int64_t>(steps, 50)); e > 1e-5)
@@ -480,7 +452,7 @@ void BM_Kalman_HandWrittenValueAndGrad(benchmark::State& state) {
 
 void BM_Kalman_TenaxValueAndGrad(benchmark::State& state) {
   const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
-  const Model mod = model(n, series, steps);
+  const Model mod = bench::kalman_model(n, series, steps);
   const TensorMap in = {{"y", randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3)}};
   // Same log-likelihood as the hand-written filter (checked once, outside the timing).
   {
@@ -500,7 +472,7 @@ void BM_Kalman_TenaxValueAndGrad(benchmark::State& state) {
 
 void BM_Kalman_TenaxForward(benchmark::State& state) {
   const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
-  const Model mod = model(n, series, steps);
+  const Model mod = bench::kalman_model(n, series, steps);
   const TensorMap in = {{"y", randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3)}};
   for (auto _ : state) {
     Tensor v = mod.run("loglik", in);

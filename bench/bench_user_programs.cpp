@@ -21,7 +21,8 @@
 
 #include <tenax/tenax.h>
 
-#include "kalman.h"
+#include "hand_chain.h"
+#include "kalman_bench_model.h"
 
 namespace {
 
@@ -63,56 +64,31 @@ void chain_compiled_reverse() {
 
 void chain_hand_written() {
   static std::vector<double> ys(4 * (kChain + 1));
-  const double c[4] = {0.5, 0.25, 0.125, 1.0};
-  for (int i = 0; i < 4; ++i) ys[size_t(i)] = c[i];
-  for (int k = 0; k < kChain; ++k)
-    for (int i = 0; i < 4; ++i) ys[size_t(4 * (k + 1) + i)] = ys[size_t(4 * k + i)] * c[i] + c[i];
-  double yb[4] = {1, 1, 1, 1}, cb[4] = {0, 0, 0, 0};
-  for (int k = kChain - 1; k >= 0; --k)
-    for (int i = 0; i < 4; ++i) {
-      cb[i] += yb[i] * (ys[size_t(4 * k + i)] + 1.0);
-      yb[i] *= c[i];
-    }
-  for (int i = 0; i < 4; ++i) cb[i] += yb[i];
-  benchmark::DoNotOptimize(cb);
+  bench::hand_chain(ys, kChain);
 }
 
 // ---- the Kalman filter -----------------------------------------------------------------------
 
-constexpr int64_t kState = 4, kObs = 2, kSteps = 1000;
+constexpr int64_t kState = 4, kSteps = 1000;
+using bench::kObs;
+
+// The model bench_kalman times (state 4, one series); the C++ programs read its parameters.
+const Model& kalman_model() {
+  static const Model m = bench::kalman_model(kState, 1, kSteps);
+  return m;
+}
 
 struct KalmanParams {
   Tensor F, Q, r, H, m0, P0, eye, y;
 };
 
-// The parameters the JSON model of bench_kalman uses (state 4), and one series of observations.
+// The model's parameters, and one series of observations.
 const KalmanParams& kalman_params() {
   static const KalmanParams p = [] {
-    const int64_t n = kState;
-    std::vector<double> F(n * n), Q(n * n), H(kObs * n, 0.0);
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < n; ++c) {
-        F[size_t(r * n + c)] = r == c ? 0.9 : c == r + 1 ? 0.05 : 0.0;
-        Q[size_t(r * n + c)] = r == c ? 0.1 : std::abs(r - c) == 1 ? 0.02 : 0.0;
-      }
-    H[0] = 1.0;
-    H[size_t(n)] = 0.5;
-    H[size_t(n + 1)] = 1.0;
-    KalmanParams k;
-    auto identity = [](int64_t m) {
-      std::vector<double> v(size_t(m * m), 0.0);
-      for (int64_t i = 0; i < m; ++i) v[size_t(i * m + i)] = 1.0;
-      return v;
-    };
-    k.F = tensor(F, Axes{{"state", n}, {"state2", n}});
-    k.Q = tensor(Q, Axes{{"state", n}, {"state2", n}});
-    k.H = tensor(H, Axes{{"obs", kObs}, {"state", n}});
-    k.r = full(Axes{{"obs", kObs}}, 0.5);
-    k.m0 = zeros(Axes{{"state", n}});
-    k.P0 = tensor(identity(n), Axes{{"state", n}, {"state2", n}});
-    k.eye = tensor(identity(kObs), Axes{{"obs", kObs}, {"obs2", kObs}});
-    k.y = randn(Axes{{"time", kSteps}, {"obs", kObs}}, 3);
-    return k;
+    const Model& m = kalman_model();
+    return KalmanParams{m.parameter("F"),  m.parameter("Q"),  m.parameter("r"),
+                        m.parameter("H"),  m.parameter("m0"), m.parameter("P0"),
+                        m.parameter("eye_obs"), randn(Axes{{"time", kSteps}, {"obs", kObs}}, 3)};
   }();
   return p;
 }
@@ -186,30 +162,6 @@ void kalman_compiled() {
 }
 
 void kalman_scan_cpp() { kalman_value_and_grad(kalman_scan); }
-
-const Model& kalman_model() {
-  static const Model m = [] {
-    nlohmann::json doc = kalman::default_model();
-    for (const char* a : {"state", "state2", "state3"}) doc["axes"][a] = kState;
-    doc["axes"]["series"] = 1;
-    doc["axes"]["time"] = kSteps;
-    auto& p = doc["parameters"];
-    const KalmanParams& k = kalman_params();
-    auto matrix = [](const Tensor& t, Name a, Name b) {
-      nlohmann::json rows = nlohmann::json::array();
-      const std::vector<double> v = t.to_vector({a, b});
-      const int64_t nc = t.size(b);
-      for (int64_t r = 0; r < t.size(a); ++r)
-        rows.push_back(std::vector<double>(v.begin() + r * nc, v.begin() + (r + 1) * nc));
-      return rows;
-    };
-    p["F"]["value"] = matrix(k.F, "state", "state2");
-    p["Q"]["value"] = matrix(k.Q, "state", "state2");
-    p["H"]["value"] = matrix(k.H, "obs", "state");
-    return load_model_json(doc);
-  }();
-  return m;
-}
 
 Tensor series_input() {
   return tensor(kalman_params().y.to_vector({"time", "obs"}), Axes{{"series", 1}, {"time", kSteps}, {"obs", kObs}});
