@@ -13,6 +13,12 @@ constexpr const char* kWhat = "a call of a compiled function";
 constexpr const char* kDeferredWhat = "compiled function call";
 constexpr int64_t kNoPosition = -1;
 
+// `axes`, then the batch axes of a pass (several VJPs or JVPs at once).
+Axes with_batch(Axes axes, const Axes& batch) {
+  for (int i = 0; i < batch.rank(); ++i) axes.push_back(batch[i]);
+  return axes;
+}
+
 }  // namespace
 
 FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args,
@@ -72,11 +78,13 @@ void FunctionProgram::build_forward() {
     forward_.allow_copy_forwarding(nullptr, std::move(b.owned), std::move(b.shared));
   }
   forward_built_ = true;
-  bytes_ = -1;
-  bytes_ = bytes();
+  count_bytes();
 }
 
-void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) {
+// What a reverse pass wants — which arguments' adjoints, which outputs seeded, the batch axes —
+// and, when that differs from what the reverse program was built for, the new cotangent buffers;
+// true when the program must be captured again.
+bool FunctionProgram::prepare_pass(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) {
   const ScanPlan& p = *plan_;
   std::vector<char> x_needs(adjoints.size(), 0), seeded(cotangents.size(), 0);
   for (size_t k = 0; k < adjoints.size(); ++k)
@@ -102,11 +110,14 @@ void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std:
     for (size_t k = 0; k < cotangents.size(); ++k) {
       if (!seeded_[k]) continue;
       const PlanVar& v = p.var(p.y_out()[k].var);
-      Axes ax = v.axes;
-      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
-      cot_[k] = empty(ax, v.dtype, cotangents[k].device());
+      cot_[k] = empty(with_batch(v.axes, batch), v.dtype, cotangents[k].device());
     }
   }
+  return rebuild;
+}
+
+void FunctionProgram::backward(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints) {
+  const bool rebuild = prepare_pass(cotangents, adjoints);
   for (size_t k = 0; k < cotangents.size(); ++k)
     if (seeded_[k]) copy_into(cot_[k], cotangents[k]);
   if (rebuild) {
@@ -163,8 +174,7 @@ void FunctionProgram::build_backward() {
     vjp_.allow_copy_forwarding(&seed_, std::move(b.owned), std::move(b.shared));
   }
   backward_built_ = true;
-  bytes_ = -1;
-  bytes_ = bytes();
+  count_bytes();
 }
 
 std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents, const Axes& batch) {
@@ -179,9 +189,8 @@ std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents
     tangents_.assign(p.n_vars(), Tensor());
     for (size_t k = 0; k < tangents.size(); ++k) {
       if (!given[k]) continue;
-      Axes ax = p.var(static_cast<int32_t>(k)).axes;
-      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
-      tangents_[k] = empty(ax, p.var(static_cast<int32_t>(k)).dtype, tangents[k].device());
+      const PlanVar& v = p.var(static_cast<int32_t>(k));
+      tangents_[k] = empty(with_batch(v.axes, batch), v.dtype, tangents[k].device());
     }
   }
   for (size_t k = 0; k < tangents.size(); ++k)
@@ -190,8 +199,7 @@ std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents
     tangent_ = KernelProgram();
     capture_into(tangent_, [&] { p.forward_tangent(values_, tangents_, batch); });
     tangent_built_ = true;
-    bytes_ = -1;
-    bytes_ = bytes();
+    count_bytes();
   } else {
     tangent_.run(kWhat, kNoPosition);
     tangent_.finish(kDeferredWhat);
@@ -204,21 +212,18 @@ std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents
       out.push_back(copy_of(*t));
     } else {
       const Tensor& v = p.value(values_, r);
-      Axes ax = v.axes();
-      for (int i = 0; i < batch.rank(); ++i) ax.push_back(batch[i]);
-      out.push_back(zeros(ax, v.dtype(), v.device()));
+      out.push_back(zeros_with_batch(v.axes(), batch, v.dtype(), v.device()));
     }
   }
   return out;
 }
 
-int64_t FunctionProgram::bytes() const {
-  if (bytes_ >= 0) return bytes_;
+void FunctionProgram::count_bytes() {
   int64_t n = 0;
   for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_, &tangents_})
     for (const Tensor& t : *list)
       if (t.defined()) n += bytes_of(t);
-  return n;
+  bytes_ = n;
 }
 
 }  // namespace tenax::detail

@@ -41,12 +41,14 @@ class FunctionProgram {
   /// first time, and again for other batch axes or other arguments with tangents.
   std::vector<Tensor> tangent(const std::vector<Tensor>& tangents, const Axes& batch);
 
-  /// Bytes of the buffers (the arguments' and every value's).
-  [[nodiscard]] int64_t bytes() const;
+  /// Bytes of the buffers (the arguments' and every value's), counted when a program is built.
+  [[nodiscard]] int64_t bytes() const { return bytes_; }
 
  private:
   void build_forward();
+  bool prepare_pass(const std::vector<Tensor>& cotangents, const std::vector<Tensor>& adjoints);
   void build_backward();
+  void count_bytes();
   [[nodiscard]] const Tensor& x_buffer(size_t k) const { return values_[k]; }
 
   std::shared_ptr<const ScanPlan> plan_;
@@ -56,7 +58,7 @@ class FunctionProgram {
   KernelProgram forward_;
   bool forward_built_ = false;
   bool host_ = true;
-  int64_t bytes_ = -1;  // bytes(), counted once the programs are built
+  int64_t bytes_ = 0;  // bytes(): count_bytes() after each build
 
   // The reverse program and what it was built for: which arguments want adjoints, which outputs
   // are seeded, and the batch axes. The cotangents are copied into cot_ before each replay.
