@@ -191,6 +191,12 @@ std::vector<std::string> Model::inputs() const {
 }
 const Axes& Model::axes() const { return def_->axes; }
 
+Tensor Model::input(const std::string& name) const {
+  for (const auto& in : def_->inputs)
+    if (in.name == name) return in.data;
+  throw ModelError("/inputs: no input '" + name + "'");
+}
+
 Tensor Model::parameter(const std::string& name) const {
   const auto& p = find_param(*def_, name);
   return model_detail::constrain(p.constraint, p.u);

@@ -77,6 +77,9 @@ class Model {
   /// The names of the outputs and of the inputs, in file order.
   [[nodiscard]] std::vector<std::string> outputs() const;
   [[nodiscard]] std::vector<std::string> inputs() const;
+  /// An input's data from the model file, on the host (undefined when the caller must supply it;
+  /// missing values read as NaN where the input declares "missing": true).
+  [[nodiscard]] Tensor input(const std::string& name) const;
   /// The axes the model declares, with their sizes.
   [[nodiscard]] const Axes& axes() const;
 

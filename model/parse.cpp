@@ -287,22 +287,25 @@ class Parser {
     for (const auto& [name, spec] : is.items()) {
       const std::string at = pointer_join("/inputs", name);
       if (!spec.is_object()) fail(at, "expected an input object, got " + brief(spec));
-      only_keys(spec, at, {"axes", "value", "csv", "json", "description"});
+      only_keys(spec, at, {"axes", "value", "csv", "json", "missing", "description"});
       InputDecl in;
       in.name = name;
       in.pointer = at;
       in.axes = axes_of(spec.contains("axes") ? spec["axes"] : json::array(), at + "/axes");
       if (int(spec.contains("value")) + int(spec.contains("csv")) + int(spec.contains("json")) > 1)
         fail(at, "give at most one of \"value\", \"csv\" and \"json\"");
+      if (spec.contains("missing") && !spec["missing"].is_boolean())
+        fail(at + "/missing", "expected true or false, got " + brief(spec["missing"]));
+      const bool missing = spec.value("missing", false);
       if (spec.contains("value")) {
-        in.data = values_from_json(spec["value"], in.axes, d_.dtype, at + "/value");
+        in.data = values_from_json(spec["value"], in.axes, d_.dtype, at + "/value", missing);
       } else if (spec.contains("csv") || spec.contains("json")) {
         const bool csv = spec.contains("csv");
         const std::string key = csv ? "csv" : "json";
         const std::string rel = string_at(spec[key], at + "/" + key, "a file path relative to the model file");
         in.file = std::filesystem::absolute(d_.base_dir / rel).lexically_normal();
-        in.data = csv ? values_from_csv(in.file, in.axes, d_.dtype, at + "/" + key)
-                      : values_from_json_file(in.file, in.axes, d_.dtype, at + "/" + key);
+        in.data = csv ? values_from_csv(in.file, in.axes, d_.dtype, at + "/" + key, missing)
+                      : values_from_json_file(in.file, in.axes, d_.dtype, at + "/" + key, missing);
       }
       const int slot = d_.slots++;
       define(top, name, slot, at);

@@ -658,8 +658,16 @@ TEST(ModelErrors, DataFilesMissingShortOrNaN) {
   EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/csv: cannot open the data file");
   std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,4\n";
   EXPECT_MESSAGE(load_error(d, dir), "x.csv holds 4 numbers; the axes (i=3, j=2) need 6");
-  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,nan\n5,6\n";
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,inf\n5,6\n";
   EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3 column 2: holds a non-finite number");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,nan\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3 column 2: 'nan' is a missing value (an input declared with");
+  std::ofstream(dir / "x.csv") << "a,b\n1,2\n\n3,4\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3: a blank line between lines of numbers");
+  std::ofstream(dir / "x.csv") << "1,2\n3,4,5\n6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 2: 3 values, the lines before have 2");
+  std::ofstream(dir / "x.csv") << "NA,2\n3,4\n5,6\n";  // a missing value, not a header
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 1 column 1: 'NA' is a missing value");
   std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,x\n5,6\n";
   EXPECT_MESSAGE(load_error(d, dir), "x.csv line 3 column 2: 'x' is not a number");
   std::ofstream(dir / "x.csv") << "a,b\n1,2\n3,4\n5,6\n";
@@ -674,6 +682,36 @@ TEST(ModelErrors, DataFilesMissingShortOrNaN) {
   d["inputs"]["x"]["json"] = "x.json";
   std::ofstream(dir / "x.json") << "[[1, 2], [3, 4]]";
   EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/json (" );
+  fs::remove_all(dir);
+}
+
+// "missing": true reads empty, NA and nan cells (and JSON null) as NaN, in place: nothing shifts.
+TEST(ModelData, MissingValuesReadAsNaNWhereDeclared) {
+  const fs::path dir = fs::temp_directory_path() / "tenax_test_model_missing";
+  fs::create_directories(dir);
+  json d = small_doc();
+  d["inputs"]["x"]["csv"] = "x.csv";
+  d["inputs"]["x"]["missing"] = true;
+  std::ofstream(dir / "x.csv") << "NA,2\n, nan\n5,\n\n";
+  const Tensor x = load_model_json(d, dir).input("x");
+  const std::vector<double> v = x.to_vector();
+  ASSERT_EQ(v.size(), 6u);
+  EXPECT_TRUE(std::isnan(v[0]) && std::isnan(v[2]) && std::isnan(v[3]) && std::isnan(v[5]));
+  EXPECT_EQ(v[1], 2.0);
+  EXPECT_EQ(v[4], 5.0);
+  std::ofstream(dir / "x.csv") << "1,2\n3,x\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "x.csv line 2 column 2: 'x' is not a number");
+  std::ofstream(dir / "x.csv") << "1,2\n3,4\n\n5,6\n";
+  EXPECT_MESSAGE(load_error(d, dir), "line 3: a blank line between lines of numbers (write NA for a missing value)");
+  d["inputs"]["x"].erase("csv");
+  d["inputs"]["x"]["value"] = json::parse("[[1, null], [3, 4], [null, 6]]");
+  const std::vector<double> w = load_model_json(d, dir).input("x").to_vector();
+  EXPECT_TRUE(std::isnan(w[1]) && std::isnan(w[4]));
+  EXPECT_EQ(w[5], 6.0);
+  d["inputs"]["x"]["missing"] = false;
+  EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/value/0/1: expected a number, got null (an input declared with");
+  d["inputs"]["x"]["missing"] = "yes";
+  EXPECT_MESSAGE(load_error(d, dir), "/inputs/x/missing: expected true or false");
   fs::remove_all(dir);
 }
 
