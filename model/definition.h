@@ -94,6 +94,9 @@ struct Definition {
   int slots = 0;
   /// params: the parameters' slots (constrained values), then the inputs' slots.
   Graph graph;
+  /// Per output (in the order of `outputs`): the part of `graph` that output needs (pruned), what
+  /// run(name) and value_and_grad(name) evaluate.
+  std::vector<Graph> output_graphs;
   /// Where runs compute (Model::set_device). Parameters and file data stay on the host; runs use
   /// copies on this device made once by set_device (`device_constants`, `device_data`, in the
   /// order of `constants` and `inputs`; empty on the host).
@@ -103,6 +106,11 @@ struct Definition {
 
 /// Builds a definition from a document; throws ModelError with the pointer of the first problem.
 std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir);
+
+/// The part of `g` that the slots `needed` depend on: unread nodes dropped, and control flow
+/// keeping only the results read (a scan all its carries), bodies pruned to match; scan caches
+/// fresh. params, captures and results are g's.
+Graph pruned(const Graph& g, const std::vector<int>& needed);
 
 /// Evaluates `graph` with `env` holding the values of its params and every outer slot it reads.
 void evaluate(const Graph& graph, std::vector<Tensor>& env);

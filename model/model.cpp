@@ -35,9 +35,10 @@ const model_detail::Parameter& find_param(const Definition& d, const std::string
   throw ModelError("/parameters: no parameter named '" + name + "' (parameters: " + list + ")");
 }
 
-int output_slot(const Definition& d, const std::string& name) {
-  for (const auto& [n, slot] : d.outputs)
-    if (n == name) return slot;
+// The output's index in d.outputs.
+size_t output_index(const Definition& d, const std::string& name) {
+  for (size_t k = 0; k < d.outputs.size(); ++k)
+    if (d.outputs[k].first == name) return k;
   std::string list;
   for (const auto& [n, slot] : d.outputs) list += (list.empty() ? "" : ", ") + n;
   throw ModelError("/outputs: no output named '" + name + "' (outputs: " + list + ")");
@@ -86,11 +87,11 @@ void check_like(const model_detail::Parameter& p, const Tensor& v, DType dtype) 
     throw ModelError(p.pointer + ": parameter '" + p.name + "' is " + dtype_name(dtype) + ", got " + dtype_name(v.dtype()));
 }
 
-// The value table after one run of the graph.
-std::vector<Tensor> evaluated(const Definition& d, const std::vector<Tensor>& u,
+// The value table after one run of `graph` (the whole graph or an output's part).
+std::vector<Tensor> evaluated(const Definition& d, const model_detail::Graph& graph, const std::vector<Tensor>& u,
                               const std::vector<std::pair<std::string, Tensor>>& inputs) {
   std::vector<Tensor> env = model_detail::bind(d, u, inputs);
-  model_detail::evaluate(d.graph, env);
+  model_detail::evaluate(graph, env);
   return env;
 }
 
@@ -117,19 +118,22 @@ Model& Model::operator=(const Model& o) {
 }
 
 TensorMap Model::run(const TensorMap& inputs) const {
-  const std::vector<Tensor> env = evaluated(*def_, all_u(*def_), checked_inputs(*def_, inputs));
+  const std::vector<Tensor> env = evaluated(*def_, def_->graph, all_u(*def_), checked_inputs(*def_, inputs));
   TensorMap out;
   for (const auto& [name, slot] : def_->outputs) out[name] = env[size_t(slot)];
   return out;
 }
 
 Tensor Model::run(const std::string& output, const TensorMap& inputs) const {
-  const int slot = output_slot(*def_, output);
-  return evaluated(*def_, all_u(*def_), checked_inputs(*def_, inputs))[size_t(slot)];
+  const size_t k = output_index(*def_, output);
+  const auto env = evaluated(*def_, def_->output_graphs[k], all_u(*def_), checked_inputs(*def_, inputs));
+  return env[size_t(def_->outputs[k].second)];
 }
 
 ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& inputs) const {
-  const int slot = output_slot(*def_, output);
+  const size_t index = output_index(*def_, output);
+  const int slot = def_->outputs[index].second;
+  const model_detail::Graph& graph = def_->output_graphs[index];
   const auto in = checked_inputs(*def_, inputs);
   std::vector<size_t> train;
   std::vector<Tensor> args;
@@ -142,7 +146,7 @@ ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& 
   auto f = [&](const std::vector<Tensor>& a) {
     std::vector<Tensor> u = all_u(*def_);
     for (size_t q = 0; q < train.size(); ++q) u[train[q]] = a[q];
-    const Tensor v = evaluated(*def_, u, in)[size_t(slot)];
+    const Tensor v = evaluated(*def_, graph, u, in)[size_t(slot)];
     if (v.rank() != 0)
       throw ModelError("/outputs/" + output + ": value_and_grad needs a scalar output, '" + output + "' has axes " +
                        v.axes().describe());

@@ -639,6 +639,7 @@ std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& 
   d->doc = doc;
   d->base_dir = base_dir;
   Parser(*d).document(doc);
+  for (const auto& [name, slot] : d->outputs) d->output_graphs.push_back(pruned(d->graph, {slot}));
   return d;
 }
 

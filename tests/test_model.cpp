@@ -715,6 +715,41 @@ TEST(ModelData, MissingValuesReadAsNaNWhereDeclared) {
   fs::remove_all(dir);
 }
 
+// run(name) and value_and_grad(name) evaluate only what the output needs: here the other output
+// (a Cholesky of a matrix that is not positive definite, once outside and once as a scan's ys)
+// fails whenever it runs.
+TEST(Model, AnOutputRunsOnlyWhatItNeeds) {
+  const json d = json::parse(R"({
+    "format": 1,
+    "axes": {"t": 3, "i": 2, "j": 2},
+    "parameters": {"a": {"axes": [], "value": 0.5},
+                   "bad": {"axes": ["i", "j"], "value": [[1, 2], [2, 1]], "trainable": false}},
+    "inputs": {"x": {"axes": ["t"], "value": [1, 2, 3]}},
+    "graph": [
+      {"op": "scan", "over": "t", "init": ["a"], "xs": ["x"], "outputs": ["c_last", "l_t"],
+       "body": {"carry": ["c"], "x": ["x_t"], "graph": [
+         {"name": "cx", "op": "mul", "inputs": ["c", "x_t"]},
+         {"name": "c_new", "op": "add", "inputs": ["cx", "a"]},
+         {"name": "m", "op": "mul", "inputs": ["bad", "c"]},
+         {"name": "l", "op": "cholesky", "inputs": ["m"], "attrs": {"row": "i", "col": "j"}}],
+        "carry_out": ["c_new"], "ys": ["l"]}},
+      {"name": "l_out", "op": "cholesky", "inputs": ["bad"], "attrs": {"row": "i", "col": "j"}},
+      {"name": "loss", "op": "square", "inputs": ["c_last"]}
+    ],
+    "outputs": {"loss": "loss", "l_t": "l_t", "l_out": "l_out"}
+  })");
+  // The file loads: the check run meets the failure as a numeric one, which does not invalidate it.
+  Model m = load_model_json(d);
+  // c = 0.5 -> 0.5*1+0.5 = 1 -> 1*2+0.5 = 2.5 -> 2.5*3+0.5 = 8; loss = 64; dloss/da by hand.
+  EXPECT_DOUBLE_EQ(m.run("loss").item(), 64.0);
+  const ModelGradient g = m.value_and_grad("loss");
+  // c1 = a + a, c2 = 2 c1 + a, c3 = 3 c2 + a: dc3/da = 3 (2 * 2 + 1) + 1 = 16; dloss = 2 * 8 * 16.
+  EXPECT_DOUBLE_EQ(g.grads[0].item(), 256.0);
+  EXPECT_THROW((void)m.run("l_t"), NumericError);
+  EXPECT_THROW((void)m.run("l_out"), NumericError);
+  EXPECT_THROW((void)m.run(), NumericError);
+}
+
 TEST(ModelErrors, RuntimeFailuresNameTheNode) {
   json d = json::parse(R"({
     "format": 1,
