@@ -62,11 +62,27 @@ void check_carry(const std::vector<Tensor>& init, const std::vector<Tensor>& out
                        "; a carry keeps its axes, sizes and dtype");
 }
 
-// Broadcasts init[k] to the mapped (nmap) axes that out[k] has and init[k] lacks; true when any
-// carry was widened. Other differences are left for check_carry to report.
-bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) {
-  bool widened = false;
+// `init` broadcast to the mapped axes `extra`, laid out dense in the order `like` (the carry the
+// step returns), so that step 0 reads its carry as every later step does.
+Tensor widened(const Tensor& init, const Axes& extra, const Axes& like) {
+  // The mapped axes are physically there; broadcasting to them is nmap's own business.
+  detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
+  return contiguous(transpose(broadcast(init, extra), like.names()));
+}
+
+// Broadcasts init[k] to the mapped (nmap) axes that out[k] has and init[k] lacks, in out[k]'s
+// order; a carry widened before (`was`) whose step returned another order is laid out again. True
+// when any init changed (the step is then traced again). Other differences are left for
+// check_carry to report.
+bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out, std::vector<bool>& was) {
+  bool any = false;
+  was.resize(init.size(), false);
   for (size_t k = 0; k < init.size() && k < out.size(); ++k) {
+    if (was[k] && init[k].axes().same_set(out[k].axes()) && !(init[k].axes() == out[k].axes())) {
+      init[k] = widened(init[k], Axes{}, out[k].axes());
+      any = true;
+      continue;
+    }
     Axes extra;
     bool only_mapped = out[k].dtype() == init[k].dtype();
     for (int i = 0; i < out[k].rank(); ++i) {
@@ -77,12 +93,10 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out) 
     }
     for (int i = 0; i < init[k].rank(); ++i) only_mapped = only_mapped && out[k].has_axis(init[k].axes().name(i));
     if (extra.rank() == 0 || !only_mapped) continue;
-    // The mapped axes are physically there; broadcasting to them is nmap's own business.
-    detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
-    init[k] = broadcast(init[k], extra);
-    widened = true;
+    init[k] = widened(init[k], extra, out[k].axes());
+    was[k] = any = true;
   }
-  return widened;
+  return any;
 }
 
 // The checks every scan call makes before it runs; returns the number of steps.
@@ -197,6 +211,7 @@ std::unique_ptr<detail::ScanCache::Entry> new_entry(const ScanRun& run, const st
     for (int i = 0; i < w.rank(); ++i)
       if (!init[k].has_axis(w.axes().name(i))) extra.push_back(w.axes()[i]);
     e->widen.push_back(extra);
+    e->widened_axes.push_back(w.axes());
   }
   return e;
 }
@@ -280,10 +295,7 @@ class ScanCall {
     run_->plan = e->plan;
     run_->program = std::move(e->program);
     for (size_t k = 0; k < init_.size(); ++k)
-      if (e->widen[k].rank() > 0) {
-        detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
-        run_->init[k] = broadcast(init_[k], e->widen[k]);
-      }
+      if (e->widen[k].rank() > 0) run_->init[k] = widened(init_[k], e->widen[k], e->widened_axes[k]);
     for (int i : e->param_capture) run_->params.push_back((*captures_)[static_cast<size_t>(i)]);
     run_->program->rebind(xs_, run_->params);
     run_->entry = std::move(e);
@@ -298,7 +310,10 @@ class ScanCall {
     }
     // Inside nmap, a carry may pick up mapped axes from xs or closed-over tensors (an init shared by
     // every slice, updated per slice): the init is broadcast to them and step 0 traced again.
-    if (widen_to_mapped(run_->init, next_)) {
+    // Traced again until the widened carries come back in the order they went in (a carry's
+    // axis order follows its inputs' through the step).
+    std::vector<bool> widened_before;
+    for (int round = 0; round < 4 && widen_to_mapped(run_->init, next_, widened_before); ++round) {
       carry_ = run_->init;
       detail::LoopPositionScope where("scan step", 0);
       run_->plan = ScanPlan::trace(body_, carry_, x_at(0), outer_serial_, next_, y_);

@@ -29,6 +29,7 @@ struct ScanCache::Entry {
   std::vector<Name> mapped;        // the nmap axes active then
   std::vector<int> param_capture;  // per plan parameter: the capture it is
   std::vector<Axes> widen;         // per carry: the mapped axes init was broadcast to (widen_to_mapped)
+  std::vector<Axes> widened_axes;  // per carry: the widened init's axes, in its order
 };
 
 /// Everything one scan call needs again in its reverse pass.

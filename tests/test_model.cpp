@@ -258,7 +258,7 @@ TEST(Model, ParametersReadAndWriteThroughConstraints) {
                  }),
                  "/parameters/F: parameter 'F' has axes (state=2, state2=2), got (obs=2)");
   EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.parameter("nope"); }),
-                 "/parameters: no parameter named 'nope' (parameters: F, H, P0, Q, eye_obs, m0, r)");
+                 "/parameters: no parameter named 'nope' (parameters: F, H, N_end, P0, Q, ahead, eye_obs, eye_state, m0, r, r_end)");
   EXPECT_EQ(m.trainable(), (std::vector<std::string>{"F", "Q", "r"}));
 }
 
@@ -557,8 +557,18 @@ TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
   json doc = read_json(kExamples / "kalman" / "model.json");
   doc["axes"]["series"] = 2;
   doc["axes"]["time"] = T;
-  json& scan_node = doc["graph"][1]["body"]["graph"][0];
-  ASSERT_EQ(scan_node["op"], "scan");
+  // The filter: the first scan inside the nmap.
+  auto first = [](json& graph, const char* op) -> size_t {
+    for (size_t k = 0; k < graph.size(); ++k)
+      if (graph[k].value("op", "") == op) return k;
+    return graph.size();
+  };
+  const size_t nmap_at = first(doc["graph"], "nmap");
+  ASSERT_LT(nmap_at, doc["graph"].size());
+  json& body = doc["graph"][nmap_at]["body"]["graph"];
+  const size_t scan_at = first(body, "scan");
+  ASSERT_LT(scan_at, body.size());
+  json& scan_node = body[scan_at];
   Model kept = load_model_json(doc, kExamples / "kalman");
   scan_node["residual_budget"] = 0;
   Model recomputed = load_model_json(doc, kExamples / "kalman");
@@ -569,7 +579,8 @@ TEST(Model, ScanResidualBudgetIsReadAndKeepsTheGradient) {
   EXPECT_EQ(Model::flatten(a.grads), Model::flatten(b.grads));
   scan_node["residual_budget"] = -1;
   EXPECT_MESSAGE(load_error(doc, kExamples / "kalman"),
-                 "/graph/1/body/graph/0/residual_budget: expected an integer >= 0");
+                 "/graph/" + std::to_string(nmap_at) + "/body/graph/" + std::to_string(scan_at) +
+                     "/residual_budget: expected an integer >= 0");
 }
 
 // Found by the fuzzer: one number for a huge array was expanded into a host vector first, past

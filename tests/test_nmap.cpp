@@ -91,6 +91,29 @@ TEST(Nmap, MappedAxesAreInvisibleInside) {
                  "[sum] axis 'batch' is mapped by an enclosing nmap/map and invisible inside it");
 }
 
+// A scan inside nmap whose matrix carry starts shared (no mapped axis) and picks the mapped axis
+// up from the step: the init is widened, and laid out again until step 0 returns the carry in the
+// order it went in (here the order changes once more after the first widening).
+TEST(Nmap, ScanCarryPickingUpTheMappedAxisEqualsThePerSliceLoop) {
+  const Tensor a = tensor({{0.9, 0.1}, {-0.2, 0.8}}, "i", "k");
+  const Tensor p0 = tensor({{1.0, 0.0}, {0.0, 1.0}}, "i", "j");
+  auto run = [&](const std::vector<Tensor>& args) {
+    ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      const Tensor ap = dot(a, rename(c[0], {"i", "j"}, {"k", "l"}), {"k"});  // (i, l)
+      const Tensor apa = dot(ap, rename(a, {"i", "k"}, {"j", "l"}), {"l"});    // (i, j)
+      const Tensor w = x[0] * rename(x[0], "i", "j");                            // (i, j), per slice
+      return std::make_pair(std::vector<Tensor>{apa + 0.1 * w}, std::vector<Tensor>{});
+    };
+    return scan(body, {p0}, {args[0]}, "t").carry[0];
+  };
+  const Tensor xs = randn(Axes{{"b", 3}, {"t", 6}, {"i", 2}}, 9);
+  const Tensor out = nmap([&](const std::vector<Tensor>& args) { return run(args); }, {"b"}, {xs});
+  for (int64_t k = 0; k < 3; ++k) {
+    const Tensor one = run({select(xs, "b", k)});
+    EXPECT_LE(mismatch(select(out, "b", k), one, 1e-13, 1e-14), 1.0) << "slice " << k;
+  }
+}
+
 TEST(Nmap, BadCallsAreErrors) {
   Tensor x = randn(Axes{{"batch", 3}}, 1), y = randn(Axes{{"batch", 4}}, 2);
   auto id = [](const std::vector<Tensor>& p) { return p[0]; };
