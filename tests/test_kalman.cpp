@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "expect_message.h"
 #include "kalman.h"
 
 namespace {
@@ -124,16 +125,12 @@ TEST(KalmanCsv, NeverDropsOrShiftsARowSilently) {
   // A blank line in the data was skipped ("read 99 observations"); every non-numeric row before the
   // first numeric one was a "header"; errors had no line numbers or were off by one.
   EXPECT_EQ(csv_error("1,2\n\n3,4\n5,6\n"), "obs.csv line 2: a blank line between observations (time steps would shift)");
-  EXPECT_EQ(csv_error("NA,1.5\n1,2\n3,4\n"),
-            "obs.csv line 1 column 1: a missing value ('NA'); missing observations are not supported yet: remove "
-            "the time step or fill it");
+  const std::string no_mask = "; this model has no input 'observed' to mark missing observations";
+  EXPECT_EQ(csv_error("NA,1.5\n1,2\n3,4\n"), "obs.csv line 1 column 1: a missing value ('NA')" + no_mask);
   EXPECT_EQ(csv_error("y1,y2\nz1,z2\n1,2\n"), "obs.csv line 2 column 1: 'z1' is not a number (cells are separated by commas)");
-  EXPECT_EQ(csv_error("1,2\n3,\n"), "obs.csv line 2 column 2: a missing value (the line ends with a comma); missing "
-                                     "observations are not supported yet: remove the time step or fill it");
-  EXPECT_EQ(csv_error("1,2\n,3\n"), "obs.csv line 2 column 1: a missing value (''); missing observations are not "
-                                     "supported yet: remove the time step or fill it");
-  EXPECT_EQ(csv_error("1,2\n3,nan\n"), "obs.csv line 2 column 2: a missing value ('nan'); missing observations are "
-                                        "not supported yet: remove the time step or fill it");
+  EXPECT_EQ(csv_error("1,2\n3,\n"), "obs.csv line 2 column 2: a missing value (the line ends with a comma)" + no_mask);
+  EXPECT_EQ(csv_error("1,2\n,3\n"), "obs.csv line 2 column 1: a missing value ('')" + no_mask);
+  EXPECT_EQ(csv_error("1,2\n3,nan\n"), "obs.csv line 2 column 2: a missing value ('nan')" + no_mask);
   EXPECT_EQ(csv_error("1,2\n3,inf\n"), "obs.csv line 2 column 2: a non-finite value ('inf')");
   EXPECT_EQ(csv_error("1,2\n3\n"), "obs.csv line 2: expected 2 comma-separated values (one per observation), got 1");
   EXPECT_EQ(csv_error("1;2\n3;4\n"), "obs.csv line 1 column 1: '1;2' is not a number (cells are separated by commas)");
@@ -144,6 +141,24 @@ TEST(KalmanCsv, NeverDropsOrShiftsARowSilently) {
 // Two observations of a two-state model are degenerate: L-BFGS gives up on most seeds ("the moving
 // direction increases the objective function value"), which escaped as an exception and aborted
 // the program. The fit now says it did not converge and leaves the model at its best point.
+// Where the model marks missing observations, empty, NA and nan cells are NaN in place (the first
+// line "NA,1.5" is data, not a header), and observed_mask marks them; series whose gaps differ
+// are refused.
+TEST(KalmanCsv, MissingValuesAreReadInPlaceWhereTheModelMarksThem) {
+  const Tensor y = kalman::read_csv_observations(file_with("gaps.csv", "NA,1.5\n1,\n,nan\n4, 5\n"), 2, true);
+  EXPECT_EQ(y.axes().describe(), "(series=1, time=4, obs=2)");
+  const std::vector<double> v = y.to_vector();
+  const std::vector<bool> gap = {true, false, false, true, true, true, false, false};
+  for (size_t k = 0; k < v.size(); ++k) EXPECT_EQ(std::isnan(v[k]), gap[k]) << k;
+  EXPECT_EQ(v[1], 1.5);
+  EXPECT_EQ(v[7], 5.0);
+  EXPECT_EQ(kalman::observed_mask(y).to_vector(), (std::vector<double>{0, 1, 1, 0, 0, 0, 1, 1}));
+  EXPECT_THROW((void)kalman::read_csv_observations(file_with("allgaps.csv", "NA,NA\n,\n"), 2, true), Error);
+  const Tensor two = concat({y, tensor(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, y.axes())}, "series");
+  EXPECT_MESSAGE(tenax::testing::error_message<Error>([&] { (void)kalman::observed_mask(two); }),
+                 "series 1 has its missing observations elsewhere than series 0 (time 0, observation 0)");
+}
+
 TEST(KalmanFit, GivingUpOrRunningOutOfIterationsIsAResultNotAnAbort) {
   const Model truth = kalman_model(1, 2);
   int gave_up = 0;

@@ -1,12 +1,13 @@
 // Simulation and L-BFGS fitting for the Kalman example.
 #include "kalman.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -83,8 +84,8 @@ bool missing(const std::string& text) {
   return lower.empty() || lower == "na" || lower == "nan";
 }
 
-// One CSV line's numbers; throws naming the cell that is not one.
-std::vector<double> numbers(const std::string& line, const std::string& path, int64_t n) {
+// One CSV line's numbers, missing values as NaN when `allow_missing`; throws naming the cell.
+std::vector<double> numbers(const std::string& line, const std::string& path, int64_t n, bool allow_missing) {
   std::vector<double> row;
   std::stringstream cells(line);
   std::string cell;
@@ -92,9 +93,13 @@ std::vector<double> numbers(const std::string& line, const std::string& path, in
   while (std::getline(cells, cell, ',')) {
     ++column;
     const std::string text = trimmed(cell);
-    if (missing(text))
-      throw tenax::Error(at(path, n, column) + "a missing value ('" + text +
-                         "'); missing observations are not supported yet: remove the time step or fill it");
+    if (missing(text)) {
+      if (!allow_missing)
+        throw tenax::Error(at(path, n, column) + "a missing value ('" + text +
+                           "'); this model has no input 'observed' to mark missing observations");
+      row.push_back(std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
     char* end = nullptr;
     const double x = std::strtod(text.c_str(), &end);
     if (end != text.c_str() + text.size())
@@ -102,9 +107,12 @@ std::vector<double> numbers(const std::string& line, const std::string& path, in
     if (!std::isfinite(x)) throw tenax::Error(at(path, n, column) + "a non-finite value ('" + text + "')");
     row.push_back(x);
   }
-  if (!line.empty() && line.back() == ',')
-    throw tenax::Error(at(path, n, column + 1) + "a missing value (the line ends with a comma); missing observations "
-                       "are not supported yet: remove the time step or fill it");
+  if (!line.empty() && line.back() == ',') {
+    if (!allow_missing)
+      throw tenax::Error(at(path, n, column + 1) + "a missing value (the line ends with a comma); this model has no "
+                         "input 'observed' to mark missing observations");
+    row.push_back(std::numeric_limits<double>::quiet_NaN());
+  }
   return row;
 }
 
@@ -124,7 +132,7 @@ bool is_header(const std::string& line) {
 
 }  // namespace
 
-tenax::Tensor read_csv_observations(const std::string& path, int64_t p) {
+tenax::Tensor read_csv_observations(const std::string& path, int64_t p, bool allow_missing) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw tenax::Error("'" + path + "' is not a file of observations (missing, a folder or a device)");
@@ -147,7 +155,7 @@ tenax::Tensor read_csv_observations(const std::string& path, int64_t p) {
     }
     if (blank) throw tenax::Error(at(path, blank) + "a blank line between observations (time steps would shift)");
     if (n == 1 && is_header(line)) continue;
-    const std::vector<double> row = numbers(line, path, n);
+    const std::vector<double> row = numbers(line, path, n, allow_missing);
     if (int64_t(row.size()) != p)
       throw tenax::Error(at(path, n) + "expected " + std::to_string(p) + " comma-separated values (one per observation), got " +
                          std::to_string(row.size()));
@@ -155,7 +163,24 @@ tenax::Tensor read_csv_observations(const std::string& path, int64_t p) {
     ++rows;
   }
   if (rows < 2) throw tenax::Error(path + ": needs at least 2 lines of observations, found " + std::to_string(rows));
+  if (std::all_of(v.begin(), v.end(), [](double x) { return std::isnan(x); }))
+    throw tenax::Error(path + ": every observation is missing");
   return tenax::tensor(v, tenax::Axes{{"series", 1}, {"time", rows}, {"obs", p}});
+}
+
+tenax::Tensor observed_mask(const tenax::Tensor& y) {
+  const tenax::Tensor yc = tenax::contiguous(tenax::transpose(y, {"series", "time", "obs"}));
+  const int64_t S = yc.size("series"), T = yc.size("time"), p = yc.size("obs");
+  const std::vector<double> v = yc.to_vector();
+  std::vector<double> mask(size_t(T * p));
+  for (int64_t k = 0; k < T * p; ++k) mask[size_t(k)] = std::isnan(v[size_t(k)]) ? 0.0 : 1.0;
+  for (int64_t s = 1; s < S; ++s)
+    for (int64_t k = 0; k < T * p; ++k)
+      if (std::isnan(v[size_t(s * T * p + k)]) != (mask[size_t(k)] == 0.0))
+        throw tenax::Error("series " + std::to_string(s) + " has its missing observations elsewhere than series 0 (time " +
+                           std::to_string(k / p) + ", observation " + std::to_string(k % p) +
+                           "): the model shares one pattern of gaps between series; fit such series one at a time");
+  return tenax::tensor(mask, tenax::Axes{{"time", T}, {"obs", p}});
 }
 
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,

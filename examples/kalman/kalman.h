@@ -24,11 +24,17 @@ struct Simulation {
 Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, uint64_t seed);
 
 /// Observations of one series from a CSV file: one line per time step, `p` comma-separated numbers
-/// per line; the first line may be a header (any line that is not numbers), no other. Throws
-/// tenax::Error naming the file, the line and the column for a blank or ragged line, a cell that
-/// is not a number (a missing value — empty, NA, nan — says that missing observations are not
-/// supported yet), a non-finite number, or fewer than 2 lines of numbers.
-tenax::Tensor read_csv_observations(const std::string& path, int64_t p);
+/// per line; the first line may be a header (no cell a number or a missing value), no other. With
+/// `allow_missing`, an empty cell, NA or nan (any case) is a missing observation, read as NaN.
+/// Throws tenax::Error naming the file, the line and the column for a blank or ragged line, a cell
+/// that is not a number (or a missing value without `allow_missing`), a non-finite number, fewer
+/// than 2 lines of numbers, or every observation missing.
+tenax::Tensor read_csv_observations(const std::string& path, int64_t p, bool allow_missing = false);
+
+/// The model's input 'observed' (time, obs) for observations y (series, time, obs): 1 where y is a
+/// number, 0 where it is NaN. The Kalman model shares one pattern of gaps between its series (so
+/// that their covariances stay shared): series with gaps in different places are an Error.
+tenax::Tensor observed_mask(const tenax::Tensor& y);
 
 /// One L-BFGS iteration as the progress callback sees it.
 struct Progress {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 
@@ -35,32 +36,99 @@ std::string index_label(const Axes& axes, int64_t flat) {
 
 bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
 
-// Observations, true states and filtered states of series 0 (first observation and state).
-void plot(const std::filesystem::path& png, const Tensor& y, const Tensor* x_true, const Tensor& filtered) {
+// Column k of a (series, time, axis) tensor's series 0, in time order.
+std::vector<double> column(const Tensor& t, const char* axis, int64_t k) {
+  return select(select(t, "series", 0), axis, k).to_vector();
+}
+
+// Series 0: observation 0, true, filtered and smoothed state 0 (with a 95% band), and the
+// forecasts of observation 0 past the data (with theirs).
+void plot(const std::filesystem::path& png, const Tensor& y, const Tensor* x_true, const TensorMap& out) {
   const std::filesystem::path dat = std::filesystem::path(png).replace_extension(".dat");
-  const std::vector<double> yv = select(select(y, "series", 0), "obs", 0).to_vector();
-  const std::vector<double> fv = select(select(filtered, "series", 0), "state", 0).to_vector();
+  const std::vector<double> yv = column(y, "obs", 0), fv = column(out.at("filtered"), "state", 0),
+                            sv = column(out.at("smoothed"), "state", 0),
+                            svar = select(select(out.at("smoothed_var"), "state", 0), "state2", 0).to_vector(),
+                            hv = column(out.at("forecast"), "obs", 0), hvar = column(out.at("forecast_var"), "obs", 0);
   std::vector<double> xv;
-  if (x_true) xv = select(select(*x_true, "series", 0), "state", 0).to_vector();
+  if (x_true) xv = column(*x_true, "state", 0);
   {
-    std::ofstream out(dat);
+    std::ofstream f(dat);
     for (size_t t = 0; t < yv.size(); ++t)
-      out << t << ' ' << yv[t] << ' ' << (x_true ? xv[t] : NAN) << ' ' << fv[t] << '\n';
+      f << t << ' ' << yv[t] << ' ' << (x_true ? xv[t] : NAN) << ' ' << fv[t] << ' ' << sv[t] << ' '
+        << 1.96 * std::sqrt(svar[t]) << " NaN NaN\n";
+    for (size_t h = 0; h < hv.size(); ++h)
+      f << yv.size() + h << " NaN NaN NaN NaN NaN " << hv[h] << ' ' << 1.96 * std::sqrt(hvar[h]) << '\n';
   }
   const std::filesystem::path gp = std::filesystem::path(png).replace_extension(".gp");
   {
-    std::ofstream out(gp);
-    out << "set terminal pngcairo size 1200,500\nset output '" << png.string() << "'\n"
-        << "set title 'Kalman filter, series 0: observation 0 and state 0'\nset xlabel 'time'\nset key outside\n"
-        << "plot '" << dat.string() << "' using 1:2 with points pt 7 ps 0.4 title 'observed y[0]'"
-        << (x_true ? ", '' using 1:3 with lines lw 1 title 'true x[0]'" : "")
-        << ", '' using 1:4 with lines lw 2 title 'filtered x[0]'\n";
+    std::ofstream f(gp);
+    f << "set terminal pngcairo size 1200,500\nset output '" << png.string() << "'\n"
+      << "set title 'Kalman filter and smoother, series 0: observation 0, state 0, forecasts'\n"
+      << "set xlabel 'time'\nset key outside\nset datafile missing 'NaN'\n"
+      << "plot '" << dat.string() << "' using 1:($5-$6):($5+$6) with filledcurves fc rgb '#c8d8f0' title 'smoothed 95%', "
+      << "'' using 1:($7-$8):($7+$8) with filledcurves fc rgb '#f0d0c0' title 'forecast 95%', "
+      << "'' using 1:2 with points pt 7 ps 0.4 lc rgb 'black' title 'observed y[0]'"
+      << (x_true ? ", '' using 1:3 with lines lw 1 lc rgb 'gray40' title 'true x[0]'" : "")
+      << ", '' using 1:4 with lines lw 1 lc rgb '#2060c0' dt 2 title 'filtered x[0]'"
+      << ", '' using 1:5 with lines lw 2 lc rgb '#2060c0' title 'smoothed x[0]'"
+      << ", '' using 1:7 with lines lw 2 lc rgb '#c04020' title 'forecast y[0]'\n";
   }
   const std::string cmd = "gnuplot '" + gp.string() + "'";
   if (std::system(cmd.c_str()) == 0)
     std::printf("plot: %s\n", png.string().c_str());
   else
     std::printf("plot: gnuplot failed on %s (data kept in %s)\n", gp.string().c_str(), dat.string().c_str());
+}
+
+// Per series and time step: the observations, the filtered and smoothed states with the smoothed
+// standard deviations; then per series and step ahead: the forecast means and standard deviations.
+void write_tables(const std::string& states_path, const std::string& forecast_path, const Tensor& y,
+                  const TensorMap& out) {
+  const Tensor yv = contiguous(transpose(y, {"series", "time", "obs"}));
+  const Tensor fv = contiguous(transpose(out.at("filtered"), {"series", "time", "state"}));
+  const Tensor sv = contiguous(transpose(out.at("smoothed"), {"series", "time", "state"}));
+  const Tensor vv = contiguous(diagonal(out.at("smoothed_var"), "state", "state2"));
+  const Tensor sd = contiguous(transpose(sqrt(vv), {"series", "time", "state"}));
+  const int64_t S = yv.size("series"), T = yv.size("time"), p = yv.size("obs"), n = fv.size("state");
+  const std::vector<double> a = yv.to_vector(), b = fv.to_vector(), c = sv.to_vector(), d = sd.to_vector();
+  {
+    std::ofstream f(states_path);
+    f << "series,time";
+    for (int64_t i = 0; i < p; ++i) f << ",y" << i;
+    for (const char* what : {"filtered", "smoothed", "smoothed_sd"})
+      for (int64_t i = 0; i < n; ++i) f << ',' << what << i;
+    f << '\n' << std::setprecision(10);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t t = 0; t < T; ++t) {
+        f << s << ',' << t;
+        for (int64_t i = 0; i < p; ++i) {
+          const double v = a[size_t((s * T + t) * p + i)];
+          f << ',';
+          if (!std::isnan(v)) f << v;  // a missing observation stays an empty cell
+        }
+        for (const std::vector<double>* v : {&b, &c, &d})
+          for (int64_t i = 0; i < n; ++i) f << ',' << (*v)[size_t((s * T + t) * n + i)];
+        f << '\n';
+      }
+    if (!f) throw Error("writing '" + states_path + "' failed");
+  }
+  const Tensor hm = contiguous(transpose(out.at("forecast"), {"series", "horizon", "obs"}));
+  const Tensor hs = contiguous(transpose(sqrt(out.at("forecast_var")), {"series", "horizon", "obs"}));
+  const int64_t H = hm.size("horizon");
+  const std::vector<double> m = hm.to_vector(), v = hs.to_vector();
+  std::ofstream f(forecast_path);
+  f << "series,steps_ahead";
+  for (int64_t i = 0; i < p; ++i) f << ",mean" << i;
+  for (int64_t i = 0; i < p; ++i) f << ",sd" << i;
+  f << '\n' << std::setprecision(10);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t h = 0; h < H; ++h) {
+      f << s << ',' << h + 1;
+      for (const std::vector<double>* w : {&m, &v})
+        for (int64_t i = 0; i < p; ++i) f << ',' << (*w)[size_t((s * H + h) * p + i)];
+      f << '\n';
+    }
+  if (!f) throw Error("writing '" + forecast_path + "' failed");
 }
 
 // The model document: the embedded one, or a file read as text (syntax errors keep their line and
@@ -123,6 +191,8 @@ int main(int argc, char** argv) {
   int64_t series = 16, steps = 1000;
   int64_t seed = 42;
   int max_iter = 200;
+  int64_t horizon = 10;
+  std::string states_path = "kalman_states.csv", forecast_path = "kalman_forecast.csv";
   bool no_plot = false;
   app.add_option("--model", model_path, "model JSON (default: the embedded examples/kalman/model.json)");
   app.add_option("--series", series, "independent series to simulate (nmap over 'series')")->check(CLI::Range(1, 1 << 20));
@@ -133,6 +203,10 @@ int main(int argc, char** argv) {
   app.add_option("--out", out_path, "where to write the fitted model");
   app.add_option("--plot", plot_path, "PNG of observations, true and filtered states (needs gnuplot)");
   app.add_flag("--no-plot", no_plot, "do not plot");
+  app.add_option("--horizon", horizon, "steps ahead to forecast (the model's axis 'horizon')")->check(CLI::Range(1, 100000));
+  app.add_option("--states", states_path,
+                 "CSV of the observations, filtered and smoothed states and the smoothed standard deviations");
+  app.add_option("--forecasts", forecast_path, "CSV of the forecasts' means and standard deviations");
   app.add_option("--device", device_name,
                  "where the fit runs: cpu, cuda or cuda:N (data and constants are copied there once)");
   std::string start_from;
@@ -147,11 +221,16 @@ int main(int argc, char** argv) {
   try {
     const Device device = parse_device(device_name);
     json doc = model_document(model_path);
-    check_writable(out_path);
+    for (const std::string& path : {out_path, states_path, forecast_path}) check_writable(path);
+    const bool has_observed = doc.contains("inputs") && doc["inputs"].is_object() && doc["inputs"].contains("observed");
+    std::vector<std::string> lacking;  // outputs the tables and the plot need
+    for (const char* o : {"smoothed", "smoothed_var", "forecast", "forecast_var"})
+      if (!doc["outputs"].contains(o)) lacking.push_back(o);
+    if (doc["axes"].contains("horizon")) doc["axes"]["horizon"] = horizon;
     const int64_t p = doc["axes"]["obs"].get<int64_t>();
     Tensor y, x_true;
     if (!csv_path.empty()) {
-      y = kalman::read_csv_observations(csv_path, p);
+      y = kalman::read_csv_observations(csv_path, p, has_observed);
       series = 1;
       steps = y.size("time");
     }
@@ -171,16 +250,21 @@ int main(int argc, char** argv) {
       std::printf("simulated %lld series x %lld steps from the model's parameters (seed %llu)\n", (long long)series,
                   (long long)steps, (unsigned long long)seed);
     } else {
-      std::printf("read %lld observations of dimension %lld from %s\n", (long long)steps, (long long)p, csv_path.c_str());
+      const std::vector<double> v = y.to_vector();
+      const auto gaps = std::count_if(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+      std::printf("read %lld observations of dimension %lld from %s (%lld values missing)\n", (long long)steps,
+                  (long long)p, csv_path.c_str(), (long long)gaps);
     }
-    const TensorMap inputs = {{"y", y}};
+    TensorMap inputs = {{"y", y}};
+    if (has_observed) inputs["observed"] = kalman::observed_mask(y);
 
     // --start zero: unconstrained coordinates 0 (F = 0, Q = I, r = softplus(0) = 0.69); --start
     // model: the file's values (the model as loaded).
     if (start_from == "zero")
       model.set_unconstrained_vector(std::vector<double>(truth.unconstrained_vector().size(), 0.0));
     const Model start = model;
-    const TensorMap fit_inputs = {{"y", to(y, device)}};
+    TensorMap fit_inputs;
+    for (const auto& [name, t] : inputs) fit_inputs[name] = to(t, device);
     if (!(device == Device::cpu())) std::printf("fitting on %s\n", device.str().c_str());
     const double ll_true = truth.run("loglik", inputs).item();
     std::printf("trainable: ");
@@ -233,13 +317,17 @@ int main(int argc, char** argv) {
     std::printf("\nfitted model written to %s (reloaded: log-likelihood %s)\n", out_path.c_str(),
                 ll_again == model.run("loglik", inputs).item() ? "identical" : "DIFFERS");
 
-    if (!no_plot) {
-      if (have_gnuplot()) {
-        const Tensor filtered = model.run(inputs).at("filtered");
-        plot(plot_path, y, x_true.defined() ? &x_true : nullptr, filtered);
-      } else {
+    if (lacking.empty()) {
+      const TensorMap out = model.run(inputs);
+      write_tables(states_path, forecast_path, y, out);
+      std::printf("states: %s, forecasts (%lld steps ahead): %s\n", states_path.c_str(), (long long)horizon,
+                  forecast_path.c_str());
+      if (!no_plot && have_gnuplot())
+        plot(plot_path, y, x_true.defined() ? &x_true : nullptr, out);
+      else if (!no_plot)
         std::printf("plot: skipped, gnuplot is not installed (apt-get install gnuplot-nox to get %s)\n", plot_path.c_str());
-      }
+    } else {
+      std::printf("states, forecasts and plot: skipped, the model has no output '%s'\n", lacking[0].c_str());
     }
     if (!fit.converged) return 3;  // a result, but not an optimum: scripts must not take it for one
   } catch (const Error& e) {
