@@ -108,8 +108,8 @@ struct Definition {
 std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir);
 
 /// The part of `g` that the slots `needed` depend on: unread nodes dropped, and control flow
-/// keeping only the results read (a scan all its carries), bodies pruned to match; scan caches
-/// fresh. params, captures and results are g's.
+/// keeping only the results read (a scan also the carries those depend on), bodies pruned to
+/// match; scan caches fresh. params, captures and results are g's.
 Graph pruned(const Graph& g, const std::vector<int>& needed);
 
 /// Evaluates `graph` with `env` holding the values of its params and every outer slot it reads.

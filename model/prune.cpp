@@ -1,5 +1,6 @@
 // The part of a graph some of its slots need: nodes nobody reads are dropped, and a scan, nmap or
-// map keeps only the results that are read (a scan all its carries), its body pruned to match.
+// map keeps only the results that are read (a scan also the carries they depend on), its body
+// pruned to match.
 #include <algorithm>
 #include <set>
 
@@ -38,8 +39,10 @@ Node kept(const Node& n, const std::vector<size_t>& keep) {
   out.all_axes = n.all_axes;
   out.sized = n.sized;
   out.inputs = n.inputs;
-  out.init = n.init;
   out.xs = n.xs;
+  const size_t n_carry = n.init.size();
+  for (size_t k : keep)
+    if (k < n_carry) out.init.push_back(n.init[k]);
   out.over = n.over;
   out.scan_options = n.scan_options;
   out.map_options = n.map_options;
@@ -49,10 +52,51 @@ Node kept(const Node& n, const std::vector<size_t>& keep) {
     for (size_t k : keep) results.push_back(n.body->results[k]);
     Graph body = pruned(*n.body, results);
     body.results = results;
+    if (n.kind == NodeKind::scan) {  // params: the kept carries, then every x
+      body.params.clear();
+      for (size_t k : keep)
+        if (k < n_carry) body.params.push_back(n.body->params[k]);
+      body.params.insert(body.params.end(), n.body->params.begin() + long(n_carry), n.body->params.end());
+    }
     body.captures = outer_reads(body);
     out.body = std::make_unique<Graph>(std::move(body));
   }
   if (n.scan_cache) out.scan_cache = std::make_shared<detail::ScanCache>();
+  return out;
+}
+
+// Slots the nodes of `g` read to compute `needed` (a conservative closure: a node that makes any
+// needed slot reads all it reads).
+std::set<int> reads_for(const Graph& g, std::set<int> needed) {
+  for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
+    if (std::none_of(it->outputs.begin(), it->outputs.end(), [&](int s) { return needed.count(s) > 0; })) continue;
+    for (const std::vector<int>* v : {&it->inputs, &it->init, &it->xs}) needed.insert(v->begin(), v->end());
+    if (it->body) needed.insert(it->body->captures.begin(), it->body->captures.end());
+  }
+  return needed;
+}
+
+// The outputs of `n` to keep (indices into n.outputs) given the slots read after it. A scan keeps
+// the ys read and the carries whose final value is read or that a kept result depends on through
+// the step (a fixed point: a carry read only by a dropped carry's update goes too).
+std::vector<size_t> outputs_to_keep(const Node& n, const std::set<int>& live) {
+  std::vector<bool> keep(n.outputs.size());
+  for (size_t k = 0; k < n.outputs.size(); ++k) keep[k] = live.count(n.outputs[k]) > 0;
+  if (n.kind == NodeKind::scan) {
+    const size_t n_carry = n.init.size();
+    for (bool changed = true; changed;) {
+      std::set<int> needed;
+      for (size_t k = 0; k < keep.size(); ++k)
+        if (keep[k]) needed.insert(n.body->results[k]);
+      const std::set<int> reads = reads_for(*n.body, needed);
+      changed = false;
+      for (size_t k = 0; k < n_carry; ++k)
+        if (!keep[k] && reads.count(n.body->params[k])) keep[k] = changed = true;
+    }
+  }
+  std::vector<size_t> out;
+  for (size_t k = 0; k < keep.size(); ++k)
+    if (keep[k]) out.push_back(k);
   return out;
 }
 
@@ -63,13 +107,8 @@ Graph pruned(const Graph& g, const std::vector<int>& needed) {
   std::vector<Node> nodes;
   for (auto it = g.nodes.rbegin(); it != g.nodes.rend(); ++it) {
     const Node& n = *it;
-    std::vector<size_t> keep;
-    const size_t n_carry = n.kind == NodeKind::scan ? n.init.size() : 0;
-    for (size_t k = 0; k < n.outputs.size(); ++k)
-      if (k < n_carry || live.count(n.outputs[k])) keep.push_back(k);
-    if (keep.size() == n_carry && (n_carry == 0 || !std::any_of(n.outputs.begin(), n.outputs.begin() + long(n_carry),
-                                                                 [&](int s) { return live.count(s) > 0; })))
-      continue;  // nothing it computes is read
+    const std::vector<size_t> keep = outputs_to_keep(n, live);
+    if (keep.empty()) continue;  // nothing it computes is read
     nodes.push_back(kept(n, keep));
     const Node& k = nodes.back();
     for (const std::vector<int>* v : {&k.inputs, &k.init, &k.xs}) live.insert(v->begin(), v->end());

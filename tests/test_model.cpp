@@ -726,9 +726,9 @@ TEST(ModelData, MissingValuesReadAsNaNWhereDeclared) {
   fs::remove_all(dir);
 }
 
-// run(name) and value_and_grad(name) evaluate only what the output needs: here the other output
-// (a Cholesky of a matrix that is not positive definite, once outside and once as a scan's ys)
-// fails whenever it runs.
+// run(name) and value_and_grad(name) evaluate only what the output needs: here every other output
+// (a Cholesky of a matrix that is not positive definite: outside, as a scan's ys and as a carry
+// of the same scan) fails whenever it runs.
 TEST(Model, AnOutputRunsOnlyWhatItNeeds) {
   const json d = json::parse(R"({
     "format": 1,
@@ -737,17 +737,18 @@ TEST(Model, AnOutputRunsOnlyWhatItNeeds) {
                    "bad": {"axes": ["i", "j"], "value": [[1, 2], [2, 1]], "trainable": false}},
     "inputs": {"x": {"axes": ["t"], "value": [1, 2, 3]}},
     "graph": [
-      {"op": "scan", "over": "t", "init": ["a"], "xs": ["x"], "outputs": ["c_last", "l_t"],
-       "body": {"carry": ["c"], "x": ["x_t"], "graph": [
+      {"op": "scan", "over": "t", "init": ["bad", "a"], "xs": ["x"], "outputs": ["k_last", "c_last", "l_t"],
+       "body": {"carry": ["k", "c"], "x": ["x_t"], "graph": [
          {"name": "cx", "op": "mul", "inputs": ["c", "x_t"]},
          {"name": "c_new", "op": "add", "inputs": ["cx", "a"]},
+         {"name": "k_new", "op": "cholesky", "inputs": ["k"], "attrs": {"row": "i", "col": "j"}},
          {"name": "m", "op": "mul", "inputs": ["bad", "c"]},
          {"name": "l", "op": "cholesky", "inputs": ["m"], "attrs": {"row": "i", "col": "j"}}],
-        "carry_out": ["c_new"], "ys": ["l"]}},
+        "carry_out": ["k_new", "c_new"], "ys": ["l"]}},
       {"name": "l_out", "op": "cholesky", "inputs": ["bad"], "attrs": {"row": "i", "col": "j"}},
       {"name": "loss", "op": "square", "inputs": ["c_last"]}
     ],
-    "outputs": {"loss": "loss", "l_t": "l_t", "l_out": "l_out"}
+    "outputs": {"loss": "loss", "l_t": "l_t", "l_out": "l_out", "k_last": "k_last"}
   })");
   // The file loads: the check run meets the failure as a numeric one, which does not invalidate it.
   Model m = load_model_json(d);
@@ -758,6 +759,7 @@ TEST(Model, AnOutputRunsOnlyWhatItNeeds) {
   EXPECT_DOUBLE_EQ(g.grads[0].item(), 256.0);
   EXPECT_THROW((void)m.run("l_t"), NumericError);
   EXPECT_THROW((void)m.run("l_out"), NumericError);
+  EXPECT_THROW((void)m.run("k_last"), NumericError);
   EXPECT_THROW((void)m.run(), NumericError);
 }
 
