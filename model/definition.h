@@ -13,6 +13,7 @@
 #include "tenax/autodiff/scan_cache.h"
 #include "tenax/core/ops/op.h"
 #include "tenax/model/constraint.h"
+#include "tenax/model/model_axes.h"
 
 namespace tenax::model_detail {
 
@@ -86,7 +87,7 @@ struct Definition {
   json doc;  ///< the document as loaded (save() writes it back with the current parameters)
   std::filesystem::path base_dir;
   DType dtype = DType::f64;
-  Axes axes;
+  ModelAxes axes;  ///< what the file declares under /axes
   std::vector<Parameter> params;
   std::vector<InputDecl> inputs;
   std::vector<std::pair<int, Tensor>> constants;  ///< literal numbers in input lists

@@ -193,7 +193,7 @@ std::vector<std::string> Model::inputs() const {
   for (const auto& in : def_->inputs) out.push_back(in.name);
   return out;
 }
-const Axes& Model::axes() const { return def_->axes; }
+const ModelAxes& Model::axes() const { return def_->axes; }
 
 Tensor Model::input(const std::string& name) const {
   for (const auto& in : def_->inputs)

@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "tenax/core/tensor.h"
+#include "tenax/model/model_axes.h"
 
 namespace tenax {
 
@@ -81,7 +82,7 @@ class Model {
   /// missing values read as NaN where the input declares "missing": true).
   [[nodiscard]] Tensor input(const std::string& name) const;
   /// The axes the model declares, with their sizes.
-  [[nodiscard]] const Axes& axes() const;
+  [[nodiscard]] const ModelAxes& axes() const;
 
   /// The model as JSON, with its current parameters (their values and unconstrained coordinates,
   /// so that a loaded copy reproduces every output bit for bit) and data file paths relative to

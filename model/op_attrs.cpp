@@ -19,7 +19,7 @@ std::string expected_keys(std::span<const AttrSpec> fields) {
   return s;
 }
 
-Name axis_name(const json& v, const std::string& pointer, const Axes& declared) {
+Name axis_name(const json& v, const std::string& pointer, const ModelAxes& declared) {
   if (!v.is_string()) throw ModelError(pointer + ": expected an axis name (a string), got " + brief(v));
   const std::string& s = v.get_ref<const std::string&>();
   if (!declared.contains(Name(s)))
@@ -28,7 +28,7 @@ Name axis_name(const json& v, const std::string& pointer, const Axes& declared) 
   return Name(s);
 }
 
-AxisList axis_list(const json& v, const std::string& pointer, const Axes& declared) {
+AxisList axis_list(const json& v, const std::string& pointer, const ModelAxes& declared) {
   if (!v.is_array()) throw ModelError(pointer + ": expected a list of axis names, got " + brief(v));
   AxisList out;
   for (std::size_t k = 0; k < v.size(); ++k) {
@@ -64,7 +64,7 @@ DType dtype_of(const json& v, const std::string& at) {
 }
 
 // Attribute f given as v (at pointer `at`) into `out`.
-void parse_field(const OpDef& op, const AttrSpec& f, const json& v, const std::string& at, const Axes& declared,
+void parse_field(const OpDef& op, const AttrSpec& f, const json& v, const std::string& at, const ModelAxes& declared,
                  ParsedAttrs& out) {
   switch (f.kind) {
     case AttrKind::names: out.attrs.axes = axis_list(v, at, declared); break;
@@ -99,7 +99,7 @@ void parse_field(const OpDef& op, const AttrSpec& f, const json& v, const std::s
 
 }  // namespace
 
-ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& pointer, const Axes& declared) {
+ParsedAttrs parse_attrs(const OpDef& op, const json* attrs, const std::string& pointer, const ModelAxes& declared) {
   check_keys(op, attrs, pointer);
   ParsedAttrs out;
   for (const AttrSpec& f : op.attrs) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "tenax/core/ops/op.h"
+#include "tenax/model/model_axes.h"
 
 namespace tenax::model_detail {
 
@@ -21,6 +22,6 @@ struct ParsedAttrs {
 /// Parses `attrs` (an object, or null for none) for `op`; throws ModelError at `pointer` on an
 /// unknown or missing attribute, a wrong type, or an axis the model does not declare.
 ParsedAttrs parse_attrs(const OpDef& op, const nlohmann::json* attrs, const std::string& pointer,
-                        const Axes& declared);
+                        const ModelAxes& declared);
 
 }  // namespace tenax::model_detail

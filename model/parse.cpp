@@ -125,13 +125,13 @@ class Parser {
     for (const auto& [name, size] : a.items()) {
       const std::string at = pointer_join("/axes", name);
       if (name.empty()) fail(at, "an axis needs a non-empty name");
-      // 1 ... 2^56 (kMaxElements); the product with the other axes is checked by Axes below.
+      // 1 ... 2^56 (kMaxElements); a tensor's product of sizes is checked where it is made.
       const bool positive = size.is_number_unsigned() || (size.is_number_integer() && size.get<int64_t>() >= 1);
       const bool in_range = positive && size.get<uint64_t>() >= 1 && size.get<uint64_t>() <= uint64_t(kMaxElements);
       if (!in_range) fail(at, "expected a positive integer size (at most 2^56), got " + brief(size));
       try {
-        d_.axes.push_back({Name(name), size.get<int64_t>()});
-      } catch (const Error& e) {  // more than kMaxRank axes, or sizes whose product passes kMaxElements
+        d_.axes.add(Name(name), size.get<int64_t>());
+      } catch (const Error& e) {  // a name that is not one
         fail(at, e.what());
       }
     }
@@ -145,7 +145,11 @@ class Parser {
       const std::string n = string_at(list[k], p, "an axis name");
       if (!d_.axes.contains(Name(n))) fail(p, "unknown axis '" + n + "'; the model declares " + d_.axes.describe());
       if (out.contains(Name(n))) fail(p, "axis '" + n + "' is listed twice");
-      out.push_back({Name(n), d_.axes.size_of(Name(n))});
+      try {
+        out.push_back({Name(n), d_.axes.size_of(Name(n))});
+      } catch (const Error& e) {  // the sizes' product passes kMaxElements
+        fail(p, e.what());
+      }
     }
     return out;
   }

@@ -268,9 +268,12 @@ TEST(HostileModels, TheTwoHundredFortyEightByteFile) {
       R"("graph":[{"name":"s","op":"select","inputs":["p"],"attrs":{"axis":"i","index":1099511627776}}],)"
       R"("outputs":{"o":"s"}})";
   EXPECT_MESSAGE(load_error(text), "/axes/i: expected a positive integer size (at most 2^56), got 4611686018427387905");
-  // Each size fits, their product does not.
-  const std::string pair = R"({"format":1,"axes":{"i":1099511627776,"k":1099511627776},"outputs":{}})";
-  EXPECT_MESSAGE(load_error(pair), "/axes/k: [axes] (i=1099511627776, k=1099511627776) has more than 2^56 elements");
+  // Each size fits, their product does not: an error where a tensor has both (a model may declare
+  // axes that no one tensor holds together).
+  const std::string pair =
+      R"({"format":1,"axes":{"i":1099511627776,"k":1099511627776},"parameters":{"p":{"axes":["i","k"],"value":1}},)"
+      R"("outputs":{"o":"p"}})";
+  EXPECT_MESSAGE(load_error(pair), "/parameters/p/axes/1: [axes] (i=1099511627776, k=1099511627776) has more than 2^56 elements");
 }
 
 std::string nested(int depth) {

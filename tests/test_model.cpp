@@ -258,7 +258,7 @@ TEST(Model, ParametersReadAndWriteThroughConstraints) {
                  }),
                  "/parameters/F: parameter 'F' has axes (state=2, state2=2), got (obs=2)");
   EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.parameter("nope"); }),
-                 "/parameters: no parameter named 'nope' (parameters: F, H, N_end, P0, Q, ahead, eye_obs, eye_state, m0, r, r_end)");
+                 "/parameters: no parameter named 'nope' (parameters: A_diffuse, F, H, N_end, P0, Q, ahead, eye_obs, eye_state, m0, r, r_end)");
   EXPECT_EQ(m.trainable(), (std::vector<std::string>{"F", "Q", "r"}));
 }
 
@@ -811,6 +811,8 @@ TEST(OpReference, DocsAndSchemaAreGeneratedFromTheOpDefinitions) {
 // The reference's attribute table and the loader agree: each documented attribute is accepted
 // under its key, and an undocumented one is refused naming the documented ones.
 TEST(OpReference, TheLoaderAcceptsExactlyTheDocumentedAttributes) {
+  ModelAxes declared;
+  declared.add("i", 2);
   for (const OpDef* op : registered_ops()) {
     json attrs = json::object();
     attrs["no_such_attribute"] = 1;
@@ -819,7 +821,7 @@ TEST(OpReference, TheLoaderAcceptsExactlyTheDocumentedAttributes) {
     for (const AttrSpec& a : op->attrs) keys += (keys.empty() ? "" : ", ") + std::string(a.key);
     want += (keys.empty() ? "none" : keys) + ")";
     try {
-      (void)model_detail::parse_attrs(*op, &attrs, "/graph/0/attrs", Axes{{"i", 2}});
+      (void)model_detail::parse_attrs(*op, &attrs, "/graph/0/attrs", declared);
       ADD_FAILURE() << op->name << " accepted an unknown attribute";
     } catch (const ModelError& e) {
       EXPECT_MESSAGE(e.what(), want);

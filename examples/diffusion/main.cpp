@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
 
   try {
     Model model = load(model_path, columns);
-    const Axes& ax = model.axes();
+    const ModelAxes& ax = model.axes();
     const int64_t T = ax.size_of("time"), C = ax.size_of("column"), Z = ax.size_of("depth");
     std::printf(
         "model %s: %lld columns x %lld cells, %lld implicit steps (one tridiagonal solve per column and "

@@ -19,7 +19,7 @@
 namespace kalman {
 
 Simulation simulate(const tenax::Model& model, int64_t series, int64_t steps, uint64_t seed) {
-  const tenax::Axes& ax = model.axes();
+  const tenax::ModelAxes& ax = model.axes();
   const int64_t n = ax.size_of("state"), p = ax.size_of("obs");
   const std::vector<double> F = model.parameter("F").to_vector({"state", "state2"});
   const std::vector<double> H = model.parameter("H").to_vector({"obs", "state"});
