@@ -177,6 +177,34 @@ double dense_loglik(const Joint& g, const Vec& y, const Seen& s) {
   return -0.5 * (quad + logdet + k * std::log(2.0 * M_PI));
 }
 
+// The exact diffuse log-likelihood by its definition, log of the integral over delta of
+// p(y_seen | delta) minus (q/2) log 2 pi, where x_1 = (F m0 + w_1 + F x_0 noise) + A delta: with
+// X = d E[y_seen] / d delta, M = X' Sigma^-1 X, b = X' Sigma^-1 d, it is
+// log N(y; mean, Sigma) + b' M^-1 b / 2 - log|M| / 2.
+double dense_diffuse_loglik(const Joint& g, const Model& m, const Vec& y, const Seen& s) {
+  const int k = int(s.at.size());
+  const Mat F = from(m.parameter("F"), 2, 2, {"state", "state2"});
+  const Mat A = from(m.parameter("A_diffuse"), 2, 2, {"state", "diffuse"});
+  std::vector<Mat> hfa;  // H F^(t) A for t = 0, 1, ...
+  Mat fa = A;
+  for (int t = 0; t < g.steps; ++t) {
+    hfa.push_back(mul(g.H, fa));
+    fa = mul(F, fa);
+  }
+  Mat sig(k, k), d(k, 1), X(k, 2);
+  for (int a = 0; a < k; ++a) {
+    const auto [ta, ia] = s.at[size_t(a)];
+    d(a, 0) = y[size_t(ta * g.p + ia)] - g.ey(ta, ia);
+    for (int b = 0; b < k; ++b) sig(a, b) = g.cyy(ta, ia, s.at[size_t(b)].first, s.at[size_t(b)].second);
+    for (int q = 0; q < 2; ++q) X(a, q) = hfa[size_t(ta)](ia, q);
+  }
+  const Mat M = mul(tr(X), spd_solve(sig, X));
+  const Mat b = mul(tr(X), spd_solve(sig, d));
+  const Mat lm = cholesky(M);
+  const double bmb = mul(tr(b), spd_solve(M, b))(0, 0);
+  return dense_loglik(g, y, s) + 0.5 * bmb - std::log(lm(0, 0)) - std::log(lm(1, 1));
+}
+
 // E and Var of x_t given the seen entries.
 std::pair<Mat, Mat> dense_state(const Joint& g, const Vec& y, const Seen& s, int t) {
   const int k = int(s.at.size());
@@ -229,23 +257,61 @@ TEST(StateSpace, LoglikWithGapsIsTheDensityOfWhatWasObserved) {
               1e-12 * std::abs(want_full));
 }
 
+TEST(StateSpace, DiffuseLoglikIsTheIntegralOverTheDiffuseStart) {
+  const int T = 8;
+  Model m = kalman(1, T, 3);
+  for (const std::vector<int>& gaps : {std::vector<int>{}, kGaps}) {
+    const Vec y = observations(m, T, gaps, 7);
+    const double want = dense_diffuse_loglik(Joint(m, T), m, y, seen(y, 2, T));
+    EXPECT_NEAR(m.run("loglik_diffuse", inputs_of(y, T)).item(), want, 1e-11 * std::abs(want));
+  }
+  // One diffuse direction: the definition's limit, loglik + (q/2) log kappa as x_1's variance
+  // along A grows as kappa, approached through P0 (x_1 = F x_0 + w_1, so P0 += kappa F^-1 a a' F^-T).
+  json doc = json::parse(std::ifstream(kModel));
+  doc["axes"]["series"] = 1;
+  doc["axes"]["time"] = T;
+  doc["axes"]["diffuse"] = 1;
+  doc["axes"]["diffuse2"] = 1;
+  doc["parameters"]["A_diffuse"] = {{"axes", {"state", "diffuse"}}, {"value", {{1.0}, {2.0}}}, {"trainable", false}};
+  const Model one = load_model_json(doc, kModel.parent_path());
+  const Vec y = observations(one, T, kGaps, 8);
+  const double exact = one.run("loglik_diffuse", inputs_of(y, T)).item();
+  const Mat F = from(one.parameter("F"), 2, 2, {"state", "state2"});
+  const double det = F(0, 0) * F(1, 1) - F(0, 1) * F(1, 0);
+  const Vec fa = {(F(1, 1) * 1.0 - F(0, 1) * 2.0) / det, (-F(1, 0) * 1.0 + F(0, 0) * 2.0) / det};  // F^-1 a
+  double previous_gap = 1e300;
+  for (const double kappa : {1e4, 1e6, 1e8}) {
+    Model big = one;
+    Vec p0 = big.parameter("P0").to_vector({"state", "state2"});
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) p0[size_t(i * 2 + j)] += kappa * fa[size_t(i)] * fa[size_t(j)];
+    big.set_parameter("P0", tensor(p0, Axes{{"state", 2}, {"state2", 2}}));
+    const double gap = std::abs(big.run("loglik", inputs_of(y, T)).item() + 0.5 * std::log(kappa) - exact);
+    EXPECT_LT(gap, 0.2 * previous_gap) << "kappa " << kappa;  // O(1/kappa)
+    previous_gap = gap;
+  }
+  EXPECT_LT(previous_gap, 1e-6);
+}
+
 TEST(StateSpace, GradientWithGapsMatchesFiniteDifferences) {
   const int T = 8;
   Model m = kalman(1, T, 3);
   const TensorMap in = inputs_of(observations(m, T, kGaps, 3), T);
-  const std::vector<double> grad = Model::flatten(m.value_and_grad("loglik", in).grads);
-  const std::vector<double> u = m.unconstrained_vector();
-  for (size_t k = 0; k < u.size(); ++k) {
-    const double h = 1e-5;
-    std::vector<double> up = u, dn = u;
-    up[k] += h;
-    dn[k] -= h;
-    m.set_unconstrained_vector(up);
-    const double fp = m.run("loglik", in).item();
-    m.set_unconstrained_vector(dn);
-    const double fm = m.run("loglik", in).item();
-    m.set_unconstrained_vector(u);
-    EXPECT_NEAR(grad[k], (fp - fm) / (2 * h), 1e-7 * (1.0 + std::abs(grad[k]))) << "coordinate " << k;
+  for (const char* output : {"loglik", "loglik_diffuse"}) {
+    const std::vector<double> grad = Model::flatten(m.value_and_grad(output, in).grads);
+    const std::vector<double> u = m.unconstrained_vector();
+    for (size_t k = 0; k < u.size(); ++k) {
+      const double h = 1e-5;
+      std::vector<double> up = u, dn = u;
+      up[k] += h;
+      dn[k] -= h;
+      m.set_unconstrained_vector(up);
+      const double fp = m.run(output, in).item();
+      m.set_unconstrained_vector(dn);
+      const double fm = m.run(output, in).item();
+      m.set_unconstrained_vector(u);
+      EXPECT_NEAR(grad[k], (fp - fm) / (2 * h), 1e-7 * (1.0 + std::abs(grad[k]))) << output << " coordinate " << k;
+    }
   }
 }
 
