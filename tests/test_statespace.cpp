@@ -387,4 +387,12 @@ TEST(StateSpace, SmootherGradientMatchesFiniteDifferences) {
   }
 }
 
+// examples/nile/model.json is this graph with every axis of size 1; the two must not drift apart.
+TEST(StateSpace, TheNileModelRunsTheKalmanModelsGraph) {
+  const json nile = json::parse(std::ifstream(kModel.parent_path().parent_path() / "nile" / "model.json"));
+  const json kalman_doc = json::parse(std::ifstream(kModel));
+  EXPECT_EQ(nile["graph"], kalman_doc["graph"]);
+  EXPECT_EQ(nile["outputs"]["loglik"], "loglik_diffuse");
+}
+
 }  // namespace
