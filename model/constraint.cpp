@@ -65,6 +65,47 @@ Tensor constrain(const Constraint& c, const Tensor& u) {
   return u;
 }
 
+namespace {
+
+// The constrained value of one coordinate in T's arithmetic, and whether it is inside.
+template <typename T>
+bool inside(const Constraint& c, double u, double& value) {
+  const T x = static_cast<T>(u);
+  switch (c.kind) {
+    case ConstraintKind::softplus: {
+      const T v = x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+      value = double(v);
+      return v > T(0) && std::isfinite(v);
+    }
+    case ConstraintKind::exp: {
+      const T v = std::exp(x);
+      value = double(v);
+      return v > T(0) && std::isfinite(v);
+    }
+    case ConstraintKind::interval: {
+      const T s = x >= T(0) ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x));
+      const T v = T(c.lower) + (T(c.upper) - T(c.lower)) * s;
+      value = double(v);
+      return v > T(c.lower) && v < T(c.upper);
+    }
+    default: value = u; return true;
+  }
+}
+
+}  // namespace
+
+void check_representable(const Constraint& c, const std::vector<double>& u, DType dtype, const std::string& pointer) {
+  if (c.kind == ConstraintKind::none || c.kind == ConstraintKind::spd) return;
+  for (size_t k = 0; k < u.size(); ++k) {
+    double value = 0.0;
+    if (dtype == DType::f32 ? inside<float>(c, u[k], value) : inside<double>(c, u[k], value)) continue;
+    std::ostringstream s;
+    s << pointer << ": unconstrained coordinate " << k << " = " << u[k] << " maps to " << value << " under the "
+      << describe(c) << " constraint, which " << dtype_name(dtype) << " cannot hold inside it";
+    throw NumericError(s.str());
+  }
+}
+
 Tensor unconstrain(const Constraint& c, const Tensor& value, const std::string& pointer) {
   std::vector<double> v = value.to_vector();
   for (double x : v)

@@ -29,5 +29,9 @@ Tensor constrain(const Constraint& c, const Tensor& u);
 Tensor unconstrain(const Constraint& c, const Tensor& value, const std::string& pointer);
 /// "positive (softplus)", "interval [0, 1]", ...
 std::string describe(const Constraint& c);
+/// Throws NumericError (naming `pointer` and the coordinate) when an unconstrained coordinate maps
+/// outside the constraint in `dtype`'s arithmetic: softplus or exp underflowing to 0 (u below about
+/// -745 in float64, -103 in float32) or exp overflowing, an interval's sigmoid rounding onto an end.
+void check_representable(const Constraint& c, const std::vector<double>& u, DType dtype, const std::string& pointer);
 
 }  // namespace tenax::model_detail

@@ -213,13 +213,18 @@ void Model::set_parameter(const std::string& name, const Tensor& value) {
   def_->params[k].u = owned(u, p.axes);
 }
 Tensor Model::unconstrained(const std::string& name) const { return find_param(*def_, name).u; }
+std::string Model::constraint(const std::string& name) const {
+  return model_detail::describe(find_param(*def_, name).constraint);
+}
 void Model::set_unconstrained(const std::string& name, const Tensor& value) {
   size_t k = 0;
   const auto& p = find_param(*def_, name, &k);
   check_like(p, value, def_->dtype);
   Tensor u = owned(value, p.axes);
-  for (double x : u.to_vector())
+  const std::vector<double> v = u.to_vector();
+  for (double x : v)
     if (!std::isfinite(x)) throw ModelError(p.pointer + ": the unconstrained value of '" + name + "' holds a non-finite number");
+  model_detail::check_representable(p.constraint, v, def_->dtype, p.pointer);
   def_->params[k].u = u;
 }
 
@@ -242,6 +247,14 @@ void Model::set_unconstrained_vector(std::span<const double> values) {
   for (double x : values)
     if (!std::isfinite(x)) throw ModelError("/parameters: set_unconstrained_vector got a non-finite value");
   size_t at = 0;
+  for (const auto& p : def_->params)  // every value checked before any changes
+    if (p.trainable) {
+      const auto n = size_t(p.axes.numel());
+      model_detail::check_representable(p.constraint, std::vector<double>(values.begin() + long(at), values.begin() + long(at + n)),
+                                        def_->dtype, p.pointer);
+      at += n;
+    }
+  at = 0;
   for (auto& p : def_->params)
     if (p.trainable) {
       const auto n = size_t(p.axes.numel());

@@ -56,6 +56,9 @@ class Model {
   [[nodiscard]] Tensor parameter(const std::string& name) const;
   /// Sets a parameter's value; it must have the declared axes and satisfy its constraint.
   void set_parameter(const std::string& name, const Tensor& value);
+  /// A parameter's constraint as the reference names it: "unconstrained", "positive (softplus)",
+  /// "positive (exp)", "interval (a, b)" or "spd over (row, col)".
+  [[nodiscard]] std::string constraint(const std::string& name) const;
   /// A parameter in unconstrained coordinates.
   [[nodiscard]] Tensor unconstrained(const std::string& name) const;
   void set_unconstrained(const std::string& name, const Tensor& value);

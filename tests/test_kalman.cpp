@@ -122,6 +122,24 @@ TEST(NileLocalLevel, ReproducesThePublishedMaximumLikelihoodTable) {
   EXPECT_NEAR(u.se[1], 3145.548, 0.01 * 3145.548 * 1e-2);
 }
 
+// With the default positive constraint (softplus, u ~ value for a variance of 15000), the fit moves
+// such parameters through the log of their value: it stopped 7.5% short of the optimum when the
+// gradient tolerance was applied to u.
+TEST(NileLocalLevel, SoftplusVariancesReachTheSameOptimum) {
+  const std::filesystem::path file = std::filesystem::path(TENAX_SOURCE_DIR) / "examples" / "nile" / "model.json";
+  nlohmann::json doc = nlohmann::json::parse(std::ifstream(file));
+  doc["parameters"]["Q"]["constraint"] = "positive";
+  doc["parameters"]["r"]["constraint"] = "positive";
+  Model m = load_model_json(doc, file.parent_path());
+  ASSERT_EQ(m.constraint("r"), "positive (softplus)");
+  const Tensor y = m.input("y");
+  const kalman::FitResult fit = kalman::fit(m, {{"y", y}, {"observed", kalman::observed_mask(y)}}, {});
+  ASSERT_TRUE(fit.converged) << fit.reason;
+  EXPECT_NEAR(m.parameter("r").item(), 15098.52, 1.0);
+  EXPECT_NEAR(m.parameter("Q").item(), 1469.18, 0.1);
+  EXPECT_NEAR(fit.loglik, -633.4645636, 1e-6);
+}
+
 // A file with these contents in the test's temporary folder.
 std::string file_with(const std::string& name, const std::string& text) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tenax_kalman_" + name);

@@ -260,6 +260,18 @@ TEST(Model, ParametersReadAndWriteThroughConstraints) {
   EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.parameter("nope"); }),
                  "/parameters: no parameter named 'nope' (parameters: A_diffuse, F, H, N_end, P0, Q, ahead, eye_obs, eye_state, m0, r, r_end)");
   EXPECT_EQ(m.trainable(), (std::vector<std::string>{"F", "Q", "r"}));
+  // A coordinate whose softplus underflows to exactly 0 (u < about -745) is refused, and nothing
+  // changes (the whole vector is checked first): an optimiser's trial point fails instead of
+  // running the model with r = 0.
+  const std::vector<double> before = m.unconstrained_vector();
+  std::vector<double> far = before;
+  far.back() = -800.0;
+  EXPECT_MESSAGE(tenax::testing::error_message<NumericError>([&] { m.set_unconstrained_vector(far); }),
+                 "/parameters/r: unconstrained coordinate 1 = -800 maps to 0 under the positive (softplus) constraint");
+  EXPECT_EQ(m.unconstrained_vector(), before);
+  EXPECT_THROW(m.set_unconstrained("r", tensor({-1.0, -746.0}, "obs")), NumericError);
+  m.set_unconstrained("r", tensor({-1.0, -700.0}, "obs"));  // 1e-304: small, but representable
+  EXPECT_GT(m.parameter("r").to_vector()[1], 0.0);
 }
 
 TEST(Model, RecurrenceModelMatchesLinearRecurrence) {

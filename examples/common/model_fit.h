@@ -12,7 +12,7 @@ namespace example {
 struct Progress {
   int iteration = 0;
   double objective = 0.0;  ///< at the accepted point
-  double grad_norm = 0.0;  ///< norm of the objective's gradient (unconstrained coordinates)
+  double grad_norm = 0.0;  ///< norm of the objective's gradient (in the fit's coordinates, see minimize)
   double seconds = 0.0;    ///< since the fit started
 };
 struct FitOptions {
@@ -29,8 +29,10 @@ struct FitResult {
   int failed_points = 0;  ///< trial points whose evaluation raised NumericError (the line search backed off)
 };
 
-/// Minimises scale * model.value_and_grad(output, inputs) over the trainable parameters in their
-/// unconstrained coordinates (scale = -1/n maximises a log-likelihood per observation); leaves
+/// Minimises scale * model.value_and_grad(output, inputs) over the trainable parameters
+/// (scale = -1/n maximises a log-likelihood per observation) in the model's unconstrained
+/// coordinates, except that a softplus-positive parameter is moved through the log of its value
+/// (scale-free: the gradient tolerance means the same for a variance of 1e-3 and of 1e4); leaves
 /// the model at the best point it evaluated. A trial point where the model raises NumericError
 /// (a covariance that is not positive definite) counts as +infinity, so the line search backs off;
 /// where L-BFGS itself gives up (no descent, the line search exhausted) the result says so with
