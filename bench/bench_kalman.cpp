@@ -481,6 +481,40 @@ void BM_Kalman_TenaxForward(benchmark::State& state) {
   per_series_step(state, series, steps);
 }
 
+// The statistician's outputs against the filter alone (one series, T steps, with the model's own
+// pruning: each run computes only what that output needs). loglik is the filter; smoothed adds
+// the backward r/N recursion to a filter that keeps its per-step quantities; forecast runs the
+// filter and `horizon` (10) prediction steps; loglik_diffuse the filter with the augmented carry.
+void BM_Kalman_Output(benchmark::State& state, const char* output) {
+  const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
+  const Model mod = bench::kalman_model(n, series, steps);
+  const TensorMap in = {{"y", randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3)}};
+  for (auto _ : state) {
+    Tensor v = mod.run(output, in);
+    benchmark::DoNotOptimize(v.data_ptr());
+  }
+  per_series_step(state, series, steps);
+}
+
+// Standard errors at a point: the observed information by central differences of the exact
+// gradient (2 k value-and-gradient evaluations for k coordinates) and its eigen-decomposition.
+void BM_Kalman_StandardErrors(benchmark::State& state) {
+  const int64_t n = state.range(0), series = state.range(1), steps = state.range(2);
+  Model mod = bench::kalman_model(n, series, steps);
+  const TensorMap in = {{"y", randn(Axes{{"series", series}, {"time", steps}, {"obs", kObs}}, 3)}};
+  for (auto _ : state) {
+    kalman::Uncertainty u = kalman::uncertainty(mod, in);
+    benchmark::DoNotOptimize(u.information.data());
+  }
+  per_series_step(state, series, steps);
+  state.counters["coordinates"] = double(mod.unconstrained_vector().size());
+}
+
+void output_configs(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {2, 4}) b->Args({n, 1, 1000});
+  b->ArgNames({"state", "series", "T"});
+}
+
 void configs(benchmark::internal::Benchmark* b) {
   for (int64_t n : {2, 4, 8, 16})
     for (int64_t series : {1, 256}) b->Args({n, series, series == 1 ? 1000 : 200});
@@ -493,6 +527,11 @@ BENCHMARK(BM_Kalman_HandWrittenForward)->Apply(configs)->Unit(benchmark::kMillis
 BENCHMARK(BM_Kalman_HandWrittenValueAndGrad)->Apply(configs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Kalman_TenaxValueAndGrad)->Apply(configs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Kalman_TenaxForward)->Apply(configs)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Kalman_Output, filter, "loglik")->Apply(output_configs)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Kalman_Output, smoother, "smoothed")->Apply(output_configs)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Kalman_Output, forecast, "forecast")->Apply(output_configs)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Kalman_Output, diffuse, "loglik_diffuse")->Apply(output_configs)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Kalman_StandardErrors)->Apply(output_configs)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

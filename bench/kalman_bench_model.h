@@ -27,7 +27,7 @@ inline nlohmann::json matrix(int64_t rows, int64_t cols, const std::function<dou
 
 inline Model kalman_model(int64_t n, int64_t series, int64_t steps) {
   nlohmann::json doc = kalman::default_model();
-  for (const char* a : {"state", "state2", "state3"}) doc["axes"][a] = n;
+  for (const char* a : {"state", "state2", "state3", "diffuse", "diffuse2"}) doc["axes"][a] = n;
   doc["axes"]["series"] = series;
   doc["axes"]["time"] = steps;
   auto& p = doc["parameters"];
