@@ -7,6 +7,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -533,6 +534,39 @@ BENCHMARK_CAPTURE(BM_Kalman_Output, forecast, "forecast")->Apply(output_configs)
 BENCHMARK_CAPTURE(BM_Kalman_Output, diffuse, "loglik_diffuse")->Apply(output_configs)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Kalman_StandardErrors)->Apply(output_configs)->Unit(benchmark::kMillisecond);
 
+// `bench_kalman --count WHAT STATE REPS` runs WHAT REPS times on the bench model (one series,
+// T = 1000) without Google Benchmark, for instruction counts under cachegrind
+// (bench/count_instructions.sh): WHAT is a model output, value_and_grad or standard_errors.
+int count(const std::string& what, int64_t n, long reps) {
+  Model mod = bench::kalman_model(n, 1, 1000);
+  const TensorMap in = {{"y", randn(Axes{{"series", 1}, {"time", 1000}, {"obs", kObs}}, 3)}};
+  double sink = 0;
+  for (long r = 0; r < reps; ++r) {
+    if (what == "value_and_grad")
+      sink += mod.value_and_grad("loglik", in).value.item();
+    else if (what == "standard_errors")
+      sink += kalman::uncertainty(mod, in).condition;
+    else
+      sink += sum(mod.run(what, in)).item();
+  }
+  benchmark::DoNotOptimize(sink);
+  return 0;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--count") {
+    try {
+      return count(argv[2], std::stol(argv[3]), std::stol(argv[4]));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_kalman --count: %s\n", e.what());
+      return 2;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
