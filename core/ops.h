@@ -54,8 +54,12 @@ Tensor rename(const Tensor& x, Name from, Name to);
 Tensor rename(const Tensor& x, const AxisList& from, const AxisList& to);
 /// Reorders axes to `order`, which names every axis (view).
 Tensor transpose(const Tensor& x, const AxisList& order);
-/// Elements start, start+step, ... < stop along `axis` (view). 0 <= start <= stop <= size, step >= 1.
-Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop, int64_t step = 1);
+/// slice's stop meaning "to the end of the axis".
+inline constexpr int64_t kToEnd = INT64_MAX;
+/// Elements start, start+step, ... < stop along `axis` (view). A negative start or stop counts from
+/// the end (-1: the last element); kToEnd (the default) is the axis size. After that,
+/// 0 <= start <= stop <= size and step >= 1, or IndexError.
+Tensor slice(const Tensor& x, Name axis, int64_t start, int64_t stop = kToEnd, int64_t step = 1);
 /// The slice at `index` along `axis`, which disappears (view).
 Tensor select(const Tensor& x, Name axis, int64_t index);
 /// The diagonal (i, i) of the square matrices over (row, col), along `row`; `col` disappears

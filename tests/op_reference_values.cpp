@@ -274,7 +274,10 @@ double layout_at(const std::string& op, const Ref& s, const Index& at) {
     return x(src);
   }
   const std::string a0 = ax[0].str();
-  if (op == "slice") return x(with(at, a0, s.attrs.i[0] + at.at(a0) * s.attrs.i[2]));
+  if (op == "slice") {  // a negative start counts from the end
+    const int64_t start = s.attrs.i[0] < 0 ? s.attrs.i[0] + x.size(a0) : s.attrs.i[0];
+    return x(with(at, a0, start + at.at(a0) * s.attrs.i[2]));
+  }
   if (op == "select") return x(with(at, a0, s.attrs.i[0]));
   if (op == "diagonal") return x(with(at, ax[1].str(), at.at(a0)));
   throw std::logic_error("reference: no layout op " + op);

@@ -69,6 +69,12 @@ TEST(Errors, MatrixOpsNameThemselvesWhenGivenOneAxisTwice) {
 TEST(Errors, OutOfRangeSliceAndIndex) {
   expect_error<IndexError>([&] { (void)slice(a3, "i", 1, 5); }, {"[slice]", "[1, 5)", "axis 'i' of size 3"});
   expect_error<IndexError>([&] { (void)slice(a3, "i", 0, 2, 0); }, {"[slice]", "step 0"});
+  expect_error<IndexError>([&] { (void)slice(a3, "i", -4); }, {"[slice]", "[-4, end)", "size 3"});
+  expect_error<IndexError>([&] { (void)slice(a3, "i", 2, -2); }, {"[slice]", "[2, -2)"});
+  // Negative indices count from the end; the default stop is the end (a file need not know T).
+  EXPECT_EQ(slice(a3, "i", -2).to_vector(), slice(a3, "i", 1, 3).to_vector());
+  EXPECT_EQ(slice(a3, "i", 0, -1).to_vector(), slice(a3, "i", 0, 2).to_vector());
+  EXPECT_EQ(slice(a3, "i", -3, kToEnd, 2).to_vector(), slice(a3, "i", 0, 3, 2).to_vector());
   expect_error<IndexError>([&] { (void)select(a3, "i", 3); }, {"[select]", "index 3", "size 3"});
   expect_error<IndexError>([&] { (void)a3.at({{"i", -1}}); }, {"[at]", "index -1"});
 }

@@ -85,12 +85,16 @@ Tensor slice_forward(Inputs in, const Attrs& a) {
   const Tensor& x = in[0];
   if (a.axes.size() != 1) throw AxisError("[slice] name exactly one axis");
   int d = axis_index(x, a.axes[0], "slice");
-  const int64_t n = x.axes().size(d), start = a.i[0], stop = a.i[1], step = a.i[2];
+  const int64_t n = x.axes().size(d), step = a.i[2];
+  // Negative indices count from the end (-1 is the last element); kToEnd is the axis size.
+  const int64_t start = a.i[0] < 0 ? a.i[0] + n : a.i[0];
+  const int64_t stop = a.i[1] == kToEnd ? n : a.i[1] < 0 ? a.i[1] + n : a.i[1];
   if (step < 1 || start < 0 || stop < start || stop > n)
-    throw IndexError("[slice] range [" + std::to_string(start) + ", " + std::to_string(stop) + ") step " +
+    throw IndexError("[slice] range [" + std::to_string(a.i[0]) + ", " +
+                     (a.i[1] == kToEnd ? std::string("end") : std::to_string(a.i[1])) + ") step " +
                      std::to_string(step) + " is invalid for axis '" + a.axes[0].str() + "' of size " +
                      std::to_string(n) + " in " + x.axes().describe() +
-                     " (need 0 <= start <= stop <= size, step >= 1)");
+                     " (need 0 <= start <= stop <= size after counting negative indices from the end, step >= 1)");
   Tensor out = x;
   TA::set_var(out, -1, 0);
   TA::offset(out) += start * x.strides()[d];
@@ -113,6 +117,9 @@ OpSample slice_sample(SampleRng& rng, DType dt) {
   s.attrs.i[0] = int64_t(rng() % uint64_t(n));
   s.attrs.i[1] = s.attrs.i[0] + 1 + int64_t(rng() % uint64_t(n - s.attrs.i[0]));
   s.attrs.i[2] = 1 + int64_t(rng() % 2);
+  // The same range written from the end, now and then: a negative start, stop or kToEnd.
+  if (rng() % 3 == 0) s.attrs.i[0] -= n;
+  if (rng() % 3 == 0) s.attrs.i[1] = s.attrs.i[1] == n ? kToEnd : s.attrs.i[1] - n;
   return s;
 }
 
@@ -234,8 +241,8 @@ const OpDef op_transpose = {.name = "transpose",
                             .attrs = kTransposeAttrs,
                             .doc = "reorders the axes to `order` (view)"};
 constexpr AttrSpec kSliceAttrs[] = {{"axis", AttrKind::name, "the axis sliced"},
-                                    {"start", AttrKind::integer, "first index (0 <= start <= stop)", 0},
-                                    {"stop", AttrKind::integer, "one past the last (<= size)", 1},
+                                    {"start", AttrKind::integer, "first index; negative counts from the end (-1: the last)", 0},
+                                    {"stop", AttrKind::integer, "one past the last; negative counts from the end; absent: the axis end", 1, false, kToEnd},
                                     {"step", AttrKind::integer, "stride (>= 1)", 2, false, 1}};
 const OpDef op_slice = {.name = "slice",
                         .arity = 1,
