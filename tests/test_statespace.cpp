@@ -250,6 +250,8 @@ TEST(StateSpace, LoglikWithGapsIsTheDensityOfWhatWasObserved) {
   const Vec y = observations(m, T, kGaps, 1);
   const double want = dense_loglik(Joint(m, T), y, seen(y, 2, T));
   EXPECT_NEAR(m.run("loglik", inputs_of(y, T)).item(), want, 1e-12 * std::abs(want));
+  // A NaN that `observed` does not mark is not read as anything: the likelihood is NaN.
+  EXPECT_TRUE(std::isnan(m.run("loglik", {{"y", tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}})}}).item()));
   // Without gaps the same (the mask all ones, the default).
   const Vec full = observations(m, T, {}, 2);
   const double want_full = dense_loglik(Joint(m, T), full, seen(full, 2, T));
