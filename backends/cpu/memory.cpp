@@ -1,9 +1,11 @@
 // CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare;
 // each with its flat twin.
 #include <cstdint>
+#include <type_traits>
 
 #include "tenax/backends/cpu/loop.h"
 #include "tenax/backends/cpu/register.h"
+#include "tenax/backends/cpu/transpose_copy.h"
 
 namespace tenax::cpu {
 namespace {
@@ -77,6 +79,19 @@ struct Fill {
   }
 };
 
+// Copies: a transposing copy of floats runs in blocked tiles (transpose_copy.h), others as loops.
+template <class T>
+struct CopyKernel {
+  static void run(const LoopDims& d, const LoopArg* a) {
+    if constexpr (std::is_floating_point_v<T>)
+      if (transpose_copy<T>(d, a)) return;
+    for_each<T, T>(d, a, Copy<T>{});
+  }
+  static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) {
+    t.set(entry, &run, &Kernel<Copy<T>, T, T>::flat, &Kernel<Copy<T>, T, T>::one);
+  }
+};
+
 template <template <class> class K, class T>
 void with_scalar(detail::KernelTable& t, detail::ElementwiseFn& entry) {
   t.set(entry, &K<T>::run, &K<T>::flat, &K<T>::one);
@@ -85,8 +100,8 @@ void with_scalar(detail::KernelTable& t, detail::ElementwiseFn& entry) {
 }  // namespace
 
 void register_memory(detail::KernelTable& t) {
-  Kernel<Copy<double>, double, double>::into(t, t.copy[0]);
-  Kernel<Copy<float>, float, float>::into(t, t.copy[1]);
+  CopyKernel<double>::into(t, t.copy[0]);
+  CopyKernel<float>::into(t, t.copy[1]);
   Kernel<Copy<int64_t>, int64_t, int64_t>::into(t, t.copy[2]);
   Kernel<Copy<bool>, bool, bool>::into(t, t.copy[3]);
   Kernel<AddInto<double>, double, double>::into(t, t.acc[0]);
