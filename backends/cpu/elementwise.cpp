@@ -6,19 +6,67 @@
 
 #include "tenax/backends/cpu/loop.h"
 #include "tenax/backends/cpu/register.h"
+#include "tenax/core/ops/vmath.h"
 
 namespace tenax::cpu {
 namespace {
 
 using detail::LoopArg;
 using detail::LoopDims;
-using std::exp;
-using std::fabs;
-using std::log;
-using std::log1p;
-using std::pow;
-using std::sqrt;
-using std::tanh;
+using detail::UnaryOp;
+using vmath::exp;
+using vmath::fabs;
+using vmath::log;
+using vmath::log1p;
+using vmath::pow;
+using vmath::sqrt;
+using vmath::tanh;
+
+// The vector form of a unary op over xsimd batches, where vmath defines its functions by vectors
+// (loop.h's contiguous loops then run it a batch at a time; each lane has the scalar form's bits).
+template <UnaryOp op, class T>
+struct VectorForm {
+  static constexpr bool kHas = false;
+};
+template <class T>
+struct VectorForm<UnaryOp::tanh, T> {
+  static constexpr bool kHas = vmath::kVectorTanh<T>;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::tanh(x); }
+};
+template <class T>
+struct VectorForm<UnaryOp::exp, T> {
+  static constexpr bool kHas = vmath::kVectorExpLog<T>;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::exp(x); }
+};
+template <class T>
+struct VectorForm<UnaryOp::log, T> {
+  static constexpr bool kHas = vmath::kVectorExpLog<T>;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::log(x); }
+};
+template <class T>
+struct VectorForm<UnaryOp::log1p, T> {
+  static constexpr bool kHas = vmath::kVectorExpLog<T>;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::log1p(x); }
+};
+// sigmoid and softplus: both branches of their forms read exp(-|x|) (exp(-x) where x >= 0, exp(x)
+// where x < 0), so one exp per lane gives the branch the scalar form takes, to the bit, without
+// the scalar form's branch (float64's exp is libm's, lane by lane).
+template <class T>
+struct VectorForm<UnaryOp::sigmoid, T> {
+  static constexpr bool kHas = true;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) {
+    const vmath::Batch<T> one(T(1)), e = vmath::exp(-xsimd::abs(x));
+    return xsimd::select(x >= vmath::Batch<T>(T(0)), one / (one + e), e / (one + e));
+  }
+};
+template <class T>
+struct VectorForm<UnaryOp::softplus, T> {
+  static constexpr bool kHas = true;
+  static vmath::Batch<T> apply(const vmath::Batch<T>& x) {
+    const vmath::Batch<T> l = vmath::log1p(vmath::exp(-xsimd::abs(x)));
+    return xsimd::select(x > vmath::Batch<T>(T(0)), x + l, l);
+  }
+};
 
 // Unused residual slots arrive as null pointers; they read a zero through a zero stride instead.
 template <class T>
@@ -73,11 +121,16 @@ struct DerivKernel {
   static void one(void* const* p) { one_all(p, std::make_index_sequence<kArity>{}); }
 };
 
-#define TENAX_UNARY(name, f, df, saves)                                              \
-  template <class T>                                                                 \
-  struct Fwd_##name {                                                                \
-    void operator()(T& y, T x) const { y = (f); }                                    \
-  };                                                                                 \
+#define TENAX_UNARY(name, f, df, saves)                                                  \
+  template <class T>                                                                     \
+  struct Fwd_##name {                                                                    \
+    static constexpr bool kVectorized = VectorForm<UnaryOp::name, T>::kHas;              \
+    static vmath::Batch<T> vec(const vmath::Batch<T>& x) {                               \
+      if constexpr (kVectorized) return VectorForm<UnaryOp::name, T>::apply(x);          \
+      return x;                                                                          \
+    }                                                                                    \
+    void operator()(T& y, T x) const { y = (f); }                                        \
+  };                                                                                     \
   template <class T, bool kAcc>                                                      \
   struct Deriv_##name {                                                              \
     void operator()(T& dst, T g, [[maybe_unused]] T x, [[maybe_unused]] T y) const { \

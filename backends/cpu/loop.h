@@ -12,6 +12,8 @@
 #include <tuple>
 #include <utility>
 
+#include <xsimd/xsimd.hpp>
+
 #include "tenax/backends/kernels.h"
 
 namespace tenax::cpu {
@@ -141,6 +143,20 @@ inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
     if (s[0] == 0 && s[1] == 1 && len >= 16) {
       sum_into(*std::get<0>(ptr), std::get<1>(ptr), len);
       return;
+    }
+  }
+  if constexpr (requires { F::kVectorized; }) {  // a unary op with a vector form (elementwise.cpp)
+    if constexpr (F::kVectorized && sizeof...(Ts) == 2) {
+      if (s[0] == 1 && s[1] == 1) {
+        using T = std::tuple_element_t<0, std::tuple<Ts...>>;
+        using B = xsimd::batch<T>;
+        T* y = std::get<0>(ptr);
+        const T* x = std::get<1>(ptr);
+        int64_t i = 0;
+        for (; i + int64_t(B::size) <= len; i += int64_t(B::size)) F::vec(B::load_unaligned(x + i)).store_unaligned(y + i);
+        for (; i < len; ++i) f(y[i], x[i]);  // the tail: one lane of the same function
+        return;
+      }
     }
   }
   if (((s[I] == 1) && ...)) {

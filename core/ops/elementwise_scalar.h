@@ -5,15 +5,17 @@
 // kernels expand, so the same bits.
 #include <cmath>
 
+#include "tenax/core/ops/vmath.h"
+
 namespace tenax::detail::elementwise_scalar {
 
-using std::exp;
-using std::fabs;
-using std::log;
-using std::log1p;
-using std::pow;
-using std::sqrt;
-using std::tanh;
+using vmath::exp;
+using vmath::fabs;
+using vmath::log;
+using vmath::log1p;
+using vmath::pow;
+using vmath::sqrt;
+using vmath::tanh;
 
 #define TENAX_UNARY(id, f, df, saves_) \
   template <class T>                   \
