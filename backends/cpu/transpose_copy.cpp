@@ -102,6 +102,8 @@ void rows(const Layout& l, T* out, const T* in, int64_t j0, int64_t j1, bool str
     const int64_t bi = std::min(kBlock, l.ni - i0);
     for (int64_t jj = 0; jj < bj; ++jj) {
       const T* src = in + (j0 + jj) * l.in_col + i0;
+      if (i0 + 2 * kBlock <= l.ni)  // the next tile's part of this row, ahead of its turn
+        for (int64_t k = 0; k < kBlock; k += int64_t(64 / sizeof(T))) __builtin_prefetch(src + kBlock + k);
       for (int64_t ii = 0; ii < bi; ++ii) buf[ii][jj] = src[ii];
     }
     for (int64_t ii = 0; ii < bi; ++ii) put_row(out + (i0 + ii) * l.out_row + j0, buf[ii], bj, stream);
