@@ -81,7 +81,6 @@ FitResult minimize(tenax::Model& model, const std::string& output, const tenax::
   const auto start = Clock::now();
   auto since = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   FitResult result;
-  // The best point evaluated: where the fit ends if L-BFGS gives up half-way through a line search.
   const Coordinates coords(model);
   // The best point evaluated: where the fit ends if L-BFGS gives up half-way through a line search.
   Eigen::VectorXd best = coords.from_model(model.unconstrained_vector());
