@@ -11,6 +11,7 @@
 // functions are within 2 ulp of libm's (tests/test_math.cpp checks the ranges).
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 #include <xsimd/xsimd.hpp>
 
@@ -30,13 +31,16 @@ inline T lane(const Batch<T>& b) {
   return b.get(0);
 }
 
-// Each lane through libm's scalar function (the definition where xsimd's is not faster).
+// Each lane through libm's scalar function (the definition where xsimd's is not faster). Built
+// from the lanes' values, not through a stored array: two scalar stores read back as one vector
+// stall store forwarding (measured 6.9 against 3.7 ns per element for float64 sigmoid).
+template <class T, class F, std::size_t... I>
+inline Batch<T> per_lane(const Batch<T>& x, F f, std::index_sequence<I...>) {
+  return Batch<T>{f(x.get(I))...};
+}
 template <class T, class F>
 inline Batch<T> per_lane(const Batch<T>& x, F f) {
-  alignas(64) T v[Batch<T>::size];
-  x.store_aligned(v);
-  for (T& e : v) e = f(e);
-  return Batch<T>::load_aligned(v);
+  return per_lane(x, f, std::make_index_sequence<Batch<T>::size>{});
 }
 
 // ---- vectors: xsimd's where it is the definition, else libm's per lane (same bits as scalars) ----
