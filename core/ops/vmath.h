@@ -59,9 +59,19 @@ inline Batch<T> log1p(const Batch<T>& x) {
   if constexpr (kVectorExpLog<T>) return xsimd::log1p(x);
   else return per_lane(x, [](T v) { return std::log1p(v); });
 }
+// xsimd's float64 functions on SSE2 convert to int64 lane by lane in C++, which is undefined for
+// NaN and out-of-range values (UBSan found it): tanh's argument is read as 0 where it is NaN and
+// clamped to +-20 (where tanh is +-1 in float64), the NaN restored after. float32 converts with
+// cvttps2dq, defined for every input.
 template <class T>
 inline Batch<T> tanh(const Batch<T>& x) {
-  return xsimd::tanh(x);
+  if constexpr (std::is_same_v<T, double>) {
+    const auto nan = x != x;
+    const Batch<T> safe = xsimd::min(xsimd::max(xsimd::select(nan, Batch<T>(T(0)), x), Batch<T>(T(-20))), Batch<T>(T(20)));
+    return xsimd::select(nan, x, xsimd::tanh(safe));
+  } else {
+    return xsimd::tanh(x);
+  }
 }
 
 // ---- scalars: one lane of the vector function where it is the definition, else libm ----
