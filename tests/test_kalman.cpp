@@ -99,21 +99,36 @@ TEST(KalmanUncertainty, InformationMatchesSecondDifferencesAndTheDeltaMethod) {
 }
 
 // The Nile's annual flow (examples/nile): the local level model fitted by exact diffuse maximum
-// likelihood reproduces the published table of Durbin and Koopman (2012, section 2.10.3):
-// sigma^2_epsilon = 15099, sigma^2_eta = 1469.1, each within one unit of its last printed digit.
-// The log-likelihood and the standard errors are compared with statsmodels 0.15.0 on the same data
-// (UnobservedComponents 'local level', use_exact_diffuse=True: llf -633.4645636 at its optimum
-// 15098.519, 1469.176; cov_type='approx', the numerical observed information: 3145.548, 1280.375).
+// likelihood reproduces the published figures:
+// - Durbin and Koopman (2012, section 2.10.3): sigma^2_epsilon = 15099, sigma^2_eta = 1469.1, each
+//   within one unit of its last printed digit;
+// - the statespacer vignette on CRAN ("Introduction to statespacer", the same model, data and
+//   diffuse likelihood; optim minimises -loglik / n): "initial value 6.623273" at both variances
+//   var(y) and "final value 6.334646" at the optimum, to the printed digits.
+// The standard errors are compared with statsmodels 0.15.0 on the same data (UnobservedComponents
+// 'local level', use_exact_diffuse=True, cov_type='approx', the numerical observed information:
+// 3145.548, 1280.375; its llf -633.4645636 at 15098.519, 1469.176).
 TEST(NileLocalLevel, ReproducesThePublishedMaximumLikelihoodTable) {
   const std::filesystem::path file = std::filesystem::path(TENAX_SOURCE_DIR) / "examples" / "nile" / "model.json";
   Model m = load_model(file);
   const Tensor y = m.input("y");
   const TensorMap in = {{"y", y}, {"observed", kalman::observed_mask(y)}};
+  {  // the vignette's start: both variances var(y) (the sample variance)
+    const std::vector<double> v = y.to_vector();
+    double mean = 0, var = 0;
+    for (double x : v) mean += x / double(v.size());
+    for (double x : v) var += (x - mean) * (x - mean) / double(v.size() - 1);
+    Model start = m;
+    start.set_parameter("r", tensor(std::vector<double>{var}, Axes{{"obs", 1}}));
+    start.set_parameter("Q", tensor(std::vector<double>{var}, Axes{{"state", 1}, {"state2", 1}}));
+    EXPECT_NEAR(-start.run("loglik", in).item() / 100.0, 6.623273, 5e-7);
+  }
   const kalman::FitResult fit = kalman::fit(m, in, {});
   ASSERT_TRUE(fit.converged) << fit.reason;
   const double r = m.parameter("r").item(), q = m.parameter("Q").item();
   EXPECT_NEAR(r, 15099.0, 1.0);
   EXPECT_NEAR(q, 1469.1, 0.1);
+  EXPECT_NEAR(-fit.loglik / 100.0, 6.334646, 5e-7);
   EXPECT_NEAR(fit.loglik, -633.4645636, 1e-6);
   const kalman::Uncertainty u = kalman::uncertainty(m, in);
   ASSERT_FALSE(u.near_singular);
