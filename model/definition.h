@@ -108,6 +108,9 @@ struct Definition {
 /// Builds a definition from a document; throws ModelError with the pointer of the first problem.
 std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir);
 
+/// Slots `g` reads that it does not define itself: what a body captures from outside.
+std::vector<int> outer_reads(const Graph& g);
+
 /// The part of `g` that the slots `needed` depend on: unread nodes dropped, and control flow
 /// keeping only the results read (a scan also the carries those depend on), bodies pruned to
 /// match; scan caches fresh. params, captures and results are g's.

@@ -539,29 +539,13 @@ class Parser {
     } else {
       g->results = resolve_all(need(b, "results", at, "the names of the results"), at + "/results", "names", scope);
     }
-    g->captures = captured(*g);
+    g->captures = outer_reads(*g);
     if (g->results.size() != n_outputs)
       fail(at, "the body returns " + std::to_string(g->results.size()) + " values but the node names " +
                    std::to_string(n_outputs) + " outputs");
     return g;
   }
 
-  // Slots `g` reads that it does not define itself.
-  static std::vector<int> captured(const Graph& g) {
-    std::set<int> defined(g.params.begin(), g.params.end()), reads;
-    for (const Node& n : g.nodes) {
-      for (const std::vector<int>* v : {&n.inputs, &n.init, &n.xs})
-        for (int s : *v)
-          if (!defined.count(s)) reads.insert(s);
-      if (n.body)
-        for (int s : n.body->captures)
-          if (!defined.count(s)) reads.insert(s);
-      defined.insert(n.outputs.begin(), n.outputs.end());
-    }
-    for (int s : g.results)
-      if (!defined.count(s)) reads.insert(s);
-    return {reads.begin(), reads.end()};
-  }
 
   Node node(const json& n, const std::string& at, Scope& scope) {
     Node out;

@@ -8,9 +8,7 @@
 #include "tenax/model/definition.h"
 
 namespace tenax::model_detail {
-namespace {
 
-// Slots `g` reads that it does not define itself (what a body captures from outside).
 std::vector<int> outer_reads(const Graph& g) {
   std::set<int> defined(g.params.begin(), g.params.end()), reads;
   for (const Node& n : g.nodes) {
@@ -26,6 +24,8 @@ std::vector<int> outer_reads(const Graph& g) {
     if (!defined.count(s)) reads.insert(s);
   return {reads.begin(), reads.end()};
 }
+
+namespace {
 
 // A copy of `n` with outputs `keep` (indices into n.outputs) and, for control flow, its body
 // pruned to the matching results; a fresh scan cache (a pruned step is another program).

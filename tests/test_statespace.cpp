@@ -241,6 +241,24 @@ TensorMap inputs_of(const Vec& y, int T) {
   return {{"y", tensor(y, Axes{{"series", 1}, {"time", T}, {"obs", 2}})}, {"observed", observed_of(y, T)}};
 }
 
+// Every unconstrained coordinate's gradient of `output` against central differences of its values.
+void expect_gradient_matches_differences(Model& m, const char* output, const TensorMap& in) {
+  const std::vector<double> grad = Model::flatten(m.value_and_grad(output, in).grads);
+  const std::vector<double> u = m.unconstrained_vector();
+  for (size_t k = 0; k < u.size(); ++k) {
+    const double h = 1e-5;
+    std::vector<double> up = u, dn = u;
+    up[k] += h;
+    dn[k] -= h;
+    m.set_unconstrained_vector(up);
+    const double fp = m.run(output, in).item();
+    m.set_unconstrained_vector(dn);
+    const double fm = m.run(output, in).item();
+    m.set_unconstrained_vector(u);
+    EXPECT_NEAR(grad[k], (fp - fm) / (2 * h), 1e-7 * (1.0 + std::abs(grad[k]))) << output << " coordinate " << k;
+  }
+}
+
 // A step with both observations missing, one with only the second, and the last step partial.
 const std::vector<int> kGaps = {2 * 2 + 0, 2 * 2 + 1, 4 * 2 + 1, 5 * 2 + 0, 6 * 2 + 0, 6 * 2 + 1, 7 * 2 + 1};
 
@@ -299,22 +317,7 @@ TEST(StateSpace, GradientWithGapsMatchesFiniteDifferences) {
   const int T = 8;
   Model m = kalman(1, T, 3);
   const TensorMap in = inputs_of(observations(m, T, kGaps, 3), T);
-  for (const char* output : {"loglik", "loglik_diffuse"}) {
-    const std::vector<double> grad = Model::flatten(m.value_and_grad(output, in).grads);
-    const std::vector<double> u = m.unconstrained_vector();
-    for (size_t k = 0; k < u.size(); ++k) {
-      const double h = 1e-5;
-      std::vector<double> up = u, dn = u;
-      up[k] += h;
-      dn[k] -= h;
-      m.set_unconstrained_vector(up);
-      const double fp = m.run(output, in).item();
-      m.set_unconstrained_vector(dn);
-      const double fm = m.run(output, in).item();
-      m.set_unconstrained_vector(u);
-      EXPECT_NEAR(grad[k], (fp - fm) / (2 * h), 1e-7 * (1.0 + std::abs(grad[k]))) << output << " coordinate " << k;
-    }
-  }
+  for (const char* output : {"loglik", "loglik_diffuse"}) expect_gradient_matches_differences(m, output, in);
 }
 
 TEST(StateSpace, FilteredAndSmoothedStatesAreTheDenseConditionals) {
@@ -373,20 +376,7 @@ TEST(StateSpace, SmootherGradientMatchesFiniteDifferences) {
   doc["outputs"]["smooth_total"] = "smooth_total";
   Model m = load_model_json(doc, kModel.parent_path());
   const TensorMap in = inputs_of(observations(m, T, {3 * 2 + 1}, 6), T);
-  const std::vector<double> grad = Model::flatten(m.value_and_grad("smooth_total", in).grads);
-  const std::vector<double> u = m.unconstrained_vector();
-  for (size_t k = 0; k < u.size(); ++k) {
-    const double h = 1e-5;
-    std::vector<double> up = u, dn = u;
-    up[k] += h;
-    dn[k] -= h;
-    m.set_unconstrained_vector(up);
-    const double fp = m.run("smooth_total", in).item();
-    m.set_unconstrained_vector(dn);
-    const double fm = m.run("smooth_total", in).item();
-    m.set_unconstrained_vector(u);
-    EXPECT_NEAR(grad[k], (fp - fm) / (2 * h), 1e-7 * (1.0 + std::abs(grad[k]))) << "coordinate " << k;
-  }
+  expect_gradient_matches_differences(m, "smooth_total", in);
 }
 
 // examples/nile/model.json is this graph with every axis of size 1; the two must not drift apart.
