@@ -2,6 +2,7 @@
 // pools of captured programs, and the tape node whose reverse pass replays a captured program.
 #include "tenax/autodiff/compile.h"
 
+
 #include <algorithm>
 #include <atomic>
 #include <list>
@@ -10,6 +11,7 @@
 
 #include "tenax/autodiff/function_program.h"
 #include "tenax/autodiff/recording.h"
+#include "tenax/core/distributed_impl.h"
 #include "tenax/autodiff/tape_impl.h"
 
 namespace tenax {
@@ -21,11 +23,13 @@ struct ArgSignature {
   DType dtype;
   Device device;
   bool tracked;
+  uint16_t shard;  // the sharding (core/distributed.h): a sharded argument traces its own plan
   bool operator==(const ArgSignature& o) const {
-    return axes == o.axes && dtype == o.dtype && device == o.device && tracked == o.tracked;
+    return axes == o.axes && dtype == o.dtype && device == o.device && tracked == o.tracked && shard == o.shard;
   }
   [[nodiscard]] std::string describe() const {
-    return axes.describe() + " " + dtype_name(dtype) + " on " + device.str() + (tracked ? ", tracked" : "");
+    return axes.describe() + " " + dtype_name(dtype) + " on " + device.str() + (tracked ? ", tracked" : "") +
+           (shard != 0 ? ", sharded" : "");
   }
 };
 
@@ -47,7 +51,7 @@ bool forward_mode_tape() {
 Signature signature_of(const std::vector<Tensor>& args) {
   Signature s;
   s.forward_mode = forward_mode_tape();
-  for (const Tensor& a : args) s.args.push_back({a.axes(), a.dtype(), a.device(), is_tracked(a)});
+  for (const Tensor& a : args) s.args.push_back({a.axes(), a.dtype(), a.device(), is_tracked(a), a.shard_id()});
   for (int i = 0; i < g_mapped.size(); ++i) s.mapped.push_back(g_mapped[i]);
   return s;
 }
@@ -159,6 +163,7 @@ class CompiledState {
     }
     // A program whose run fails is dropped (its capture may be unfinished); a later call makes another.
     std::vector<Tensor> out = p->forward(args);
+    for (size_t k = 0; k < out.size(); ++k) out[k] = with_shard(out[k], e->plan->y_shards()[k]);
     bool tracked = false;
     for (const ArgSignature& a : sig.args) tracked = tracked || a.tracked;
     if (!tracked) {

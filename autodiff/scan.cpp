@@ -5,6 +5,7 @@
 // autodiff/scan_cache.h).
 #include "tenax/autodiff/scan.h"
 
+
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/scan_run.h"
+#include "tenax/core/distributed_impl.h"
 #include "tenax/core/ops.h"
 
 namespace tenax {
@@ -64,10 +66,12 @@ void check_carry(const std::vector<Tensor>& init, const std::vector<Tensor>& out
 
 // `init` broadcast to the mapped axes `extra`, laid out dense in the order `like` (the carry the
 // step returns), so that step 0 reads its carry as every later step does.
-Tensor widened(const Tensor& init, const Axes& extra, const Axes& like) {
+// `shard`: the sharding of the traced step's carry (a mapped axis picked up may be sharded).
+Tensor widened(const Tensor& init, const Axes& extra, const Axes& like, uint16_t shard) {
   // The mapped axes are physically there; broadcasting to them is nmap's own business.
   detail::MappedScope none(AxisList{}, detail::MappedScope::replace);
-  return contiguous(transpose(broadcast(init, extra), like.names()));
+  const Tensor out = contiguous(transpose(broadcast(init, extra), like.names()));
+  return shard != 0 && out.has_axis(detail::sharding_of(shard).axis) ? detail::with_shard(out, shard) : out;
 }
 
 // Broadcasts init[k] to the mapped (nmap) axes that out[k] has and init[k] lacks, in out[k]'s
@@ -79,7 +83,7 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out, 
   was.resize(init.size(), false);
   for (size_t k = 0; k < init.size() && k < out.size(); ++k) {
     if (was[k] && init[k].axes().same_set(out[k].axes()) && !(init[k].axes() == out[k].axes())) {
-      init[k] = widened(init[k], Axes{}, out[k].axes());
+      init[k] = widened(init[k], Axes{}, out[k].axes(), out[k].shard_id());
       any = true;
       continue;
     }
@@ -93,7 +97,7 @@ bool widen_to_mapped(std::vector<Tensor>& init, const std::vector<Tensor>& out, 
     }
     for (int i = 0; i < init[k].rank(); ++i) only_mapped = only_mapped && out[k].has_axis(init[k].axes().name(i));
     if (extra.rank() == 0 || !only_mapped) continue;
-    init[k] = widened(init[k], extra, out[k].axes());
+    init[k] = widened(init[k], extra, out[k].axes(), out[k].shard_id());
     was[k] = any = true;
   }
   return any;
@@ -132,11 +136,11 @@ int64_t check_scan(const std::vector<Tensor>& init, const std::vector<Tensor>& x
   return steps;
 }
 
-// The axes and dtype of each tensor; on_host becomes false when one is elsewhere.
-std::vector<std::pair<Axes, DType>> shapes(const std::vector<Tensor>& ts, bool& on_host) {
-  std::vector<std::pair<Axes, DType>> out;
+// The axes, dtype and sharding of each tensor; on_host becomes false when one is elsewhere.
+std::vector<std::tuple<Axes, DType, uint16_t>> shapes(const std::vector<Tensor>& ts, bool& on_host) {
+  std::vector<std::tuple<Axes, DType, uint16_t>> out;
   for (const Tensor& t : ts) {
-    out.emplace_back(t.axes(), t.dtype());
+    out.emplace_back(t.axes(), t.dtype(), t.shard_id());
     on_host = on_host && t.device().kind == Device::Kind::cpu;
   }
   return out;
@@ -295,7 +299,7 @@ class ScanCall {
     run_->plan = e->plan;
     run_->program = std::move(e->program);
     for (size_t k = 0; k < init_.size(); ++k)
-      if (e->widen[k].rank() > 0) run_->init[k] = widened(init_[k], e->widen[k], e->widened_axes[k]);
+      if (e->widen[k].rank() > 0) run_->init[k] = widened(init_[k], e->widen[k], e->widened_axes[k], e->plan->carry_shards()[k]);
     for (int i : e->param_capture) run_->params.push_back((*captures_)[static_cast<size_t>(i)]);
     run_->program->rebind(xs_, run_->params);
     run_->entry = std::move(e);
@@ -481,6 +485,11 @@ class ScanCall {
   // The final carry and the stacked outputs; recorded as one node when anything is tracked.
   ScanResult result() {
     ScanResult result{carry_, ys_};
+    // Sharded where the traced step's results were (a stacked output keeps its sharded axis).
+    for (size_t k = 0; k < result.carry.size(); ++k)
+      result.carry[k] = detail::with_shard(result.carry[k], run_->plan->carry_shards()[k]);
+    for (size_t k = 0; k < result.ys.size(); ++k)
+      result.ys[k] = detail::with_shard(result.ys[k], run_->plan->y_shards()[k]);
     if (!record_) return result;
     std::vector<Tensor> inputs = run_->init, outputs = result.carry;
     inputs.insert(inputs.end(), xs_.begin(), xs_.end());
@@ -549,6 +558,12 @@ class ScanCall {
 ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs,
                      Name over, const ScanOptions& options, const std::vector<Tensor>* captures,
                      const std::shared_ptr<detail::ScanCache>* cache) {
+  for (const std::vector<Tensor>* group : {&init, &xs})
+    for (const Tensor& t : *group)
+      if (t.defined() && t.shard_id() != 0 && detail::sharding_of(t.shard_id()).axis == over)
+        throw AxisError("[scan] over the axis '" + over.str() + "', which is sharded across " +
+                        std::to_string(detail::sharding_of(t.shard_id()).comm.size()) +
+                        " ranks: a scan needs the whole axis on one rank; shard another axis, or gather this one");
   return ScanCall(body, init, xs, over, options, captures, cache).run();
 }
 

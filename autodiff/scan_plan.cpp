@@ -105,10 +105,12 @@ std::shared_ptr<ScanPlan> ScanPlan::trace(const ScanStepFn& body, const std::vec
     for (size_t k = 0; k < res.first.size(); ++k) {
       if (!res.first[k].defined()) throw Error("[scan] carry " + std::to_string(k) + " returned by the body is undefined");
       plan->carry_out_.push_back(rec.ref_of(res.first[k]));
+      plan->carry_shards_.push_back(res.first[k].shard_id());
     }
     for (size_t k = 0; k < res.second.size(); ++k) {
       if (!res.second[k].defined()) throw Error("[scan] output " + std::to_string(k) + " returned by the body is undefined");
       plan->y_out_.push_back(rec.ref_of(res.second[k]));
+      plan->y_shards_.push_back(res.second[k].shard_id());
     }
   }
   carry_out.clear();

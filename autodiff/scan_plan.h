@@ -108,6 +108,9 @@ class ScanPlan {
   [[nodiscard]] size_t n_vars() const { return vars_.size(); }
   [[nodiscard]] const std::vector<PlanRef>& carry_out() const { return carry_out_; }
   [[nodiscard]] const std::vector<PlanRef>& y_out() const { return y_out_; }
+  /// The sharding (core/distributed.h) of each carry and output as traced (0: whole).
+  [[nodiscard]] const std::vector<uint16_t>& carry_shards() const { return carry_shards_; }
+  [[nodiscard]] const std::vector<uint16_t>& y_shards() const { return y_shards_; }
   [[nodiscard]] const std::vector<PlanOp>& ops() const { return ops_; }
   /// Where op `p` reads its input i.
   [[nodiscard]] PlanRef input(const PlanOp& p, int i) const {
@@ -133,6 +136,7 @@ class ScanPlan {
   std::vector<Tensor> params_;        ///< the closed-over tracked tensors (their values are fixed)
   std::vector<int32_t> param_vars_;   ///< their variables
   std::vector<PlanRef> carry_out_, y_out_;
+  std::vector<uint16_t> carry_shards_, y_shards_;
 };
 
 }  // namespace tenax::detail

@@ -3,6 +3,7 @@
 // records on the enclosing tape) and what a ScanCache keeps between calls. scan.cpp runs the
 // forward loop and fills them; scan_run.cpp runs the reverse pass.
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "tenax/autodiff/scan.h"
@@ -23,7 +24,7 @@ struct ScanCache::Entry {
   Name over;
   int64_t steps = 0;
   ScanOptions opt;
-  std::vector<std::pair<Axes, DType>> init_shapes, x_shapes, capture_shapes;
+  std::vector<std::tuple<Axes, DType, uint16_t>> init_shapes, x_shapes, capture_shapes;  // and shardings
   std::vector<char> tracked;       // per capture: a parameter of the tape at the trace
   std::vector<Tensor> fixed;       // per capture: its value then, when untracked
   std::vector<Name> mapped;        // the nmap axes active then

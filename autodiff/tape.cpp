@@ -8,6 +8,8 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/core/ops.h"
+#include "tenax/core/distributed_impl.h"
+#include "tenax/core/ops/collective.h"
 #include "tenax/core/ops/dispatch.h"
 
 namespace tenax::detail {
@@ -208,7 +210,50 @@ void TapeImpl::check_growth() const {
   check_memory_budget(Device::cpu(), cap * per_record, "the tape's record arrays");
 }
 
+// A call with a sharded input takes each tracked replicated input through its varying alias
+// (collective.h: op_vary), whose adjoint is summed over ranks once in the reverse sweep. Not while
+// a body is traced: the traced function's own node is what the outer tape aliases.
+namespace {
+uint16_t sharding_of_call(const Tensor* const* in, int n) {
+  if (g_record_state.trace) return 0;
+  uint16_t id = 0;
+  for (int i = 0; i < n; ++i) id |= in[i]->shard_id();
+  return id;
+}
+}  // namespace
+
+Tensor TapeImpl::varying(const Tensor& t, uint16_t id) {
+  Tensor alias = t;
+  const auto [it, fresh] = varying_.try_emplace(t.var(), -1);
+  if (fresh) {
+    Attrs a;
+    a.i[0] = id;
+    const Tensor* p[1] = {&t};
+    append(op_vary, Inputs{p, 1}, a, alias);
+    it->second = alias.var();
+  } else {
+    TensorAccess::set_var(alias, it->second, serial_);
+  }
+  return alias;
+}
+
 void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+  const uint16_t id = sharding_of_call(in.p, in.n);
+  if (id == 0) [[likely]] {
+    append(op, in, attrs, out);
+    return;
+  }
+  std::vector<Tensor> alias(static_cast<size_t>(in.n));
+  std::vector<const Tensor*> p(static_cast<size_t>(in.n));
+  for (int i = 0; i < in.n; ++i) {
+    const bool diff = !(i < 31 && (op.nondiff & (1u << i)));
+    alias[static_cast<size_t>(i)] = diff && in[i].shard_id() == 0 && is_tracked(in[i]) ? varying(in[i], id) : in[i];
+    p[static_cast<size_t>(i)] = &alias[static_cast<size_t>(i)];
+  }
+  append(op, Inputs{p.data(), in.n}, attrs, out);
+}
+
+void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
   check_growth();
   const int n = in.n;
   const int32_t rid = static_cast<int32_t>(a_.records.size());
@@ -241,8 +286,18 @@ void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
   a_.records.push_back(r);
 }
 
-void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
+void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& given,
                              std::vector<Tensor>& outputs) {
+  std::vector<const Tensor*> p;
+  for (const Tensor& t : given) p.push_back(&t);
+  const uint16_t id = sharding_of_call(p.data(), static_cast<int>(p.size()));
+  std::vector<Tensor> aliased;
+  if (id != 0) {
+    aliased = given;
+    for (Tensor& t : aliased)
+      if (t.shard_id() == 0 && is_tracked(t)) t = varying(t, id);
+  }
+  const std::vector<Tensor>& inputs = id != 0 ? aliased : given;
   check_growth();
   const int32_t rid = static_cast<int32_t>(a_.records.size());
   if (g_source) a_.sources.emplace_back(rid, g_source);
@@ -372,6 +427,8 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
     // A lent adjoint (a broadcast view) is handed out as a dense buffer of its own.
     out.push_back(a.defined() ? owned(v) : new_adjoint(v));
+    // A sharded tensor's gradient is sharded like it (this rank's block).
+    if (wrt[out.size() - 1].shard_id() != 0) out.back() = with_shard(out.back(), wrt[out.size() - 1].shard_id());
   }
   a_.adjoints.clear();
   a_.lent.clear();
@@ -420,6 +477,7 @@ void TapeImpl::sweep() {
         run_custom(r);
         continue;
       }
+      if (r.op->collective_vjp) (void)adjoint(r.out);  // every rank takes part, with zeros if need be
       if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
       if (batch_.rank() > 0 && !r.op->batched_vjp)
         throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +

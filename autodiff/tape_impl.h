@@ -2,6 +2,7 @@
 // Library-internal: the flat tape (one record per op call, integer variable ids, residuals kept
 // per the op's declaration) and its reverse and forward sweeps.
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -97,6 +98,11 @@ class TapeImpl final : public Recorder {
   [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
 
  private:
+  /// Appends one op record (record() after the sharding aliases).
+  void append(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out);
+  /// The varying alias of tracked replicated tensor `t` for sharding `id`: one op_vary record per
+  /// variable, made at its first use with sharded operands.
+  Tensor varying(const Tensor& t, uint16_t id);
   void check_growth() const;
   void check_adjoints(const Record& r) const;
   [[noreturn]] void rethrow_with_source(int32_t record) const;
@@ -121,6 +127,7 @@ class TapeImpl final : public Recorder {
   bool keep_all_ = false;
   Axes batch_;  ///< axes the cotangent has beyond the output's (several VJPs in one sweep)
   TapeArrays a_;
+  std::unordered_map<int32_t, int32_t> varying_;  ///< variable -> its varying alias
   int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0;
 };
 

@@ -73,6 +73,9 @@ class Tensor {
   [[nodiscard]] int32_t var() const { return var_; }
   /// Serial of the recording session that owns var() (0: none).
   [[nodiscard]] uint32_t tape_serial() const { return tape_; }
+  /// Which sharding (core/distributed.h) splits one of its axes across processes; 0: none, the
+  /// tensor is whole on every process.
+  [[nodiscard]] uint16_t shard_id() const { return shard_; }
 
  private:
   friend struct detail::TensorAccess;
@@ -87,6 +90,7 @@ class Tensor {
   Axes axes_;
   int64_t strides_[kMaxRank] = {};
   DType dtype_ = DType::f64;
+  uint16_t shard_ = 0;
   int32_t var_ = -1;
   uint32_t tape_ = 0;
 };
@@ -98,6 +102,7 @@ struct TensorAccess {
     t.var_ = var;
     t.tape_ = tape;
   }
+  static void set_shard(Tensor& t, uint16_t id) { t.shard_ = id; }
   static int64_t* strides(Tensor& t) { return t.strides_; }
   static Axes& axes(Tensor& t) { return t.axes_; }
   static int64_t& offset(Tensor& t) { return t.offset_; }

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev liblapack-dev
   libeigen3-dev liblbfgspp-dev libcli11-dev
+  libopenmpi-dev openmpi-bin
   clang-14 libclang-rt-14-dev valgrind gnuplot-nox
 )
 

@@ -8,6 +8,7 @@
 
 #include "tenax/core/env.h"
 #include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/collective.h"
 #include "tenax/core/threads.h"
 #include "tenax/named/batching.h"
 
@@ -121,6 +122,7 @@ Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
 
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   const int n = inputs.n;
+  uint16_t sharded = 0;
   if (op.arity >= 0 && n != op.arity)
     throw Error(std::string("[") + op.name + "] takes " + std::to_string(op.arity) + " inputs, got " +
                 std::to_string(n));
@@ -132,12 +134,15 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
                         " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
                         "; move one with to(device)");
     check_tape_thread(inputs[i], op.name, i);
+    sharded |= inputs[i].shard_id();
   }
   if (!g_mapped.empty()) {
     check_unmapped(attrs.axes, g_mapped, op.name);
     check_unmapped(attrs.axes2, g_mapped, op.name);
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
+  if (sharded) [[unlikely]]
+    return apply_sharded(op, inputs, attrs);
   Tensor out = forward_naming_op(op, inputs, attrs);
   if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
   if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {

@@ -157,6 +157,9 @@ inline bool check_finite_enabled() { return g_check_finite.load(std::memory_orde
 int64_t first_non_finite(const Tensor& t);
 void check_finite_value(const Tensor& t, const char* op, const std::string& where);
 
+/// op.forward, with failures below the op (allocation, a missing backend, sizes past the limit)
+/// naming the op.
+Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs);
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs);
 /// Attributes of an op call that sets none.

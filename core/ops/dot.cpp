@@ -93,6 +93,7 @@ const OpDef op_dot = {.name = "dot",
                       .jvp = dot_jvp,
                       .saves = 3u,
                       .sample = dot_sample,
+                      .shard = ShardRule::sum,
                       .attrs = kDotAttrs,
                       .doc =
                           "Σ_over a b: the `over` axes are summed, other shared axes are batch axes; a's "

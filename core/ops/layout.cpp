@@ -238,6 +238,7 @@ const OpDef op_transpose = {.name = "transpose",
                             .jvp = transpose_jvp,
                             .view = true,
                             .sample = transpose_sample,
+                            .shard = ShardRule::layout,
                             .attrs = kTransposeAttrs,
                             .doc = "reorders the axes to `order` (view)"};
 constexpr AttrSpec kSliceAttrs[] = {{"axis", AttrKind::name, "the axis sliced"},

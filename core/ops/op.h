@@ -121,6 +121,18 @@ struct AttrSpec {
   bool all_when_absent = false;
 };
 
+/// What an op does with an axis split across ranks (core/distributed.h) that its attributes name
+/// or its result lacks. Any other use of a sharded axis is an Error naming the op and the axis.
+enum class ShardRule : uint8_t {
+  local,      ///< must neither name the sharded axis nor drop it (elementwise, most ops)
+  layout,     ///< may name it and keeps it (transpose)
+  sum,        ///< a sum over it: the per-rank results are summed over ranks (sum, dot)
+  mean,       ///< a mean over it: per-rank means weighted by block size, summed over ranks
+  max,        ///< a maximum over it: the elementwise maximum over ranks
+  logsumexp,  ///< log Σ exp over it: combined through the maximum over ranks
+  gather,     ///< the op is a collective of its own and returns a whole tensor
+};
+
 /// One op. Instances are static and immutable; the registry lists them. Written with designated
 /// initialisers; docs/architecture.md says what each field is for when adding an op.
 struct OpDef {
@@ -145,6 +157,11 @@ struct OpDef {
   /// The JVP rule accepts tangents with batch axes beyond their primals' (several JVPs in one
   /// sweep: forward-mode jacobian). Checked for every op by the generic tests.
   bool batched_jvp = true;
+  /// What the op does where an operand is sharded across ranks.
+  ShardRule shard = ShardRule::local;
+  /// The reverse rule communicates with the other ranks: the reverse sweep runs it on every rank,
+  /// with a zero cotangent where none arrived, so that no rank waits for another forever.
+  bool collective_vjp = false;
   /// The attributes a model file gives the op (empty: none).
   std::span<const AttrSpec> attrs = {};
   /// One line for the op reference (docs/ops.md): what the op computes.

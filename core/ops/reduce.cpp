@@ -154,6 +154,10 @@ constexpr OpDef reduce_op(const char* name, const char* doc) {
           .jvp = reduce_jvp<R>,
           .saves = saves ? kSaveX | kSaveOutput : 0u,
           .sample = reduce_sample<R>,
+          .shard = R == Reduce::sum    ? ShardRule::sum
+                   : R == Reduce::mean ? ShardRule::mean
+                   : R == Reduce::max  ? ShardRule::max
+                                       : ShardRule::logsumexp,
           .attrs = kReduceAttrs,
           .doc = doc};
 }

@@ -13,6 +13,7 @@
 #include "tenax/core/check_finite.h"
 #include "tenax/core/creation.h"
 #include "tenax/core/device.h"
+#include "tenax/core/distributed.h"
 #include "tenax/core/dtype.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
