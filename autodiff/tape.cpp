@@ -310,8 +310,22 @@ void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector
     TensorAccess::set_var(t, v, serial_);
   }
   residual_bytes_ += node->residual_bytes();
-  a_.customs.push_back({std::move(node), r.out, static_cast<int32_t>(outputs.size())});
+  a_.customs.push_back({std::move(node), r.out, static_cast<int32_t>(outputs.size()), id});
   a_.records.push_back(r);
+}
+
+// A node that took replicated inputs through varying aliases sends its reverse contributions to
+// them as this rank's part, summed over ranks once at the aliases. An output without the sharded
+// axis (a carry of replicated values) has the same, global cotangent on every rank: each rank
+// passes 1/ranks of it, so that the sum over ranks counts it once.
+void TapeImpl::share_whole_cotangents(const CustomEntry& c, std::vector<Tensor>& cot) const {
+  const detail::Sharding& s = sharding_of(c.shard);
+  const int ranks = s.comm.size();
+  if (ranks == 1) return;
+  for (int32_t k = 0; k < c.n_out; ++k) {
+    Tensor& ct = cot[static_cast<size_t>(k)];
+    if (ct.defined() && !var_axes(c.first_out + k).contains(s.axis)) ct = ct * (1.0 / ranks);
+  }
 }
 
 void TapeImpl::run_custom(const Record& r) {
@@ -323,6 +337,7 @@ void TapeImpl::run_custom(const Record& r) {
     any |= cot[static_cast<size_t>(k)].defined();
   }
   if (!any) return;
+  if (c.shard != 0) share_whole_cotangents(c, cot);
   if (batch_.rank() > 0 && !c.node->batched_vjp())
     throw AutodiffError(std::string("[grad] the VJP of '") + c.node->name() + "' cannot take the batch axes " +
                         batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");

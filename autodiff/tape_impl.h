@@ -34,6 +34,8 @@ struct CustomEntry {
   std::shared_ptr<CustomNode> node;
   int32_t first_out;
   int32_t n_out;
+  /// The sharding of its inputs when it took replicated inputs through varying aliases (0: none).
+  uint16_t shard = 0;
 };
 
 /// The op every custom record points to (its `attrs` field indexes TapeArrays::customs).
@@ -110,6 +112,7 @@ class TapeImpl final : public Recorder {
   int32_t intern_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
+  void share_whole_cotangents(const CustomEntry& c, std::vector<Tensor>& cot) const;
   void custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch);
   // gradient(): the batch axes of a cotangent, the seed, the sweep over the records.
   static Axes cotangent_batch_axes(const Tensor& output, const Tensor& cotangent);

@@ -146,6 +146,7 @@ std::vector<char> exchange(Transport& t, const void* data, int64_t bytes, std::v
 }
 
 void announce_failure(Transport& t, std::exception_ptr e) {
+  if (t.size() == 1) std::rethrow_exception(e);  // nobody else to tell
   std::string message;
   const ErrorClass c = class_of(e, message);
   if (!g_agreed.empty() && message == g_agreed) std::rethrow_exception(e);

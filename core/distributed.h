@@ -69,6 +69,8 @@ class Communicator {
       detail::announce_failure(*t_, std::current_exception());
     }
   }
+  /// Waits until every rank calls it; raises the agreed Error when a rank announced a failure.
+  void barrier() const { detail::agree(*t_); }
   /// Whether both wrap the same communicator.
   [[nodiscard]] bool operator==(const Communicator& other) const;
   [[nodiscard]] detail::Transport& transport() const { return *t_; }

@@ -3,6 +3,7 @@
 // to a slot of a flat value table. Internal to the model layer.
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "tenax/autodiff/map.h"
 #include "tenax/autodiff/scan.h"
 #include "tenax/autodiff/scan_cache.h"
+#include "tenax/core/distributed.h"
 #include "tenax/core/ops/op.h"
 #include "tenax/model/constraint.h"
 #include "tenax/model/model_axes.h"
@@ -88,6 +90,11 @@ struct Definition {
   std::filesystem::path base_dir;
   DType dtype = DType::f64;
   ModelAxes axes;  ///< what the file declares under /axes
+  /// The axis the file shards across `comm` ("sharded"), its sharding (0: none) and this rank's
+  /// block of it. Inputs with the axis hold this rank's block, marked sharded.
+  Communicator comm;
+  std::optional<Name> sharded;
+  uint16_t shard = 0;
   std::vector<Parameter> params;
   std::vector<InputDecl> inputs;
   std::vector<std::pair<int, Tensor>> constants;  ///< literal numbers in input lists
@@ -106,7 +113,8 @@ struct Definition {
 };
 
 /// Builds a definition from a document; throws ModelError with the pointer of the first problem.
-std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir);
+std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir,
+                                  const Communicator& comm = Communicator());
 
 /// Slots `g` reads that it does not define itself: what a body captures from outside.
 std::vector<int> outer_reads(const Graph& g);

@@ -1,6 +1,7 @@
 // The Model class: loading (with one validating run), running, gradients, parameter access, saving.
 #include "tenax/model/model.h"
 
+
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "tenax/autodiff/grad.h"
 #include "tenax/core/creation.h"
+#include "tenax/core/distributed_impl.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
@@ -44,6 +46,28 @@ size_t output_index(const Definition& d, const std::string& name) {
   throw ModelError("/outputs: no output named '" + name + "' (outputs: " + list + ")");
 }
 
+// `axes` with the sharded axis at this rank's block size.
+Axes local_axes(const Definition& d, Axes axes) {
+  if (d.shard == 0) return axes;
+  const detail::Sharding& s = detail::sharding_of(d.shard);
+  const int i = axes.index_of(s.axis);
+  if (i >= 0) axes.set_size(i, s.block.size);
+  return axes;
+}
+
+// An input with the sharded axis: this rank's block, sharded as the model shards it (a whole
+// tensor is taken as it is by a model on one rank).
+Tensor on_this_rank(const Definition& d, const model_detail::InputDecl& decl, const Tensor& t) {
+  if (d.shard == 0 || !decl.axes.contains(*d.sharded)) return t;
+  if (t.shard_id() == d.shard) return t;
+  const detail::Sharding& s = detail::sharding_of(d.shard);
+  if (t.shard_id() == 0 && s.comm.size() == 1) return detail::with_shard(t, d.shard);
+  throw ModelError(decl.pointer + ": input '" + decl.name + "' has the axis '" + s.axis.str() + "' the model shards over " +
+                   std::to_string(s.comm.size()) + " ranks: pass this rank's block " + std::to_string(s.block.offset) +
+                   ".." + std::to_string(s.block.offset + s.block.size) + " of " + std::to_string(s.global) +
+                   ", sharded (tenax::shard(block, \"" + s.axis.str() + "\", model.communicator()))");
+}
+
 // Checks run() inputs against the declarations: known name, declared axes (any order), dtype.
 std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, const TensorMap& inputs) {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -57,7 +81,8 @@ std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, 
       throw ModelError("/inputs: the model has no input named '" + name + "' (inputs: " + list + ")");
     }
     if (!t.defined()) throw ModelError(decl->pointer + ": the tensor passed for '" + name + "' is undefined");
-    if (!t.axes().same_set(decl->axes))
+    const Tensor v = on_this_rank(d, *decl, t);
+    if (!v.axes().same_set(local_axes(d, decl->axes)))
       throw ModelError(decl->pointer + ": input '" + name + "' is declared with axes " + decl->axes.describe() +
                        ", got " + t.axes().describe());
     if (t.dtype() != d.dtype)
@@ -67,9 +92,16 @@ std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, 
       throw ModelError(decl->pointer + ": input '" + name + "' is on " + t.device().str() +
                        " but the model runs on " + d.device.str() +
                        " (move it with to(tensor, model.device()))");
-    out.emplace_back(name, t);
+    out.emplace_back(name, v);
   }
   return out;
+}
+
+// Runs f on every rank of a sharded model's communicator with failure agreement (an Error on one
+// rank raises on all); directly otherwise.
+template <class F>
+auto collective(const Definition& d, F&& f) {
+  return d.shard != 0 ? d.comm.run(std::forward<F>(f)) : f();
 }
 
 // The unconstrained parameters on the model's device (they are kept on the host).
@@ -106,7 +138,7 @@ Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
 Model::Model(const Model& o) : def_(nullptr) {
   // The graph is immutable after loading; a copy re-parses the document and takes the parameters.
-  def_ = model_detail::parse(o.def_->doc, o.def_->base_dir);
+  def_ = model_detail::parse(o.def_->doc, o.def_->base_dir, o.def_->comm);
   for (size_t k = 0; k < def_->params.size(); ++k) def_->params[k].u = o.def_->params[k].u;
   def_->device = o.def_->device;
   def_->device_constants = o.def_->device_constants;
@@ -118,19 +150,27 @@ Model& Model::operator=(const Model& o) {
 }
 
 TensorMap Model::run(const TensorMap& inputs) const {
-  const std::vector<Tensor> env = evaluated(*def_, def_->graph, all_u(*def_), checked_inputs(*def_, inputs));
-  TensorMap out;
-  for (const auto& [name, slot] : def_->outputs) out[name] = env[size_t(slot)];
-  return out;
+  return collective(*def_, [&] {
+    const std::vector<Tensor> env = evaluated(*def_, def_->graph, all_u(*def_), checked_inputs(*def_, inputs));
+    TensorMap out;
+    for (const auto& [name, slot] : def_->outputs) out[name] = env[size_t(slot)];
+    return out;
+  });
 }
 
 Tensor Model::run(const std::string& output, const TensorMap& inputs) const {
-  const size_t k = output_index(*def_, output);
-  const auto env = evaluated(*def_, def_->output_graphs[k], all_u(*def_), checked_inputs(*def_, inputs));
-  return env[size_t(def_->outputs[k].second)];
+  return collective(*def_, [&] {
+    const size_t k = output_index(*def_, output);
+    const auto env = evaluated(*def_, def_->output_graphs[k], all_u(*def_), checked_inputs(*def_, inputs));
+    return env[size_t(def_->outputs[k].second)];
+  });
 }
 
 ModelGradient Model::value_and_grad(const std::string& output, const TensorMap& inputs) const {
+  return collective(*def_, [&] { return value_and_grad_here(output, inputs); });
+}
+
+ModelGradient Model::value_and_grad_here(const std::string& output, const TensorMap& inputs) const {
   const size_t index = output_index(*def_, output);
   const int slot = def_->outputs[index].second;
   const model_detail::Graph& graph = def_->output_graphs[index];
@@ -188,6 +228,9 @@ std::vector<std::string> Model::outputs() const {
   for (const auto& [n, slot] : def_->outputs) out.push_back(n);
   return out;
 }
+const Communicator& Model::communicator() const { return def_->comm; }
+std::optional<Name> Model::sharded_axis() const { return def_->sharded; }
+
 std::vector<std::string> Model::inputs() const {
   std::vector<std::string> out;
   for (const auto& in : def_->inputs) out.push_back(in.name);
@@ -311,34 +354,42 @@ void Model::save(const std::filesystem::path& path) const {
   }
 }
 
-Model load_model_json(const json& doc, const std::filesystem::path& base_dir) {
-  model_detail::check_depth(doc);  // before anything walks it recursively
-  Model m(model_detail::parse(doc, base_dir));
-  // One run checks what parsing cannot: sizes and axes agreeing through every op. Inputs without
-  // data run as zeros; a numeric failure on such placeholders does not make the file invalid.
-  TensorMap placeholders;
-  for (const auto& in : m.def_->inputs)
-    if (!in.data.defined()) placeholders[in.name] = zeros(in.axes, m.def_->dtype);
-  try {
-    (void)m.run(placeholders);
-  } catch (const NumericError&) {
-  }
-  return m;
+Model load_model_json(const json& doc, const std::filesystem::path& base_dir, const Communicator& comm) {
+  // On every rank with failure agreement: a data file one rank cannot read fails the load on all.
+  return comm.run([&] {
+    model_detail::check_depth(doc);  // before anything walks it recursively
+    Model m(model_detail::parse(doc, base_dir, comm));
+    // One run checks what parsing cannot: sizes and axes agreeing through every op. Inputs without
+    // data run as zeros; a numeric failure on such placeholders does not make the file invalid.
+    TensorMap placeholders;
+    for (const auto& in : m.def_->inputs)
+      if (!in.data.defined()) {
+        Tensor z = zeros(local_axes(*m.def_, in.axes), m.def_->dtype);
+        placeholders[in.name] = m.def_->shard != 0 && in.axes.contains(*m.def_->sharded) ? detail::with_shard(z, m.def_->shard) : z;
+      }
+    try {
+      (void)m.run(placeholders);
+    } catch (const NumericError&) {
+    }
+    return m;
+  });
 }
 
 json read_model_document(std::string_view text) { return model_detail::parse_checked(text, "/"); }
 
-Model load_model_string(std::string_view text, const std::filesystem::path& base_dir) {
-  return load_model_json(read_model_document(text), base_dir);
+Model load_model_string(std::string_view text, const std::filesystem::path& base_dir, const Communicator& comm) {
+  return comm.run([&] { return load_model_json(read_model_document(text), base_dir, comm); });
 }
 
-Model load_model(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ModelError("/: cannot open the model file '" + path.string() + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  return load_model_string(s.str(), dir);
+Model load_model(const std::filesystem::path& path, const Communicator& comm) {
+  return comm.run([&] {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ModelError("/: cannot open the model file '" + path.string() + "'");
+    std::ostringstream s;
+    s << in.rdbuf();
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    return load_model_string(s.str(), dir, comm);
+  });
 }
 
 }  // namespace tenax

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "tenax/core/distributed.h"
 #include "tenax/core/tensor.h"
 #include "tenax/model/model_axes.h"
 
@@ -45,7 +47,8 @@ class Model {
   /// One output (must be a scalar for value_and_grad).
   [[nodiscard]] Tensor run(const std::string& output, const TensorMap& inputs = {}) const;
   /// The output `output` (a scalar) and its gradient with respect to every trainable parameter in
-  /// unconstrained coordinates.
+  /// unconstrained coordinates. A sharded model returns the global value and gradient on every
+  /// rank (run and value_and_grad are collectives there, with failure agreement).
   [[nodiscard]] ModelGradient value_and_grad(const std::string& output, const TensorMap& inputs = {}) const;
 
   /// Names of all parameters, in file order.
@@ -84,6 +87,10 @@ class Model {
   /// An input's data from the model file, on the host (undefined when the caller must supply it;
   /// missing values read as NaN where the input declares "missing": true).
   [[nodiscard]] Tensor input(const std::string& name) const;
+  /// The communicator the model was loaded with, and the axis the file shards across it
+  /// ("sharded"; docs/scaling.md): inputs with that axis hold this rank's block.
+  [[nodiscard]] const Communicator& communicator() const;
+  [[nodiscard]] std::optional<Name> sharded_axis() const;
   /// The axes the model declares, with their sizes.
   [[nodiscard]] const ModelAxes& axes() const;
 
@@ -96,17 +103,23 @@ class Model {
 
  private:
   explicit Model(std::unique_ptr<model_detail::Definition> def);
-  friend Model load_model_json(const nlohmann::json&, const std::filesystem::path&);
+  [[nodiscard]] ModelGradient value_and_grad_here(const std::string& output, const TensorMap& inputs) const;
+  friend Model load_model_json(const nlohmann::json&, const std::filesystem::path&, const Communicator&);
   std::unique_ptr<model_detail::Definition> def_;
 };
 
 /// Reads and validates a model file; data file paths are relative to the file's folder.
-/// Throws ModelError naming the JSON pointer of the first problem.
-Model load_model(const std::filesystem::path& path);
+/// Throws ModelError naming the JSON pointer of the first problem. A file that shards an axis
+/// ("sharded") splits it across `comm` (default: this process alone, which holds all of it): each
+/// rank reads its block of the inputs with that axis. Loading is then a collective on `comm`, with
+/// failure agreement (a data file one rank cannot read fails the load on every rank).
+Model load_model(const std::filesystem::path& path, const Communicator& comm = Communicator());
 /// Parses `text`; data file paths are relative to `base_dir`.
-Model load_model_string(std::string_view text, const std::filesystem::path& base_dir = ".");
+Model load_model_string(std::string_view text, const std::filesystem::path& base_dir = ".",
+                        const Communicator& comm = Communicator());
 /// Builds a model from a parsed document.
-Model load_model_json(const nlohmann::json& doc, const std::filesystem::path& base_dir = ".");
+Model load_model_json(const nlohmann::json& doc, const std::filesystem::path& base_dir = ".",
+                      const Communicator& comm = Communicator());
 /// The document of a model file's text, read as load_model_string reads it (a key written twice,
 /// nesting past 128 levels or a syntax error is a ModelError, the last with its line and column),
 /// for a program that edits the document before load_model_json.

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "tenax/core/creation.h"
+#include "tenax/core/distributed_impl.h"
 #include "tenax/core/error.h"
 #include "tenax/core/ops.h"
 #include "tenax/model/definition.h"
@@ -80,7 +81,7 @@ class Parser {
 
   void document(const json& doc) {
     if (!doc.is_object()) fail("", "a model is a JSON object, got " + std::string(doc.type_name()));
-    only_keys(doc, "", {"format", "name", "description", "dtype", "axes", "parameters", "inputs", "graph", "outputs"});
+    only_keys(doc, "", {"format", "name", "description", "dtype", "axes", "sharded", "parameters", "inputs", "graph", "outputs"});
     const json& format = need(doc, "format", "", "the format version: 1");
     if (!format.is_number_integer() || format.get<int64_t>() != 1)
       fail("/format", "this loader reads format 1, got " + brief(format));
@@ -91,6 +92,7 @@ class Parser {
       else fail("/dtype", "expected \"float64\" or \"float32\", got \"" + t + "\"");
     }
     axes(need(doc, "axes", "", "an object of axis names and sizes"));
+    if (doc.contains("sharded")) sharded(doc["sharded"]);
     Scope top;
     if (doc.contains("parameters")) parameters(doc["parameters"], top);
     if (doc.contains("inputs")) inputs(doc["inputs"], top);
@@ -240,6 +242,46 @@ class Parser {
     return d_.dtype == DType::f64 ? contiguous(t) : astype(t, d_.dtype);
   }
 
+  // The axis split across the ranks of the communicator the model is loaded with: this rank's block.
+  void sharded(const json& v) {
+    const std::string name = string_at(v, "/sharded", "the name of a declared axis");
+    if (!d_.axes.contains(Name(name))) fail("/sharded", "'" + name + "' is not a declared axis " + d_.axes.describe());
+    const int64_t global = d_.axes.size_of(Name(name));
+    Block b;
+    try {
+      b = d_.comm.block(global);
+    } catch (const Error& e) {
+      fail("/sharded", e.what());
+    }
+    d_.sharded = Name(name);
+    d_.shard = detail::intern_sharding({Name(name), global, b, d_.comm});
+  }
+
+  // An input's data from the file: this rank's block where it has the sharded axis (read alone
+  // from a CSV file whose values have that axis outermost; otherwise read whole and sliced).
+  Tensor input_data(const json& spec, const InputDecl& in, const std::string& at, bool missing) {
+    const bool sharded = d_.sharded && in.axes.contains(*d_.sharded);
+    const detail::Sharding* s = sharded ? &detail::sharding_of(d_.shard) : nullptr;
+    Tensor data;
+    if (spec.contains("csv") && sharded && in.axes.index_of(s->axis) == 0) {
+      Axes block = in.axes;
+      block.set_size(0, s->block.size);
+      const int64_t inner = in.axes.numel() / s->global;
+      return detail::with_shard(values_from_csv_block(in.file, block, d_.dtype, at + "/csv", missing,
+                                                      s->block.offset * inner, in.axes.numel()),
+                                d_.shard);
+    }
+    if (spec.contains("value"))
+      data = values_from_json(spec["value"], in.axes, d_.dtype, at + "/value", missing);
+    else if (spec.contains("csv"))
+      data = values_from_csv(in.file, in.axes, d_.dtype, at + "/csv", missing);
+    else
+      data = values_from_json_file(in.file, in.axes, d_.dtype, at + "/json", missing);
+    if (!sharded) return data;
+    return detail::with_shard(contiguous(slice(data, s->axis, s->block.offset, s->block.offset + s->block.size)),
+                              d_.shard);
+  }
+
   void parameters(const json& ps, Scope& top) {
     if (!ps.is_object()) fail("/parameters", "expected an object of parameters, got " + brief(ps));
     for (const auto& [name, p] : ps.items()) {
@@ -250,6 +292,10 @@ class Parser {
       par.name = name;
       par.pointer = at;
       par.axes = axes_of(p.contains("axes") ? p["axes"] : json::array(), at + "/axes");
+      if (d_.sharded && par.axes.contains(*d_.sharded))
+        fail(at + "/axes", "a parameter cannot have the sharded axis '" + d_.sharded->str() +
+                               "': parameters are whole on every rank (give per-" + d_.sharded->str() +
+                               " values as an input)");
       if (p.contains("trainable")) {
         if (!p["trainable"].is_boolean()) fail(at + "/trainable", "expected true or false, got " + brief(p["trainable"]));
         par.trainable = p["trainable"].get<bool>();
@@ -301,16 +347,12 @@ class Parser {
       if (spec.contains("missing") && !spec["missing"].is_boolean())
         fail(at + "/missing", "expected true or false, got " + brief(spec["missing"]));
       const bool missing = spec.value("missing", false);
-      if (spec.contains("value")) {
-        in.data = values_from_json(spec["value"], in.axes, d_.dtype, at + "/value", missing);
-      } else if (spec.contains("csv") || spec.contains("json")) {
-        const bool csv = spec.contains("csv");
-        const std::string key = csv ? "csv" : "json";
+      if (spec.contains("csv") || spec.contains("json")) {
+        const std::string key = spec.contains("csv") ? "csv" : "json";
         const std::string rel = string_at(spec[key], at + "/" + key, "a file path relative to the model file");
         in.file = std::filesystem::absolute(d_.base_dir / rel).lexically_normal();
-        in.data = csv ? values_from_csv(in.file, in.axes, d_.dtype, at + "/" + key, missing)
-                      : values_from_json_file(in.file, in.axes, d_.dtype, at + "/" + key, missing);
       }
+      if (spec.contains("value") || !in.file.empty()) in.data = input_data(spec, in, at, missing);
       const int slot = d_.slots++;
       define(top, name, slot, at);
       d_.graph.params.push_back(slot);
@@ -622,10 +664,11 @@ class Parser {
 
 }  // namespace
 
-std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir) {
+std::unique_ptr<Definition> parse(const json& doc, const std::filesystem::path& base_dir, const Communicator& comm) {
   auto d = std::make_unique<Definition>();
   d->doc = doc;
   d->base_dir = base_dir;
+  d->comm = comm;
   Parser(*d).document(doc);
   for (const auto& [name, slot] : d->outputs) d->output_graphs.push_back(pruned(d->graph, {slot}));
   return d;

@@ -140,11 +140,19 @@ Tensor values_from_json(const json& v, const Axes& axes, DType dtype, const std:
 
 Tensor values_from_csv(const std::filesystem::path& file, const Axes& axes, DType dtype, const std::string& pointer,
                        bool missing) {
+  return values_from_csv_block(file, axes, dtype, pointer, missing, 0, axes.numel());
+}
+
+// Lines wholly outside the block are counted (cells by commas), not converted: a rank reads its
+// own values only.
+Tensor values_from_csv_block(const std::filesystem::path& file, const Axes& block, DType dtype,
+                             const std::string& pointer, bool missing, int64_t first, int64_t total) {
   const std::string text = read_file(file, pointer);
+  const int64_t last = first + block.numel();
   std::vector<double> out;
   std::istringstream lines(text);
   std::string line;
-  int64_t row = 0, blank = 0, width = -1;
+  int64_t row = 0, blank = 0, width = -1, seen = 0;
   while (std::getline(lines, line)) {
     ++row;
     const std::string at = pointer + ": " + file.string() + " line " + std::to_string(row);
@@ -157,18 +165,23 @@ Tensor values_from_csv(const std::filesystem::path& file, const Axes& axes, DTyp
       throw ModelError(pointer + ": " + file.string() + " line " + std::to_string(blank) +
                        ": a blank line between lines of numbers" + (missing ? " (write NA for a missing value)" : ""));
     if (row == 1 && is_header_line(line)) continue;
-    const std::vector<double> fields = csv_numbers(line, at, missing);
-    if (width >= 0 && int64_t(fields.size()) != width)
-      throw ModelError(at + ": " + std::to_string(fields.size()) + " values, the lines before have " +
-                       std::to_string(width));
-    width = int64_t(fields.size());
-    out.insert(out.end(), fields.begin(), fields.end());
+    int64_t cells = 1 + static_cast<int64_t>(std::count(line.begin(), line.end(), ','));
+    if (width < 0 || (seen + cells > first && seen < last)) {
+      const std::vector<double> fields = csv_numbers(line, at, missing);
+      cells = static_cast<int64_t>(fields.size());
+      for (int64_t k = std::max<int64_t>(first - seen, 0); k < cells && seen + k < last; ++k)
+        out.push_back(fields[static_cast<size_t>(k)]);
+    }
+    if (width >= 0 && cells != width)
+      throw ModelError(at + ": " + std::to_string(cells) + " values, the lines before have " + std::to_string(width));
+    width = cells;
+    seen += cells;
   }
-  if (static_cast<int64_t>(out.size()) != axes.numel())
-    throw ModelError(pointer + ": " + file.string() + " holds " + std::to_string(out.size()) +
-                     " numbers; the axes " + axes.describe() + " need " + std::to_string(axes.numel()) +
+  if (seen != total)
+    throw ModelError(pointer + ": " + file.string() + " holds " + std::to_string(seen) + " numbers; the axes " +
+                     (total == block.numel() ? block.describe() + " " : "") + "need " + std::to_string(total) +
                      " (read row-major)");
-  return finish(out, axes, dtype);
+  return finish(out, block, dtype);
 }
 
 Tensor values_from_json_file(const std::filesystem::path& file, const Axes& axes, DType dtype,

@@ -20,6 +20,10 @@ Tensor values_from_json(const nlohmann::json& v, const Axes& axes, DType dtype, 
 /// at the end. Errors name the file, line and column.
 Tensor values_from_csv(const std::filesystem::path& file, const Axes& axes, DType dtype, const std::string& pointer,
                        bool missing = false);
+/// The values of a CSV file (as values_from_csv reads it, `total` values in all) with flat row-major
+/// index in [first, first + block.numel()), into `block`: a rank's block along the first axis.
+Tensor values_from_csv_block(const std::filesystem::path& file, const Axes& block, DType dtype,
+                             const std::string& pointer, bool missing, int64_t first, int64_t total);
 /// A JSON file holding a nested array as values_from_json reads it.
 Tensor values_from_json_file(const std::filesystem::path& file, const Axes& axes, DType dtype,
                              const std::string& pointer, bool missing = false);

@@ -156,6 +156,31 @@ TEST(Distributed, ScanAlongAnotherAxisNmapAndCompile) {
   EXPECT_LE(rel(sum(hx).item(), sum(h(x, p[0])).item()), 1e-12);
 }
 
+TEST(Distributed, AScanMixingReplicatedCarriesAndShardedSteps) {
+  // The Kalman shape: a carry of replicated values (the covariance) beside per-series steps; the
+  // scan's replicated outputs reach the loss both directly and through per-series terms.
+  auto f = [](const std::vector<Tensor>& a) {
+    const Tensor w = a[1], b = a[2];
+    const auto r = scan(
+        [w, b](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
+          const Tensor p = c[0] * 0.9 + b * b;                     // replicated
+          const Tensor m = tanh(c[1] * 0.5 + xt[0] * sum(w)) + p;  // per series
+          return std::make_pair(std::vector<Tensor>{p, m}, std::vector<Tensor>{(xt[0] - m) * (xt[0] - m) / p, log(p)});
+        },
+        {scalar(0.5), sum(a[0], {"time"}) * 0.0}, {a[0]}, "time");  // a per-series carry: sharded like x
+    const Tensor per_series = sum(r.ys[0], {"time"}) + sum(r.ys[1]);  // the log term broadcast per series
+    return sum(per_series) + sum(r.ys[1]) * 2.0 + r.carry[0] * r.carry[0] + sum(r.carry[1]);
+  };
+  const Tensor x = whole_x();
+  const std::vector<Tensor> p = params();
+  const auto [want, want_g] = value_and_grad(f, {x, p[0], p[1]});
+  const auto [got, got_g] = value_and_grad(f, {sharded(x, "series"), p[0], p[1]});
+  EXPECT_LE(rel(got.item(), want.item()), 1e-12);
+  expect_close(got_g[1], want_g[1], 1e-12);
+  expect_close(got_g[2], want_g[2], 1e-12);
+  expect_close(gather(got_g[0]), want_g[0], 1e-12);
+}
+
 TEST(Distributed, OpsThatNeedTheWholeAxisAreErrors) {
   const Tensor xs = sharded(whole_x(), "series");
   auto fails = [](auto&& f, const char* needle) {
@@ -212,8 +237,11 @@ TEST(Distributed, AFailingRankMakesEveryRankRaise) {
     });
     ADD_FAILURE() << "no error";
   } catch (const ModelError& e) {
-    const std::string want = "[mpi] rank " + std::to_string(bad) + " of " + std::to_string(c.size()) +
-                             " failed: /inputs/y: line 3: not a number";
+    // One rank alone raises its own Error unchanged.
+    const std::string original = "/inputs/y: line 3: not a number";
+    const std::string want = c.size() == 1 ? original
+                                           : "[mpi] rank " + std::to_string(bad) + " of " + std::to_string(c.size()) +
+                                                 " failed: " + original;
     EXPECT_EQ(std::string(e.what()), want);
   }
   // A failure after the last collective: the closing round of run() carries it.
@@ -224,7 +252,7 @@ TEST(Distributed, AFailingRankMakesEveryRankRaise) {
     });
     ADD_FAILURE() << "no error";
   } catch (const NumericError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 0 of"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(c.size() == 1 ? "[cholesky]" : "[mpi] rank 0 of"), std::string::npos) << e.what();
   }
   // And the communicator works afterwards.
   EXPECT_LE(rel(sum(xs).item(), sum(whole_x()).item()), 1e-12);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -186,7 +187,9 @@ tenax::Tensor observed_mask(const tenax::Tensor& y) {
 FitResult fit(tenax::Model& model, const tenax::TensorMap& inputs, const FitOptions& options,
               const std::function<void(const Progress&)>& progress) {
   // L-BFGS minimises -loglik / observations: a scale independent of the data's length.
-  const double count = double(inputs.at("y").numel());
+  const tenax::Tensor& y = inputs.at("y");
+  const std::optional<tenax::ShardInfo> split = tenax::sharding(y);  // every rank's observations
+  const double count = double(split ? y.numel() / split->block.size * split->global : y.numel());
   const example::FitResult r = example::minimize(
       model, "loglik", inputs, -1.0 / count, {options.max_iterations, options.gradient_tolerance},
       [&](const example::Progress& p) {

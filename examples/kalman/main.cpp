@@ -4,6 +4,7 @@
 //   tenax_kalman_fit                       simulate from the embedded model, fit, report, save, plot
 //   tenax_kalman_fit --series 16 --steps 2000
 //   tenax_kalman_fit --csv observations.csv   (one series: rows are time steps, columns obs)
+//   mpirun -np 4 tenax_kalman_fit --series 4096   (series split across the ranks; rank 0 reports)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,9 @@
 
 #include "kalman.h"
 #include "report.h"
+#ifdef TENAX_KALMAN_MPI
+#include "tenax/mpi.h"
+#endif
 
 namespace {
 
@@ -113,11 +117,18 @@ void add_options(CLI::App& app, Options& o) {
 // data's sizes (its parameters the truth when simulating).
 struct Problem {
   Model truth;
-  Tensor y, x_true;
-  TensorMap inputs;  // y, and observed when the model marks missing values
+  Tensor y, x_true;  // every series (on every rank)
+  TensorMap inputs;  // y (this rank's block of series, sharded), and observed when the model marks missing values
 };
 
-Problem load_problem(Options& o, json doc) {
+// This rank's block of the series, sharded across `comm` (the whole of them on one rank).
+Tensor series_block(const Tensor& y, const Model& model) {
+  if (!model.sharded_axis()) return y;
+  const Block b = model.communicator().block(y.size("series"));
+  return shard(contiguous(slice(y, "series", b.offset, b.offset + b.size)), "series", model.communicator());
+}
+
+Problem load_problem(Options& o, json doc, const Communicator& comm) {
   const bool has_observed = doc.contains("inputs") && doc["inputs"].is_object() && doc["inputs"].contains("observed");
   if (doc["axes"].contains("horizon")) doc["axes"]["horizon"] = o.horizon;
   const int64_t p = doc["axes"]["obs"].get<int64_t>();
@@ -129,9 +140,10 @@ Problem load_problem(Options& o, json doc) {
   }
   doc["axes"]["series"] = o.series;
   doc["axes"]["time"] = o.steps;
+  if (comm.size() > 1) doc["sharded"] = "series";
   const std::filesystem::path base =
       o.model_path.empty() ? std::filesystem::current_path() : std::filesystem::path(o.model_path).parent_path();
-  Model truth = load_model_json(doc, base);
+  Model truth = load_model_json(doc, base, comm);
   if (o.csv_path.empty()) {
     const kalman::Simulation sim = kalman::simulate(truth, o.series, o.steps, uint64_t(o.seed));
     y = sim.y;
@@ -144,7 +156,8 @@ Problem load_problem(Options& o, json doc) {
     std::printf("read %lld observations of dimension %lld from %s (%lld values missing)\n", (long long)o.steps,
                 (long long)p, o.csv_path.c_str(), (long long)gaps);
   }
-  TensorMap inputs = {{"y", y}};
+  // Simulated on every rank alike (one seed); each rank fits its block of the series.
+  TensorMap inputs = {{"y", series_block(y, truth)}};
   if (has_observed) inputs["observed"] = kalman::observed_mask(y);
   return {std::move(truth), y, x_true, std::move(inputs)};
 }
@@ -190,10 +203,13 @@ kalman::Uncertainty uncertainty_at(Model& model, const TensorMap& inputs, const 
 
 // The fitted model saved and reloaded (the same log-likelihood, bit for bit), the states and
 // forecasts as CSV and the picture, where the model has the outputs they need.
+// Under MPI every rank computes (the runs are collectives) and rank 0 alone writes.
 void write_results(Model& model, const Problem& pr, const Options& o) {
-  model.save(o.out_path);
+  const Communicator& comm = model.communicator();
+  if (comm.rank() == 0) model.save(o.out_path);
+  comm.barrier();  // the file is there before any rank reads it
   model.set_device(Device::cpu());  // the checks and the plot below run on the host
-  const double ll_again = load_model(o.out_path).run("loglik", pr.inputs).item();
+  const double ll_again = load_model(o.out_path, comm).run("loglik", pr.inputs).item();
   std::printf("\nfitted model written to %s (reloaded: log-likelihood %s)\n", o.out_path.c_str(),
               ll_again == model.run("loglik", pr.inputs).item() ? "identical" : "DIFFERS");
   const std::vector<std::string> outputs = model.outputs();
@@ -202,7 +218,9 @@ void write_results(Model& model, const Problem& pr, const Options& o) {
       std::printf("states, forecasts and plot: skipped, the model has no output '%s'\n", needed);
       return;
     }
-  const TensorMap out = model.run(pr.inputs);
+  TensorMap out = model.run(pr.inputs);
+  for (auto& [name, t] : out) t = gather(t);  // every series, for the tables and the picture
+  if (comm.rank() != 0) return;
   kalman::write_tables(o.states_path, o.forecast_path, pr.y, out);
   std::printf("states: %s, forecasts (%lld steps ahead): %s\n", o.states_path.c_str(), (long long)o.horizon,
               o.forecast_path.c_str());
@@ -215,11 +233,12 @@ void write_results(Model& model, const Problem& pr, const Options& o) {
 }
 
 // The whole run; returns the exit status (0 converged, 3 not converged).
-int run(Options& o) {
+int run(Options& o, const Communicator& comm) {
   const Device device = parse_device(o.device_name);  // checked before any work
   const json doc = model_document(o.model_path);
-  for (const std::string& path : {o.out_path, o.states_path, o.forecast_path}) check_writable(path);
-  const Problem pr = load_problem(o, doc);
+  if (comm.rank() == 0)
+    for (const std::string& path : {o.out_path, o.states_path, o.forecast_path}) check_writable(path);
+  const Problem pr = load_problem(o, doc, comm);
   // The fit runs on `device`: its inputs are copied there once (the model's own data and constants
   // by set_device); parameters stay on the host. --start zero: unconstrained coordinates 0.
   Model model = pr.truth;
@@ -239,14 +258,43 @@ int run(Options& o) {
 
 }  // namespace
 
+// MPI for the program's life where the build has it (one rank when started without mpirun);
+// ranks other than 0 write nothing to stdout or stderr (every rank raises the same agreed Error).
+struct Session {
+  Communicator comm;
+  Session(int& argc, char**& argv) {
+#ifdef TENAX_KALMAN_MPI
+    MPI_Init(&argc, &argv);
+    comm = Communicator::world();
+    if (comm.rank() != 0) {
+      (void)std::freopen("/dev/null", "w", stdout);
+      (void)std::freopen("/dev/null", "w", stderr);
+    }
+#else
+    (void)argc;
+    (void)argv;
+#endif
+  }
+  ~Session() {
+#ifdef TENAX_KALMAN_MPI
+    comm = Communicator();  // Tenax's duplicate of the world communicator freed before MPI is finalised
+    MPI_Finalize();
+#endif
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+};
+
 int main(int argc, char** argv) {
   CLI::App app{"Tenax Kalman example: maximum-likelihood fit of a linear-Gaussian state-space model"};
   Options o;
   add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   if (o.start_from.empty()) o.start_from = o.csv_path.empty() ? "zero" : "model";
+  Session session(argc, argv);
   try {
-    return run(o);
+    // Every rank runs the whole program; an Error on one rank raises on all (Communicator::run).
+    return session.comm.run([&] { return run(o, session.comm); });
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
