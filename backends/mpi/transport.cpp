@@ -38,11 +38,16 @@ class MpiTransport final : public Transport {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    // The duplicate is freed when MPI_Finalize deletes MPI_COMM_SELF's attributes (before MPI
+    // shuts down), or with this object if it goes first.
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_at_finalize, &key_, nullptr);
+    MPI_Comm_set_attr(MPI_COMM_SELF, key_, this);
   }
   ~MpiTransport() override {
     int finalised = 0;
     MPI_Finalized(&finalised);
-    if (!finalised) MPI_Comm_free(&comm_);
+    if (finalised) return;
+    MPI_Comm_delete_attr(MPI_COMM_SELF, key_);  // frees the duplicate and the key through free_at_finalize
   }
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -68,7 +73,15 @@ class MpiTransport final : public Transport {
   [[nodiscard]] const char* kind() const override { return "MPI"; }
 
  private:
+  static int free_at_finalize(MPI_Comm, int, void* self, void*) {
+    auto* t = static_cast<MpiTransport*>(self);
+    if (t->comm_ != MPI_COMM_NULL) MPI_Comm_free(&t->comm_);
+    MPI_Comm_free_keyval(&t->key_);
+    return MPI_SUCCESS;
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
+  int key_ = MPI_KEYVAL_INVALID;
   int rank_ = 0, size_ = 1;
 };
 
