@@ -9,6 +9,7 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/tape.h"
+#include "tenax/core/distributed_impl.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
 
@@ -154,6 +155,7 @@ class MapCall {
     keep_chunks_ = record_ && !remat_;
     plain_ = args;
     for (Tensor& t : plain_) detail::TensorAccess::set_var(t, -1, 0);
+    strip_sharding_along_over();
   }
 
   std::vector<Tensor> run() {
@@ -180,11 +182,32 @@ class MapCall {
       keep(part, s, e);
     });
     if (keep_chunks_) return joined();
+    for (Tensor& t : outs_) t = sharded_like_args(t);
     if (remat_) record(batch);
     return outs_;
   }
 
  private:
+  // Mapping over a sharded axis runs the chunks of this rank's block: the chunks slice plain local
+  // tensors; the recorded node keeps the sharded arguments (so that replicated ones are reduced
+  // over ranks in the reverse sweep) and the outputs are sharded again.
+  void strip_sharding_along_over() {
+    for (const Tensor& a : args_)
+      if (a.shard_id() != 0 && detail::sharding_of(a.shard_id()).axis == over_) shard_ = a.shard_id();
+    if (shard_ == 0) return;
+    if (keep_chunks_)
+      throw Error("[map] over the sharded axis '" + over_.str() +
+                  "' records its chunks only through rematerialisation (rematerialize = true, the default)");
+    for (Tensor& t : plain_)
+      if (t.shard_id() == shard_) detail::TensorAccess::set_shard(t, 0);
+  }
+  [[nodiscard]] Tensor sharded_like_args(const Tensor& t) const {
+    for (const Tensor& a : args_)
+      if (a.shard_id() != 0 && t.has_axis(detail::sharding_of(a.shard_id()).axis))
+        return detail::with_shard(t, a.shard_id());
+    return t;
+  }
+
   std::vector<Tensor> run_chunk(int64_t s, int64_t e) {
     detail::LoopPositionScope where("the map chunk starting at slice", s);
     detail::DeviceLoopScope loop;  // device waits here cost one round trip per chunk: warned
@@ -256,6 +279,7 @@ class MapCall {
   detail::Recorder* outer_;
   uint32_t outer_serial_;
   bool record_ = false, remat_ = false, keep_chunks_ = false;
+  uint16_t shard_ = 0;  // the sharding of `over`, where an argument is sharded along it
   std::vector<Tensor> plain_, outs_;
   std::vector<std::vector<Tensor>> recorded_;
   ClosureGuard guard_;

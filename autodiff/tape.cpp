@@ -435,6 +435,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   batch_ = cotangent_batch_axes(output, cotangent);
   if (output.defined() && output.var() >= 0 && output.tape_serial() == serial_) {
     seed(output, cotangent);
+    LocalSweep local;
     sweep();
   }
   std::vector<Tensor> out;
@@ -514,6 +515,7 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     throw AutodiffError("[jvp] " + std::to_string(inputs.size()) + " inputs but " + std::to_string(tangents.size()) +
                         " tangents");
   PauseRecording pause;
+  LocalSweep local;
   std::vector<Tensor> tan(a_.vars.size());
   Axes batch;  // axes every given tangent has beyond its primal's
   bool first = true;
@@ -565,8 +567,10 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
   const bool tracked = output.var() >= 0 && output.tape_serial() == serial_;
   Axes out_axes = output.axes();
   for (int i = 0; i < batch.rank(); ++i) out_axes.push_back(batch[i]);
-  if (tracked && tan[static_cast<size_t>(output.var())].defined()) return tan[static_cast<size_t>(output.var())];
-  return zeros(out_axes, output.dtype(), output.device());
+  // Sharded like the output (this rank's block).
+  if (tracked && tan[static_cast<size_t>(output.var())].defined())
+    return with_shard(tan[static_cast<size_t>(output.var())], output.shard_id());
+  return with_shard(zeros(out_axes, output.dtype(), output.device()), output.shard_id());
 }
 
 // A custom node's outputs' tangents, from its inputs'; an AutodiffError where it has no forward mode.

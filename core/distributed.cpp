@@ -3,8 +3,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -134,6 +135,7 @@ std::vector<Header> headers(Transport& t, const Header& mine) {
 }  // namespace
 
 std::vector<char> exchange(Transport& t, const void* data, int64_t bytes, std::vector<int64_t>& counts) {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<Header> h = headers(t, Header{0, bytes});
   for (const Header& x : h)
     if (x.failed) raise_agreed(t, h, std::string());
@@ -142,6 +144,9 @@ std::vector<char> exchange(Transport& t, const void* data, int64_t bytes, std::v
   for (size_t r = 0; r < h.size(); ++r) total += counts[r] = h[r].bytes;
   std::vector<char> all(static_cast<size_t>(total));
   t.allgatherv(data, counts, all.data());
+  t.stats.collectives += 1;
+  t.stats.bytes_received += total;
+  t.stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return all;
 }
 
@@ -257,6 +262,8 @@ Communicator::Communicator(std::shared_ptr<detail::Transport> t) : t_(std::move(
 Communicator Communicator::world() { return Communicator(detail::mpi_world_transport()); }
 int Communicator::rank() const { return t_->rank(); }
 int Communicator::size() const { return t_->size(); }
+CommStats Communicator::stats() const { return t_->stats; }
+void Communicator::reset_stats() const { t_->stats = CommStats{}; }
 bool Communicator::operator==(const Communicator& other) const { return t_->key() == other.t_->key(); }
 
 Block Communicator::block(int64_t global, int rank) const {

@@ -27,6 +27,15 @@ void agree(Transport& t);
 std::shared_ptr<Transport> mpi_transport(const void* handle, size_t handle_bytes);
 }  // namespace detail
 
+/// What this rank's Tenax collectives on one communicator have cost since it was made (or reset):
+/// their count, the bytes this rank received, and the wall time inside them (which includes
+/// waiting for slower ranks).
+struct CommStats {
+  int64_t collectives = 0;
+  int64_t bytes_received = 0;
+  double seconds = 0.0;
+};
+
 /// A contiguous block of an axis: elements [offset, offset + size).
 struct Block {
   int64_t offset = 0;
@@ -71,6 +80,9 @@ class Communicator {
   }
   /// Waits until every rank calls it; raises the agreed Error when a rank announced a failure.
   void barrier() const { detail::agree(*t_); }
+  /// The cost of this rank's collectives so far (all copies of this communicator together).
+  [[nodiscard]] CommStats stats() const;
+  void reset_stats() const;
   /// Whether both wrap the same communicator.
   [[nodiscard]] bool operator==(const Communicator& other) const;
   [[nodiscard]] detail::Transport& transport() const { return *t_; }

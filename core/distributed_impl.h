@@ -24,6 +24,8 @@ class Transport {
   [[nodiscard]] virtual const void* key() const = 0;
   /// "MPI" or "self", for messages.
   [[nodiscard]] virtual const char* kind() const = 0;
+  /// Counted by exchange(): Communicator::stats.
+  CommStats stats;
 };
 
 /// The MPI transport over MPI_COMM_WORLD (backends/mpi; mpi_transport in distributed.h for a host

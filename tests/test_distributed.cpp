@@ -85,6 +85,22 @@ TEST(Distributed, ValuesAndGradientsEqualOneProcess) {
   expect_close(gather(got_g[0]), want_g[0], 1e-12);
 }
 
+TEST(Distributed, ForwardModeEqualsOneProcess) {
+  const Tensor x = whole_x();
+  const std::vector<Tensor> p = params();
+  const Tensor tx = randn(x.axes(), 11), tw = randn(p[0].axes(), 12), tb = scalar(0.3);
+  const auto [value, want] = jvp(loss, {x, p[0], p[1]}, {tx, tw, tb});
+  const auto [value_s, got] = jvp(loss, {sharded(x, "series"), p[0], p[1]}, {sharded(tx, "series"), tw, tb});
+  EXPECT_LE(rel(value_s.item(), value.item()), 1e-12);
+  EXPECT_LE(rel(got.item(), want.item()), 1e-12);
+  // A sharded output's tangent is this rank's block.
+  auto per_series = [](const std::vector<Tensor>& a) { return sum(exp(a[0] * a[1]), {"time"}); };
+  const auto [o, t] = jvp(per_series, {sharded(x, "series"), p[0]}, {sharded(tx, "series"), tw});
+  ASSERT_TRUE(sharding(t).has_value());
+  const auto [o1, t1] = jvp(per_series, {x, p[0]}, {tx, tw});
+  expect_close(gather(t), t1, 1e-12);
+}
+
 TEST(Distributed, TheSameBitsEveryRun) {
   const Tensor xs = sharded(whole_x(), "series");
   const std::vector<Tensor> p = params();
@@ -178,6 +194,22 @@ TEST(Distributed, AScanMixingReplicatedCarriesAndShardedSteps) {
   EXPECT_LE(rel(got.item(), want.item()), 1e-12);
   expect_close(got_g[1], want_g[1], 1e-12);
   expect_close(got_g[2], want_g[2], 1e-12);
+  expect_close(gather(got_g[0]), want_g[0], 1e-12);
+}
+
+TEST(Distributed, MapOverTheShardedAxisRunsChunksOfThisRanksBlock) {
+  auto f = [](const std::vector<Tensor>& a) {
+    const std::vector<Tensor> per = map(
+        [](const std::vector<Tensor>& c) { return std::vector<Tensor>{sum(tanh(c[0] * c[1]), {"time"})}; }, "series",
+        {a[0], a[1]}, {.batch_size = 2});
+    return sum(per[0] * per[0]);
+  };
+  const Tensor x = whole_x();
+  const std::vector<Tensor> p = params();
+  const auto [want, want_g] = value_and_grad(f, {x, p[0]});
+  const auto [got, got_g] = value_and_grad(f, {sharded(x, "series"), p[0]});
+  EXPECT_LE(rel(got.item(), want.item()), 1e-12);
+  expect_close(got_g[1], want_g[1], 1e-12);
   expect_close(gather(got_g[0]), want_g[0], 1e-12);
 }
 

@@ -141,7 +141,7 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
     check_unmapped(attrs.axes2, g_mapped, op.name);
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
-  if (sharded) [[unlikely]]
+  if (sharded && !g_sweep_local) [[unlikely]]
     return apply_sharded(op, inputs, attrs);
   Tensor out = forward_naming_op(op, inputs, attrs);
   if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");

@@ -77,6 +77,21 @@ struct Untraceable {
 /// can fall back, else Error("[what] inside a <traced> " + `why`).
 [[noreturn]] void refuse_in_trace(const char* what, const std::string& why);
 
+/// Set while the tape's reverse or forward sweep runs the rules on this thread: every rule computes
+/// on this rank's blocks (sharded tensors are treated as the plain local tensors they hold); the
+/// sweep's only communication is the rules of the collective records themselves.
+inline thread_local bool g_sweep_local = false;
+class LocalSweep {
+ public:
+  LocalSweep() : previous_(g_sweep_local) { g_sweep_local = true; }
+  ~LocalSweep() { g_sweep_local = previous_; }
+  LocalSweep(const LocalSweep&) = delete;
+  LocalSweep& operator=(const LocalSweep&) = delete;
+
+ private:
+  bool previous_;
+};
+
 /// Axes mapped by the enclosing nmap/map on this thread (empty outside one). Every op call checks
 /// its attributes against them (named/batching.h).
 inline thread_local AxisList g_mapped;
