@@ -15,7 +15,7 @@ set(TENAX_PUBLIC_HEADERS
   autodiff/memory_report.h autodiff/nmap.h autodiff/scan.h autodiff/tape.h
   core/check_finite.h core/creation.h core/distributed.h core/device.h core/dtype.h core/error.h core/ops.h
   core/ops/elementwise.def core/storage.h core/tensor.h core/threads.h core/transfer.h core/xtensor.h
-  model/model.h model/model_axes.h named/axes.h named/name.h)
+  model/block_reader.h model/model.h model/model_axes.h named/axes.h named/name.h)
 install(FILES include/tenax/tenax.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax)
 if(TENAX_HAVE_MPI)
   install(FILES include/tenax/mpi.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax)

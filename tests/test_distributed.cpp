@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "tenax/tenax.h"
@@ -110,6 +112,29 @@ TEST(Distributed, TheSameBitsEveryRun) {
   EXPECT_EQ(std::memcmp(&va, &vb, sizeof va), 0);
   const std::vector<double> ga = a.second[1].to_vector(), gb = b.second[1].to_vector();
   EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(double)), 0);
+}
+
+// With TENAX_TEST_DIGEST=<file>, rank 0 writes the bits of the value and gradients there: ctest runs
+// this twice under the same rank count and compares the files (test_distributed_two_runs).
+TEST(Distributed, WritesTheBitsOfOneRunForComparison) {
+  const char* path = std::getenv("TENAX_TEST_DIGEST");
+  if (!path) GTEST_SKIP() << "TENAX_TEST_DIGEST is not set";
+  const std::vector<Tensor> p = params();
+  const auto [value, g] = value_and_grad(loss, {sharded(whole_x(), "series"), p[0], p[1]});
+  std::vector<double> bits = {value.item()};
+  for (const Tensor& t : {gather(g[0]), g[1], g[2]}) {
+    const std::vector<double> v = t.to_vector();
+    bits.insert(bits.end(), v.begin(), v.end());
+  }
+  if (comm().rank() != 0) return;
+  std::FILE* f = std::fopen(path, "w");
+  ASSERT_NE(f, nullptr);
+  for (double x : bits) {
+    uint64_t u = 0;
+    std::memcpy(&u, &x, sizeof u);
+    std::fprintf(f, "%016llx\n", static_cast<unsigned long long>(u));
+  }
+  std::fclose(f);
 }
 
 TEST(Distributed, ReplicatedParametersAreReducedOncePerTensor) {

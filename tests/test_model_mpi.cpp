@@ -113,6 +113,36 @@ TEST(ShardedModel, EachRankReadsItsBlockOfACsvInput) {
   EXPECT_EQ(m.run("total").item(), 321.0 * 36);
 }
 
+TEST(ShardedModel, ReadBlockReadsThisRanksSeriesFromCsvAndBinary) {
+  const std::filesystem::path dir = shared_dir();
+  const Tensor whole = randn(Axes{{"series", 10}, {"time", 4}}, 5);
+  if (world().rank() == 0) {
+    const std::vector<double> v = whole.to_vector();
+    std::ofstream(dir / "w.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(double)));
+    std::ofstream csv(dir / "w.csv");
+    csv.precision(17);
+    for (size_t k = 0; k < v.size(); ++k) csv << v[k] << ((k + 1) % 4 == 0 ? "\n" : ",");
+    std::ofstream(dir / "short.bin", std::ios::binary).write("12345678", 8);
+  }
+  world().barrier();
+  const Block b = world().block(10);
+  const Tensor want = slice(whole, "series", b.offset, b.offset + b.size);
+  for (DataFormat f : {DataFormat::csv, DataFormat::binary}) {
+    const Tensor got = read_block(dir / (f == DataFormat::csv ? "w.csv" : "w.bin"), whole.axes(), world(), f);
+    ASSERT_TRUE(sharding(got).has_value());
+    EXPECT_EQ(sharding(got)->global, 10);
+    EXPECT_EQ(got.to_vector(), want.to_vector());
+  }
+  try {
+    (void)read_block(dir / "short.bin", whole.axes(), world(), DataFormat::binary);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("short.bin holds 8 bytes; 40 float64 values need 320"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ShardedModel, ABadFileOnOneRankFailsTheLoadOnEveryRank) {
   const std::filesystem::path dir = shared_dir();
   const int bad_rank = world().size() - 1;

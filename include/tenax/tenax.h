@@ -21,6 +21,7 @@
 #include "tenax/core/tensor.h"
 #include "tenax/core/threads.h"
 #include "tenax/core/transfer.h"
+#include "tenax/model/block_reader.h"
 #include "tenax/model/model.h"
 #include "tenax/named/axes.h"
 #include "tenax/named/name.h"
