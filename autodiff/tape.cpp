@@ -288,9 +288,9 @@ void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
 
 void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& given,
                              std::vector<Tensor>& outputs) {
-  std::vector<const Tensor*> p;
-  for (const Tensor& t : given) p.push_back(&t);
-  const uint16_t id = sharding_of_call(p.data(), static_cast<int>(p.size()));
+  uint16_t id = 0;
+  if (!g_record_state.trace)
+    for (const Tensor& t : given) id |= t.shard_id();
   std::vector<Tensor> aliased;
   if (id != 0) {
     aliased = given;
@@ -443,8 +443,9 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
     // A lent adjoint (a broadcast view) is handed out as a dense buffer of its own.
     out.push_back(a.defined() ? owned(v) : new_adjoint(v));
-    // A sharded tensor's gradient is sharded like it (this rank's block).
-    if (wrt[out.size() - 1].shard_id() != 0) out.back() = with_shard(out.back(), wrt[out.size() - 1].shard_id());
+    // Sharded like the tensor (a sharded one's gradient is this rank's block), whatever views the
+    // rules made on the way.
+    out.back() = with_shard(out.back(), wrt[out.size() - 1].shard_id());
   }
   a_.adjoints.clear();
   a_.lent.clear();

@@ -40,6 +40,7 @@ Tensor to(const Tensor& t, Device device) {
   const detail::TransferFn move = detail::kernels(gpu).transfer;
   if (!move) throw DeviceError("[to] no transfer function for " + gpu.str());
   move(dst.data_ptr(), device, src.data_ptr(), t.device(), static_cast<std::size_t>(t.numel()) * itemsize(t.dtype()));
+  detail::TensorAccess::set_shard(dst, t.shard_id());  // a rank's block on its device is still the rank's block
   if (detail::is_tracked(src)) {
     std::vector<Tensor> out{dst};
     detail::g_record_state.recorder->record_custom(std::make_shared<TransferNode>(t.device()), {src}, out);
