@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "tenax/autodiff/recording.h"
-#include "tenax/core/ops.h"
 #include "tenax/core/distributed_impl.h"
+#include "tenax/core/ops.h"
 #include "tenax/core/ops/collective.h"
 #include "tenax/core/ops/dispatch.h"
 
@@ -210,10 +210,9 @@ void TapeImpl::check_growth() const {
   check_memory_budget(Device::cpu(), cap * per_record, "the tape's record arrays");
 }
 
-// A call with a sharded input takes each tracked replicated input through its varying alias
-// (collective.h: op_vary), whose adjoint is summed over ranks once in the reverse sweep. Not while
-// a body is traced: the traced function's own node is what the outer tape aliases.
 namespace {
+// The sharding of a call's inputs (0: none), or 0 while a body is traced: the traced function's
+// own node is what the outer tape aliases.
 uint16_t sharding_of_call(const Tensor* const* in, int n) {
   if (g_record_state.trace) return 0;
   uint16_t id = 0;
@@ -222,6 +221,8 @@ uint16_t sharding_of_call(const Tensor* const* in, int n) {
 }
 }  // namespace
 
+// A call with a sharded input takes each tracked replicated input through its varying alias
+// (collective.h: op_vary), whose adjoint is summed over ranks once in the reverse sweep.
 Tensor TapeImpl::varying(const Tensor& t, uint16_t id) {
   Tensor alias = t;
   const auto [it, fresh] = varying_.try_emplace(t.var(), -1);

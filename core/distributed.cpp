@@ -197,9 +197,6 @@ Tensor with_shard(const Tensor& t, uint16_t id) {
 }
 
 // ---- reductions over ranks ----
-namespace {
-
-// t's values, contiguous, in host memory.
 std::vector<char> host_bytes(const Tensor& t) {
   const Tensor c = t.is_contiguous() ? t : copy_of(t);
   const size_t n = static_cast<size_t>(t.numel()) * itemsize(t.dtype());
@@ -208,7 +205,7 @@ std::vector<char> host_bytes(const Tensor& t) {
   if (t.device().kind == Device::Kind::cpu) {
     std::memcpy(out.data(), c.data_ptr(), n);
   } else {
-    need(kernels(t.device()).transfer, "all_reduce", t.device())(out.data(), Device::cpu(), c.data_ptr(), t.device(), n);
+    need(kernels(t.device()).transfer, "collective", t.device())(out.data(), Device::cpu(), c.data_ptr(), t.device(), n);
   }
   return out;
 }
@@ -220,9 +217,11 @@ Tensor from_host(const void* bytes, const Axes& axes, DType dtype, Device device
   if (device.kind == Device::Kind::cpu)
     std::memcpy(out.data_ptr(), bytes, n);
   else
-    need(kernels(device).transfer, "all_reduce", device)(out.data_ptr(), device, bytes, Device::cpu(), n);
+    need(kernels(device).transfer, "collective", device)(out.data_ptr(), device, bytes, Device::cpu(), n);
   return out;
 }
+
+namespace {
 
 template <class T, bool Max>
 void combine(const char* all, int ranks, int64_t n, T* out) {

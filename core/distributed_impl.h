@@ -54,6 +54,11 @@ const Sharding& sharding_of(uint16_t id);
 /// `t` marked with sharding `id` (0: whole).
 Tensor with_shard(const Tensor& t, uint16_t id);
 
+/// `t`'s values, contiguous in its axis order, in host memory (staged from a device).
+std::vector<char> host_bytes(const Tensor& t);
+/// A new contiguous tensor over `axes` on `device` holding `bytes` (host memory, row-major).
+Tensor from_host(const void* bytes, const Axes& axes, DType dtype, Device device);
+
 /// Sum over ranks of `partial` (any axes, a float dtype, on any device: staged through the host),
 /// added in rank order so that every rank gets the same bits on every run. Throws the agreed Error
 /// when a rank has failed.

@@ -1,9 +1,6 @@
 // The collective ops and the sharding rule every op call with a sharded operand goes through.
 #include "tenax/core/ops/collective.h"
 
-#include <atomic>
-#include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -61,26 +58,13 @@ Tensor all_gather_forward(Inputs in, const Attrs& a) {
     if (t.axes().name(i) != s.axis) order.push_back(t.axes().name(i));
   Tensor plain = with_shard(t, 0);  // this rank's block, off the tape (a forward records nothing)
   TensorAccess::set_var(plain, -1, 0);
-  const Tensor local = copy_of(transpose(plain, order));
-  const size_t bytes = static_cast<size_t>(local.numel()) * itemsize(t.dtype());
-  std::vector<char> host(bytes);
-  if (bytes > 0) {
-    if (t.device().kind == Device::Kind::cpu)
-      std::memcpy(host.data(), local.data_ptr(), bytes);
-    else
-      need(kernels(t.device()).transfer, "gather", t.device())(host.data(), Device::cpu(), local.data_ptr(), t.device(), bytes);
-  }
+  const Tensor local = transpose(plain, order);
+  const std::vector<char> mine = host_bytes(local);
   std::vector<int64_t> counts;
-  const std::vector<char> all = exchange(s.comm.transport(), host.data(), static_cast<int64_t>(bytes), counts);
+  const std::vector<char> all = exchange(s.comm.transport(), mine.data(), static_cast<int64_t>(mine.size()), counts);
   Axes whole = local.axes();
   whole.set_size(0, s.global);
-  Tensor out = empty(whole, t.dtype(), t.device());
-  if (!all.empty()) {
-    if (t.device().kind == Device::Kind::cpu)
-      std::memcpy(out.data_ptr(), all.data(), all.size());
-    else
-      need(kernels(t.device()).transfer, "gather", t.device())(out.data_ptr(), t.device(), all.data(), Device::cpu(), all.size());
-  }
+  const Tensor out = from_host(all.data(), whole, t.dtype(), t.device());
   return transpose(out, t.axes().names());
 }
 void all_gather_vjp(VjpContext& c) {
