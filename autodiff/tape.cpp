@@ -210,51 +210,7 @@ void TapeImpl::check_growth() const {
   check_memory_budget(Device::cpu(), cap * per_record, "the tape's record arrays");
 }
 
-namespace {
-// The sharding of a call's inputs (0: none), or 0 while a body is traced: the traced function's
-// own node is what the outer tape aliases.
-uint16_t sharding_of_call(const Tensor* const* in, int n) {
-  if (g_record_state.trace) return 0;
-  uint16_t id = 0;
-  for (int i = 0; i < n; ++i) id |= in[i]->shard_id();
-  return id;
-}
-}  // namespace
-
-// A call with a sharded input takes each tracked replicated input through its varying alias
-// (collective.h: op_vary), whose adjoint is summed over ranks once in the reverse sweep.
-Tensor TapeImpl::varying(const Tensor& t, uint16_t id) {
-  Tensor alias = t;
-  const auto [it, fresh] = varying_.try_emplace(t.var(), -1);
-  if (fresh) {
-    Attrs a;
-    a.i[0] = id;
-    const Tensor* p[1] = {&t};
-    append(op_vary, Inputs{p, 1}, a, alias);
-    it->second = alias.var();
-  } else {
-    TensorAccess::set_var(alias, it->second, serial_);
-  }
-  return alias;
-}
-
-void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
-  const uint16_t id = sharding_of_call(in.p, in.n);
-  if (id == 0) [[likely]] {
-    append(op, in, attrs, out);
-    return;
-  }
-  std::vector<Tensor> alias(static_cast<size_t>(in.n));
-  std::vector<const Tensor*> p(static_cast<size_t>(in.n));
-  for (int i = 0; i < in.n; ++i) {
-    const bool diff = !(i < 31 && (op.nondiff & (1u << i)));
-    alias[static_cast<size_t>(i)] = diff && in[i].shard_id() == 0 && is_tracked(in[i]) ? varying(in[i], id) : in[i];
-    p[static_cast<size_t>(i)] = &alias[static_cast<size_t>(i)];
-  }
-  append(op, Inputs{p.data(), in.n}, attrs, out);
-}
-
-void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
   check_growth();
   const int n = in.n;
   const int32_t rid = static_cast<int32_t>(a_.records.size());
@@ -287,11 +243,59 @@ void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& ou
   a_.records.push_back(r);
 }
 
+namespace {
+// The sharding of a call's inputs (0: none). A tape never records while a body is traced (the
+// plan's recorder does), so a traced function's sharded ops reach the tape only as its one node.
+uint16_t sharding_of_call(const Tensor* const* in, int n) {
+  uint16_t id = 0;
+  for (int i = 0; i < n; ++i) id |= in[i]->shard_id();
+  return id;
+}
+}  // namespace
+
+// A call with a sharded input takes each tracked replicated input through its varying alias
+// (collective.h: op_vary), whose adjoint is summed over ranks once in the reverse sweep.
+Tensor TapeImpl::varying(const Tensor& t, uint16_t id) {
+  Tensor alias = t;
+  const auto [it, fresh] = varying_.try_emplace(t.var(), -1);
+  if (fresh) {
+    Attrs a;
+    a.i[0] = id;
+    const Tensor* p[1] = {&t};
+    append(op_vary, Inputs{p, 1}, a, alias);
+    it->second = alias.var();
+  } else {
+    TensorAccess::set_var(alias, it->second, serial_);
+  }
+  return alias;
+}
+
+void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+  const uint16_t id = sharding_of_call(in.p, in.n);
+  if (id == 0) [[likely]] {
+    append(op, in, attrs, out);
+    return;
+  }
+  record_sharded(op, in, attrs, out, id);
+}
+
+// Out of line: the eager path above stays a loop and a jump.
+void TapeImpl::record_sharded(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out, uint16_t id) {
+  std::vector<Tensor> alias(static_cast<size_t>(in.n));
+  std::vector<const Tensor*> p(static_cast<size_t>(in.n));
+  for (int i = 0; i < in.n; ++i) {
+    const bool diff = !(i < 31 && (op.nondiff & (1u << i)));
+    alias[static_cast<size_t>(i)] = diff && in[i].shard_id() == 0 && is_tracked(in[i]) ? varying(in[i], id) : in[i];
+    p[static_cast<size_t>(i)] = &alias[static_cast<size_t>(i)];
+  }
+  append(op, Inputs{p.data(), in.n}, attrs, out);
+}
+
+
 void TapeImpl::record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& given,
                              std::vector<Tensor>& outputs) {
   uint16_t id = 0;
-  if (!g_record_state.trace)
-    for (const Tensor& t : given) id |= t.shard_id();
+  for (const Tensor& t : given) id |= t.shard_id();
   std::vector<Tensor> aliased;
   if (id != 0) {
     aliased = given;

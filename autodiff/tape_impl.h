@@ -100,8 +100,11 @@ class TapeImpl final : public Recorder {
   [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
 
  private:
-  /// Appends one op record (record() after the sharding aliases).
-  void append(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out);
+  /// record() of a call with sharded inputs: replicated tracked inputs through their aliases.
+  [[gnu::noinline, gnu::cold]] void record_sharded(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out,
+                                                   uint16_t id);
+  /// Appends one op record (record() after the sharding aliases; inlined into record()).
+  [[gnu::always_inline]] inline void append(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out);
   /// The varying alias of tracked replicated tensor `t` for sharding `id`: one op_vary record per
   /// variable, made at its first use with sharded operands.
   Tensor varying(const Tensor& t, uint16_t id);

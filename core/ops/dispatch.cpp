@@ -120,6 +120,24 @@ Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   }
 }
 
+namespace {
+// The forward, the finite check, and the record when an input this thread's tape tracks needs it.
+inline Tensor forward_and_record(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  Tensor out = forward_naming_op(op, inputs, attrs);
+  if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
+  if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
+    const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
+    for (int i = 0; i < inputs.n; ++i) {
+      if (!(skip & (1u << i)) && is_tracked(inputs[i])) {
+        g_record_state.recorder->record(op, inputs, attrs, out);
+        break;
+      }
+    }
+  }
+  return out;
+}
+}  // namespace
+
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   const int n = inputs.n;
   uint16_t sharded = 0;
@@ -141,20 +159,10 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
     check_unmapped(attrs.axes2, g_mapped, op.name);
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
+  // Both branches return a prvalue: the one named result (forward_and_record's) is built in place.
   if (sharded && !g_sweep_local) [[unlikely]]
     return apply_sharded(op, inputs, attrs);
-  Tensor out = forward_naming_op(op, inputs, attrs);
-  if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
-  if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
-    const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
-    for (int i = 0; i < n; ++i) {
-      if (!(skip & (1u << i)) && is_tracked(inputs[i])) {
-        g_record_state.recorder->record(op, inputs, attrs, out);
-        break;
-      }
-    }
-  }
-  return out;
+  return forward_and_record(op, inputs, attrs);
 }
 
 void refuse_in_trace(const char* what, const std::string& why) {
