@@ -144,9 +144,10 @@ std::vector<char> exchange(Transport& t, const void* data, int64_t bytes, std::v
   for (size_t r = 0; r < h.size(); ++r) total += counts[r] = h[r].bytes;
   std::vector<char> all(static_cast<size_t>(total));
   t.allgatherv(data, counts, all.data());
-  t.stats.collectives += 1;
-  t.stats.bytes_received += total;
-  t.stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  t.collectives.fetch_add(1, std::memory_order_relaxed);
+  t.bytes_received.fetch_add(total, std::memory_order_relaxed);
+  t.seconds.fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                      std::memory_order_relaxed);
   return all;
 }
 
@@ -256,13 +257,23 @@ Tensor all_reduce_max(const Tensor& partial, Transport& t) { return all_reduce<t
 }  // namespace detail
 
 // ---- Communicator ----
-Communicator::Communicator() : t_(std::make_shared<detail::SelfTransport>()) {}
+// Every one-process communicator is the same one: the shardings made over it are interned once.
+Communicator::Communicator() {
+  static const std::shared_ptr<detail::Transport> self = std::make_shared<detail::SelfTransport>();
+  t_ = self;
+}
 Communicator::Communicator(std::shared_ptr<detail::Transport> t) : t_(std::move(t)) {}
 Communicator Communicator::world() { return Communicator(detail::mpi_world_transport()); }
 int Communicator::rank() const { return t_->rank(); }
 int Communicator::size() const { return t_->size(); }
-CommStats Communicator::stats() const { return t_->stats; }
-void Communicator::reset_stats() const { t_->stats = CommStats{}; }
+CommStats Communicator::stats() const {
+  return {t_->collectives.load(), t_->bytes_received.load(), t_->seconds.load()};
+}
+void Communicator::reset_stats() const {
+  t_->collectives = 0;
+  t_->bytes_received = 0;
+  t_->seconds = 0.0;
+}
 bool Communicator::operator==(const Communicator& other) const { return t_->key() == other.t_->key(); }
 
 Block Communicator::block(int64_t global, int rank) const {

@@ -43,10 +43,13 @@ struct Block {
 };
 
 /// The processes that share sharded axes. Wraps an MPI communicator given by the host program
-/// (tenax/mpi.h: `tenax::communicator(MPI_COMM_WORLD)`), or this process alone. Copies share it.
+/// (tenax/mpi.h: `tenax::communicator(MPI_COMM_WORLD)`), or this process alone. Copies share it;
+/// make one per MPI communicator and pass it around (each tenax::communicator() call duplicates
+/// the MPI communicator, and shardings over two such are different shardings).
 class Communicator {
  public:
-  /// This process alone: rank 0 of 1 (no MPI needed; every collective is a copy).
+  /// This process alone: rank 0 of 1 (no MPI needed; every collective is a copy). All such
+  /// communicators are one (equal, with shared stats).
   Communicator();
   /// MPI_COMM_WORLD. Throws Error when the library was built without MPI or MPI is not initialised.
   static Communicator world();

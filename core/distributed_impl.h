@@ -1,6 +1,7 @@
 #pragma once
 // Library-internal: the byte transport under a Communicator (MPI or this process), the failure-
 // aware exchange every Tenax collective goes through, and the table of shardings tensors refer to.
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,8 +25,10 @@ class Transport {
   [[nodiscard]] virtual const void* key() const = 0;
   /// "MPI" or "self", for messages.
   [[nodiscard]] virtual const char* kind() const = 0;
-  /// Counted by exchange(): Communicator::stats.
-  CommStats stats;
+  /// Counted by exchange() (Communicator::stats); atomic because the one-process communicator is
+  /// shared by every thread.
+  std::atomic<int64_t> collectives{0}, bytes_received{0};
+  std::atomic<double> seconds{0.0};
 };
 
 /// The MPI transport over MPI_COMM_WORLD (backends/mpi; mpi_transport in distributed.h for a host

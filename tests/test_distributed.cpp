@@ -72,6 +72,15 @@ TEST(Distributed, BlocksCoverTheAxisInRankOrder) {
   EXPECT_THROW((void)c.block(c.size() - 1, 0), ShapeError);
 }
 
+TEST(Distributed, OneShardingPerAxisBlockAndCommunicator) {
+  // Loading a sharded model again and again must not grow the table of shardings.
+  const Tensor x = whole_x();
+  const Tensor a = shard(x, "series", Communicator()), b = shard(x, "series", Communicator());
+  EXPECT_EQ(a.shard_id(), b.shard_id());
+  EXPECT_TRUE(Communicator() == Communicator());
+  EXPECT_NE(a.shard_id(), shard(x, "time", Communicator()).shard_id());
+}
+
 TEST(Distributed, ValuesAndGradientsEqualOneProcess) {
   const Tensor x = whole_x();
   const std::vector<Tensor> p = params();
