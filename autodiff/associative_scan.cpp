@@ -1,7 +1,10 @@
 // associative_scan by recursive doubling: level d combines every element with the one d earlier.
 #include "tenax/autodiff/associative_scan.h"
 
+#include <optional>
+
 #include "tenax/autodiff/nmap.h"
+#include "tenax/core/distributed.h"
 #include "tenax/core/ops.h"
 
 namespace tenax {
@@ -17,6 +20,10 @@ std::vector<Tensor> associative_scan(const AssociativeFn& combine, const std::ve
     if (!e.has_axis(over))
       throw AxisError("[associative_scan] element " + std::to_string(k) + " " + e.axes().describe() +
                       " has no axis '" + over.str() + "'");
+    if (const std::optional<ShardInfo> split = sharding(e); split && split->axis == over)
+      throw AxisError("[associative_scan] over the axis '" + over.str() + "', which is sharded across " +
+                      std::to_string(split->comm.size()) +
+                      " ranks: the scan needs the whole axis on one rank; shard another axis, or gather this one");
     if (n >= 0 && e.size(over) != n)
       throw ShapeError("[associative_scan] element " + std::to_string(k) + " " + e.axes().describe() + " has " +
                        std::to_string(e.size(over)) + " steps along '" + over.str() + "' but element 0 has " +

@@ -268,6 +268,13 @@ TEST(Distributed, OpsThatNeedTheWholeAxisAreErrors) {
         }, {zeros(Axes{{"time", kTime}})}, {xs}, "series");
       },
       "[scan] over the axis 'series', which is sharded");
+  fails(
+      [&] {
+        (void)associative_scan([](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+          return std::vector<Tensor>{a[0] + b[0]};
+        }, {xs}, "series");
+      },
+      "[associative_scan] over the axis 'series', which is sharded");
   const Tensor m = sharded(randn(Axes{{"series", kSeries}, {"k", kSeries}}, 3), "series");
   fails([&] { (void)cholesky(m, "series", "k"); }, "[cholesky] needs the whole");
   // A sum over the sharded axis inside a scan body would have to communicate at every step.
