@@ -299,7 +299,8 @@ class ScanCall {
     run_->plan = e->plan;
     run_->program = std::move(e->program);
     for (size_t k = 0; k < init_.size(); ++k)
-      if (e->widen[k].rank() > 0) run_->init[k] = widened(init_[k], e->widen[k], e->widened_axes[k], e->plan->carry_shards()[k]);
+      if (e->widen[k].rank() > 0)
+        run_->init[k] = widened(init_[k], e->widen[k], e->widened_axes[k], e->plan->carry_shards()[k]);
     for (int i : e->param_capture) run_->params.push_back((*captures_)[static_cast<size_t>(i)]);
     run_->program->rebind(xs_, run_->params);
     run_->entry = std::move(e);

@@ -1,7 +1,6 @@
 // The Model class: loading (with one validating run), running, gradients, parameter access, saving.
 #include "tenax/model/model.h"
 
-
 #include <cmath>
 #include <fstream>
 #include <sstream>
