@@ -35,39 +35,25 @@ struct Header {
 // The class of a failure, so that every rank raises the same class.
 enum ErrorClass : int64_t { kError = 1, kAxis, kShape, kDType, kIndex, kDevice, kNumeric, kAutodiff, kModel, kMemory, kOther };
 
+ErrorClass class_of(const Error& e) {
+  if (dynamic_cast<const AxisError*>(&e)) return kAxis;
+  if (dynamic_cast<const ShapeError*>(&e)) return kShape;
+  if (dynamic_cast<const DTypeError*>(&e)) return kDType;
+  if (dynamic_cast<const IndexError*>(&e)) return kIndex;
+  if (dynamic_cast<const DeviceError*>(&e)) return kDevice;
+  if (dynamic_cast<const NumericError*>(&e)) return kNumeric;
+  if (dynamic_cast<const AutodiffError*>(&e)) return kAutodiff;
+  if (dynamic_cast<const ModelError*>(&e)) return kModel;
+  if (dynamic_cast<const MemoryError*>(&e)) return kMemory;
+  return kError;
+}
+
 ErrorClass class_of(std::exception_ptr e, std::string& message) {
   try {
     std::rethrow_exception(e);
-  } catch (const AxisError& x) {
-    message = x.what();
-    return kAxis;
-  } catch (const ShapeError& x) {
-    message = x.what();
-    return kShape;
-  } catch (const DTypeError& x) {
-    message = x.what();
-    return kDType;
-  } catch (const IndexError& x) {
-    message = x.what();
-    return kIndex;
-  } catch (const DeviceError& x) {
-    message = x.what();
-    return kDevice;
-  } catch (const NumericError& x) {
-    message = x.what();
-    return kNumeric;
-  } catch (const AutodiffError& x) {
-    message = x.what();
-    return kAutodiff;
-  } catch (const ModelError& x) {
-    message = x.what();
-    return kModel;
-  } catch (const MemoryError& x) {
-    message = x.what();
-    return kMemory;
   } catch (const Error& x) {
     message = x.what();
-    return kError;
+    return class_of(x);
   } catch (const std::exception& x) {
     message = x.what();
     return kOther;
