@@ -32,7 +32,6 @@ Tensor all_reduce_max_forward(Inputs in, const Attrs& a) {
   refuse_capture("all_reduce_max");
   return all_reduce_max(in[0], transport_of(a));
 }
-Tensor zero_like(const Tensor& t) { return full(Axes{}, 0.0, t.dtype(), t.device()); }
 // The gradient reaches every rank whose partial equals the maximum (as a local max reaches every
 // element equal to it).
 void all_reduce_max_vjp(VjpContext& c) {

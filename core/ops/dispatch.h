@@ -224,6 +224,8 @@ void accumulate(const Tensor& out, const Tensor& v);
 /// adjoint is fresh and the pass covers each of its elements once (loop_numel == its numel). A
 /// fresh adjoint the pass would reduce into is zero-filled first (assign stays false).
 const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& assign);
+/// A rank-0 zero of t's dtype on t's device (the other branch of a where()).
+inline Tensor zero_like(const Tensor& t) { return full(Axes{}, 0.0, t.dtype(), t.device()); }
 /// Zeros with the axes of `like` plus `batch` (a JVP rule's stand-in for an absent tangent).
 Tensor zeros_with_batch(const Axes& like, const Axes& batch, DType dtype, Device device);
 /// The axes tangent `t` of a primal with axes `primal` adds beyond them (its batch axes).

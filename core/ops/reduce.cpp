@@ -124,7 +124,7 @@ Tensor reduce_jvp(JvpContext& c) {
     case Reduce::sum: return sum(t, axes);
     case Reduce::mean: return mean(t, axes);
     case Reduce::max:
-      return sum(where(equal(c.input(0), c.output()), t, full(Axes{}, 0.0, t.dtype(), t.device())), axes);
+      return sum(where(equal(c.input(0), c.output()), t, zero_like(t)), axes);
     case Reduce::logsumexp: return sum(t * exp(c.input(0) - c.output()), axes);
   }
   return {};

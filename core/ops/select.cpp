@@ -22,8 +22,6 @@ Tensor where_forward(Inputs in, const Attrs&) {
   return out;
 }
 
-Tensor zero_like(const Tensor& t) { return full(Axes{}, 0.0, t.dtype(), t.device()); }
-
 void where_vjp(VjpContext& c) {
   const Tensor& g = c.cotangent();
   const Tensor& cond = c.input(0);
