@@ -5,7 +5,6 @@
 // autodiff/scan_cache.h).
 #include "tenax/autodiff/scan.h"
 
-
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -14,6 +13,7 @@
 #include <utility>
 
 #include "tenax/autodiff/recording.h"
+#include "tenax/autodiff/scan_blocked.h"
 #include "tenax/autodiff/scan_run.h"
 #include "tenax/core/distributed_impl.h"
 #include "tenax/core/ops.h"
@@ -260,8 +260,9 @@ class ScanCall {
  public:
   ScanCall(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
            const ScanOptions& options, const std::vector<Tensor>* captures,
-           const std::shared_ptr<detail::ScanCache>* cache)
+           const std::shared_ptr<detail::ScanCache>* cache, const detail::BlockOf* block = nullptr)
       : body_(body), init_(init), xs_(xs), over_(over), options_(options), captures_(captures), cache_(cache),
+        block_(block),
         steps_(check_scan(init, xs, over, options)), run_(std::make_shared<ScanRun>()),
         outer_(detail::g_record_state.recorder), outer_serial_(outer_ ? detail::g_record_state.serial : 0) {
     run_->init = init;
@@ -276,6 +277,10 @@ class ScanCall {
     replay_all_ = run_->program != nullptr;
     carry_ = init_;
     if (!replay_all_) trace_first_step();
+    if (block_ && block_->local && !run_->plan->local_along(*block_->local)) {
+      rejected_ = true;
+      return {};
+    }
     record_ = decide_recording();
     if (record_) plan_residuals();
     {
@@ -286,6 +291,9 @@ class ScanCall {
     run_->complete = true;
     return result();
   }
+
+  /// The step is not local along the block's axis (BlockOf::local): nothing ran.
+  [[nodiscard]] bool rejected() const { return rejected_; }
 
  private:
   // A call through a ScanCache whose kept plan and program fit: no trace, every step replayed.
@@ -512,6 +520,7 @@ class ScanCall {
   // or a buffer of its own.
   [[nodiscard]] Tensor stacked(size_t j, const Tensor& t) const {
     if (j < ys_pre_.size() && ys_pre_[j].defined()) return ys_pre_[j];
+    if (block_ && block_->ys_into && j < block_->ys_into->size()) return (*block_->ys_into)[j];
     Axes ax{{over_, steps_}};
     for (int i = 0; i < t.rank(); ++i) ax.push_back(t.axes()[i]);
     return empty(ax, t.dtype(), t.device());
@@ -539,6 +548,8 @@ class ScanCall {
   const ScanOptions& options_;
   const std::vector<Tensor>* captures_;
   const std::shared_ptr<detail::ScanCache>* cache_;
+  const detail::BlockOf* block_;
+  bool rejected_ = false;
   int64_t steps_;
   std::shared_ptr<ScanRun> run_;
   detail::Recorder* outer_;
@@ -565,6 +576,17 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
         throw AxisError("[scan] over the axis '" + over.str() + "', which is sharded across " +
                         std::to_string(detail::sharding_of(t.shard_id()).comm.size()) +
                         " ranks: a scan needs the whole axis on one rank; shard another axis, or gather this one");
+  if (!cache) {
+    (void)check_scan(init, xs, over, options);  // bad arguments reported before any block is cut
+    auto one_block = [&](const std::vector<Tensor>& block_init, const std::vector<Tensor>& block_xs,
+                         const detail::BlockOf& block) -> std::optional<ScanResult> {
+      ScanCall call(body, block_init, block_xs, over, options, nullptr, nullptr, &block);
+      ScanResult r = call.run();
+      if (call.rejected()) return std::nullopt;
+      return r;
+    };
+    if (std::optional<ScanResult> r = detail::scan_in_blocks(init, xs, over, one_block)) return std::move(*r);
+  }
   return ScanCall(body, init, xs, over, options, captures, cache).run();
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "tenax/autodiff/recording.h"
+#include "tenax/core/ops/collective.h"
 
 namespace tenax::detail {
 
@@ -489,6 +490,26 @@ void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& 
                              "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");
       }
   }
+}
+
+bool ScanPlan::local_along(Name axis) const {
+  for (const std::vector<Tensor>* group : {&consts_, &params_})
+    for (const Tensor& t : *group)
+      if (t.has_axis(axis)) return false;
+  for (const PlanOp& p : ops_) {
+    if (p.op->shard != ShardRule::local && p.op->shard != ShardRule::layout) return false;
+    if (names_axis(attrs_[static_cast<size_t>(p.attrs)], axis)) return false;
+    bool in = false;
+    for (int i = 0; i < p.n_inputs; ++i) {
+      const PlanRef r = input(p, i);
+      in = in || (r.var >= 0 ? var(r.var).axes.contains(axis) : consts_[static_cast<size_t>(r.konst)].has_axis(axis));
+    }
+    if (in != var(p.out).axes.contains(axis)) return false;
+  }
+  for (const std::vector<PlanRef>* refs : {&carry_out_, &y_out_})
+    for (const PlanRef& r : *refs)
+      if (r.var < 0 || !var(r.var).axes.contains(axis)) return false;
+  return true;
 }
 
 }  // namespace tenax::detail

@@ -116,6 +116,11 @@ class ScanPlan {
   [[nodiscard]] PlanRef input(const PlanOp& p, int i) const {
     return inputs_[static_cast<size_t>(p.first_input + i)];
   }
+  /// Whether the step treats `axis` elementwise: every op keeps it where an input has it (no
+  /// reduction, contraction, slice, shift or new axis of that name: OpDef::shard local or layout,
+  /// its attributes not naming it), no constant or parameter has it, and every carry and output
+  /// has it. Then the scan over independent blocks of `axis` computes what it does over the whole.
+  [[nodiscard]] bool local_along(Name axis) const;
   /// Per variable: whether anything but the forward step reads its value — a carry, input or
   /// parameter, a new carry or output, or what a reverse rule saves (OpDef::saves).
   [[nodiscard]] std::vector<char> read_after_step() const;

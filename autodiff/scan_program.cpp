@@ -10,8 +10,6 @@
 namespace tenax::detail {
 namespace {
 
-int copy_index(DType t) { return t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3; }
-
 bool any(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
 
 bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
@@ -20,6 +18,13 @@ bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
     const auto* lo = static_cast<const char*>(b.data_ptr());
     if (p >= lo && p < lo + bytes_of(b)) return true;
   }
+  return false;
+}
+
+// Whether `a` shares its storage with any of `others` (undefined ones skipped).
+bool overlaps(const Tensor& a, const std::vector<Tensor>& others) {
+  for (const Tensor& b : others)
+    if (b.defined() && b.numel() > 0 && b.storage().get() == a.storage().get()) return true;
   return false;
 }
 
@@ -36,101 +41,6 @@ BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<
     }
   }
   return b;
-}
-
-SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate)
-    : fixed_(fixed), whole_(whole), accumulate_(accumulate) {
-  const Tensor slice = select(whole, over, 0);
-  const Axes& ax = fixed.axes();
-  const KernelTable& k = kernels(fixed.device());
-  fn_ = accumulate ? need(k.acc[float_index(fixed.dtype(), "scan")], "accumulate", fixed.device())
-                   : need(k.copy[copy_index(fixed.dtype())], "copy", fixed.device());
-  dims_ = loop_dims(ax);
-  moving_ = into_fixed ? 1 : 0;
-  args_[moving_] = loop_arg(slice, ax);
-  args_[1 - moving_] = loop_arg(fixed, ax);
-  base_ = static_cast<char*>(slice.data_ptr());
-  stride_bytes_ = whole.stride(over) * static_cast<int64_t>(itemsize(whole.dtype()));
-  same_layout_ = slice.dtype() == fixed.dtype() && slice.rank() == fixed.rank();
-  for (int i = 0; i < fixed.rank() && same_layout_; ++i) {
-    const Name a = ax.name(i);
-    same_layout_ = slice.has_axis(a) && (ax.size(i) == 1 || slice.stride(a) == fixed.stride(a));
-  }
-  FlatLoop loop;
-  if (fixed.device().kind == Device::Kind::cpu && fixed.numel() <= kFlatLimit &&
-      collapse_loop(dims_, args_, 2, loop)) {
-    flat_ = flat_twin(fn_);
-    outer_ = loop.outer;
-    count_ = loop.count;
-    for (int a = 0; a < 2; ++a) flat_args_[a] = {args_[a].data, loop.stride[a], loop.outer_stride[a]};
-    if (fixed.dtype() == DType::f64) {
-      ScalarLoop::Form form;
-      form.kind = accumulate ? ScalarLoop::Kind::acc : ScalarLoop::Kind::copy;
-      form.arity = 2;
-      inline_ = resolve_form(form, flat_args_, outer_, count_);
-    }
-  }
-}
-
-void SliceCopy::run(int64_t i) {
-  if (inline_.run) {
-    char* at = base_ + i * stride_bytes_;
-    if (moving_ == 0)
-      inline_.o = reinterpret_cast<double*>(at);
-    else
-      inline_.a = inline_.b = reinterpret_cast<const double*>(at);
-    inline_.run(inline_);
-    return;
-  }
-  if (flat_) {
-    flat_args_[moving_].data = base_ + i * stride_bytes_;
-    flat_(outer_, count_, flat_args_);
-    return;
-  }
-  args_[moving_].data = base_ + i * stride_bytes_;
-  fn_(dims_, args_);
-}
-
-bool SliceCopy::moving_base(int64_t origin, int64_t dir, KernelProgram::MovingBase& b) const {
-  if (!same_layout_) return false;
-  b.at = base_ + origin * stride_bytes_;
-  b.stride = dir * stride_bytes_;
-  return true;
-}
-
-void SliceCopy::run_or_record(int64_t s, int64_t origin, int64_t dir) {
-  if (on_host()) {
-    run(origin + dir * s);
-    return;
-  }
-  LoopArg at[2] = {args_[0], args_[1]};
-  at[moving_].data = base_ + origin * stride_bytes_;
-  g_capture->moving(fn_, dims_, at, moving_, dir * stride_bytes_, s);
-}
-
-void SliceCopy::append_to(KernelProgram& program, int64_t origin, int64_t dir) const {
-  LoopArg at[2] = {args_[0], args_[1]};
-  at[moving_].data = base_ + origin * stride_bytes_;
-  program.append_moving(fn_, dims_, at, moving_, dir * stride_bytes_);
-}
-
-bool SliceCopy::append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative) const {
-  if (!flat_ || outer_ != 1 || count_ != 1) return false;
-  ScalarLoop::Ins ins;
-  ins.relative = relative;
-  ins.arity = 2;
-  ins.moving = static_cast<int8_t>(moving_);
-  ins.p[moving_] = base_ + origin * stride_bytes_;
-  ins.p[1 - moving_] = flat_args_[1 - moving_].data;
-  ins.stride = dir * stride_bytes_;
-  if (fixed_.dtype() == DType::f64) {
-    ins.kind = accumulate_ ? ScalarLoop::Kind::acc : ScalarLoop::Kind::copy;
-  } else {
-    ins.fn = scalar_twin(fn_);
-    if (!ins.fn) return false;
-  }
-  loop.push(ins);
-  return true;
 }
 
 StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& carry,
@@ -172,7 +82,7 @@ StepProgram::StepProgram(std::shared_ptr<const ScanPlan> plan, const std::vector
   for (int k = 0; k < p.n_x(); ++k) {
     const PlanVar& v = p.var(p.n_carry() + k);
     Tensor buf = empty(v.axes, v.dtype, xs[static_cast<size_t>(k)].device());
-    x_load_.emplace_back(buf, xs[static_cast<size_t>(k)], over, true, false);
+    x_load_.emplace_back(buf, xs[static_cast<size_t>(k)], over, true, false, true);
     values_[static_cast<size_t>(p.n_carry() + k)] = buf;
     x_base_.push_back(std::make_unique<KernelProgram::MovingBase>());
   }
@@ -220,7 +130,7 @@ void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor
   if (!reusable_) throw Error("[scan] internal: rebind() on a program that is not reusable");
   for (size_t k = 0; k < x_load_.size(); ++k) {
     const Tensor& buf = x_buffer(k);
-    x_load_[k] = SliceCopy(buf, xs[k], over_, true, false);
+    x_load_[k] = SliceCopy(buf, xs[k], over_, true, false, true);
     // An input read in place whose new tensor is laid out otherwise: its calls read the buffer
     // again (base: the buffer, not moving), loaded before every step, forward and reverse.
     if (x_in_place_[k] && !x_load_[k].moving_base(origin(), dir(), *x_base_[k])) {
@@ -479,6 +389,10 @@ void StepProgram::next_carry() {
   next_built_ = true;
 }
 
+void StepProgram::flush_stores() {
+  for (SliceCopy& c : x_adj_store_) c.flush();
+}
+
 void StepProgram::finish() const {
   for (const KernelProgram* k : {&forward_, &next_, &seed_, &vjp_}) k->finish("scan step");
 }
@@ -547,10 +461,18 @@ void StepProgram::make_slice_copies() {
   for (size_t k = 0; k < y_seed_of_.size(); ++k)
     if (y_seed_of_[k].first >= 0)
       y_seed_.emplace_back(adjoints_[static_cast<size_t>(y_seed_of_[k].first)], ys_bar_[k], over_, true,
-                           y_seed_of_[k].second);
-  for (size_t k = 0; k < x_adj_of_.size(); ++k)
-    if (x_adj_of_[k] >= 0)
-      x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(x_adj_of_[k])], xs_adj_[k], over_, false, true);
+                           y_seed_of_[k].second, true);
+  // An input's adjoint is staged (held a block at a time, written back by flush_stores) where no
+  // other buffer of this pass shares its memory.
+  for (size_t k = 0; k < x_adj_of_.size(); ++k) {
+    if (x_adj_of_[k] < 0) continue;
+    std::vector<Tensor> others(adjoints_.begin(), adjoints_.end());
+    for (size_t j = 0; j < xs_adj_.size(); ++j)
+      if (j != k && xs_adj_[j].defined()) others.push_back(xs_adj_[j]);
+    others.insert(others.end(), carry_bar_.begin(), carry_bar_.end());
+    const bool alone = !overlaps(xs_adj_[k], others);
+    x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(x_adj_of_[k])], xs_adj_[k], over_, false, true, alone);
+  }
 }
 
 void StepProgram::backward(int64_t s) {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tenax/autodiff/scan_plan.h"
+#include "tenax/autodiff/slice_copy.h"
 #include "tenax/core/ops/capture.h"
-#include "tenax/core/ops/inline_call.h"
 
 namespace tenax::detail {
 
@@ -26,46 +26,6 @@ struct BufferSplit {
   std::vector<StoragePtr> shared;
 };
 BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared);
-
-/// A copy (or accumulation) between a fixed buffer and slice i of a tensor along one axis, with
-/// its loop arguments computed once. It holds both tensors, so their buffers outlive it.
-class SliceCopy {
- public:
-  SliceCopy() = default;
-  /// into_fixed: fixed (+)= whole[over = i]; else whole[over = i] (+)= fixed.
-  SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate);
-  void run(int64_t i);
-  /// On a device, while a capture is active: runs it at step s (slice origin + dir * s) and records
-  /// it as a moving call, so that the program replays it at the slice of the step it runs as (its
-  /// replay index is the step). On the host: run(origin + dir * s).
-  void run_or_record(int64_t s, int64_t origin, int64_t dir);
-  /// Appends it to a device program as a moving call at slice origin + dir * step.
-  void append_to(KernelProgram& program, int64_t origin, int64_t dir) const;
-  [[nodiscard]] bool on_host() const { return fixed_.device().kind == Device::Kind::cpu; }
-  /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
-  /// the run's offset, ScalarLoop::run); false when the slice is not one element.
-  bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;
-  /// Where slice origin + dir * step lies, as a KernelProgram::MovingBase; false (b unchanged)
-  /// when the slices are not laid out as the fixed tensor (then only copies can move them).
-  bool moving_base(int64_t origin, int64_t dir, KernelProgram::MovingBase& b) const;
-
- private:
-  Tensor fixed_, whole_;
-  ElementwiseFn fn_ = nullptr;
-  LoopDims dims_;
-  LoopArg args_[2];
-  FlatFn flat_ = nullptr;  ///< set when the slice is small and collapses to one loop dimension
-  int64_t outer_ = 1, count_ = 0;
-  FlatArg flat_args_[2];
-  /// float64 flat copies: the same copy as an InlineCall (run when set; its moving operand is
-  /// repointed per step), which skips the flat kernel's generic loop.
-  InlineCall inline_;
-  int moving_ = 0;
-  bool accumulate_ = false;
-  bool same_layout_ = false;  ///< each slice has the fixed tensor's strides
-  char* base_ = nullptr;
-  int64_t stride_bytes_ = 0;
-};
 
 /// One scan's compiled step: forward (and, once prepared, backward) kernel programs over the
 /// plan's fixed buffers.
@@ -168,6 +128,9 @@ class StepProgram {
   void backward(int64_t s);
   /// Raises what device replays deferred (KernelProgram::finish): call when a sweep ends.
   void finish() const;
+  /// Writes the inputs' adjoints still held in stages (SliceCopy::flush): call when a reverse
+  /// sweep ends.
+  void flush_stores();
   /// The cotangent of the carry into the step last run backwards.
   [[nodiscard]] const std::vector<Tensor>& carry_bar() const { return carry_bar_; }
 

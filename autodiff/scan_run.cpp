@@ -283,6 +283,7 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
     CarrySlots ck(checkpoints, p.carry(), nullptr, &no_load);
     reverse_chunks(ck, opt.checkpoint_every);
   }
+  p.flush_stores();
   p.finish();
   if (entry) p.add_param_adjoints(param_adj);  // a reusable program accumulates into its own
   for (size_t k = 0; k < nc; ++k)

@@ -36,8 +36,9 @@ struct Layout {
   int64_t batch_count = 1;
 };
 
-// The copy as a batch of transposes, or false.
-bool layout_of(const detail::LoopDims& dims, const detail::LoopArg* args, Layout& l) {
+// The copy as a batch of transposes, or false. Each of the two dims spans at least a cache line
+// (`item`: bytes per element); the tiles are up to kBlock wide, narrower at the edges.
+bool layout_of(const detail::LoopDims& dims, const detail::LoopArg* args, int64_t item, Layout& l) {
   int o = -1, q = -1;
   for (int d = 0; d < dims.rank; ++d) {
     if (dims.sizes[d] == 1) continue;
@@ -49,7 +50,7 @@ bool layout_of(const detail::LoopDims& dims, const detail::LoopArg* args, Layout
   l.ni = dims.sizes[q];
   l.out_row = args[0].strides[q];
   l.in_col = args[1].strides[o];
-  if (l.ni < kBlock || l.nj < kBlock) return false;
+  if (l.ni * item < 64 || l.nj * item < 64) return false;
   for (int d = 0; d < dims.rank; ++d) {
     if (d == o || d == q || dims.sizes[d] == 1) continue;
     if (args[0].strides[d] <= 0 || args[1].strides[d] <= 0) return false;  // a broadcast: not a plain copy
@@ -126,7 +127,7 @@ void batch_offsets(const Layout& l, int64_t b, int64_t& out_off, int64_t& in_off
 template <class T>
 bool transpose_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
   Layout l;
-  if (!layout_of(dims, args, l) || overlap<T>(dims, args)) return false;
+  if (!layout_of(dims, args, int64_t(sizeof(T)), l) || overlap<T>(dims, args)) return false;
   const int64_t total = l.ni * l.nj * l.batch_count;
   if (total < kTileMin) return false;
   const bool stream = total * int64_t(sizeof(T)) >= kStreamBytes;

@@ -8,7 +8,7 @@ namespace tenax::cpu {
 
 /// Copies args[1] into args[0] over `dims` when, with size-1 dims dropped, the loop is a batch of
 /// matrices the copy transposes: the output contiguous along one dim, the input along the other,
-/// both at least 32 wide, and outer dims (if any) laid out plainly. Returns false (and does
+/// each at least a cache line wide, and outer dims (if any) laid out plainly. Returns false (and does
 /// nothing) otherwise, for the generic loop. T is float or double.
 template <class T>
 bool transpose_copy(const detail::LoopDims& dims, const detail::LoopArg* args);

@@ -104,11 +104,11 @@ const OpDef op_all_gather = {.name = "gather",
                              .shard = ShardRule::gather,
                              .doc = "the whole of a sharded axis on every rank"};
 
-namespace {
-
 bool names_axis(const Attrs& a, Name axis) {
   return a.axes.contains(axis) || a.axes2.contains(axis) || a.shape.contains(axis);
 }
+
+namespace {
 
 std::string where_sharded(const Sharding& s) {
   return "'" + s.axis.str() + "' (" + std::to_string(s.global) + ", split over " + std::to_string(s.comm.size()) +

@@ -17,6 +17,9 @@ extern const OpDef op_vary;
 /// The whole of a sharded axis on every rank (attrs.i[0]: the sharding, attrs.axes: its axis).
 extern const OpDef op_all_gather;
 
+/// Whether an op's attributes name `axis` (its axes, second axes or shape).
+bool names_axis(const Attrs& a, Name axis);
+
 /// apply() for a call with a sharded input: checks the call against the sharding, runs it,
 /// marks the result sharded where it keeps the axis and all-reduces it where the op reduced over
 /// the axis (OpDef::shard).
