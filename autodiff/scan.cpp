@@ -366,7 +366,7 @@ class ScanCall {
   }
 
   [[nodiscard]] bool decide_recording() const {
-    bool record = !run_->params.empty();
+    bool record = !run_->params.empty() || (block_ && block_->tracked);
     for (const Tensor& t : run_->init) record |= detail::is_tracked(t);
     for (const Tensor& t : xs_) record |= detail::is_tracked(t);
     return record && outer_ != nullptr;
@@ -500,6 +500,10 @@ class ScanCall {
     for (size_t k = 0; k < result.ys.size(); ++k)
       result.ys[k] = detail::with_shard(result.ys[k], run_->plan->y_shards()[k]);
     if (!record_) return result;
+    if (block_ && block_->run_out) {  // one node for all blocks, recorded by scan_in_blocks
+      *block_->run_out = run_;
+      return result;
+    }
     std::vector<Tensor> inputs = run_->init, outputs = result.carry;
     inputs.insert(inputs.end(), xs_.begin(), xs_.end());
     inputs.insert(inputs.end(), run_->params.begin(), run_->params.end());
@@ -580,12 +584,12 @@ ScanResult scan_impl(const ScanBody& body, const std::vector<Tensor>& init, cons
     (void)check_scan(init, xs, over, options);  // bad arguments reported before any block is cut
     auto one_block = [&](const std::vector<Tensor>& block_init, const std::vector<Tensor>& block_xs,
                          const detail::BlockOf& block) -> std::optional<ScanResult> {
-      ScanCall call(body, block_init, block_xs, over, options, nullptr, nullptr, &block);
+      ScanCall call(body, block_init, block_xs, over, *block.options, nullptr, nullptr, &block);
       ScanResult r = call.run();
       if (call.rejected()) return std::nullopt;
       return r;
     };
-    if (std::optional<ScanResult> r = detail::scan_in_blocks(init, xs, over, one_block)) return std::move(*r);
+    if (std::optional<ScanResult> r = detail::scan_in_blocks(init, xs, over, options, one_block)) return std::move(*r);
   }
   return ScanCall(body, init, xs, over, options, captures, cache).run();
 }

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "tenax/autodiff/recording.h"
+#include "tenax/autodiff/scan_run.h"
 #include "tenax/autodiff/slice_copy.h"
 #include "tenax/core/ops.h"
 
@@ -21,8 +23,7 @@ constexpr int64_t kBlockLines = 8192;
 constexpr int64_t kMinBlock = 256, kMaxBlock = 8192;
 
 bool applies(const std::vector<Tensor>& init, const std::vector<Tensor>& xs) {
-  if (g_record_state.recorder || g_record_state.trace || g_mapped.size() > 0 || init.empty() || xs.empty())
-    return false;
+  if (g_record_state.trace || g_mapped.size() > 0 || init.empty() || xs.empty()) return false;
   for (const std::vector<Tensor>* group : {&init, &xs})
     for (const Tensor& t : *group)
       if (!t.defined() || t.device().kind != Device::Kind::cpu || t.shard_id() != 0) return false;
@@ -56,10 +57,67 @@ std::optional<Name> batch_axis(const std::vector<Tensor>& init, const std::vecto
   return b;
 }
 
+// The block [from, to) of axis b of each tensor that has it (views, not recorded on a tape).
 std::vector<Tensor> block_of(const std::vector<Tensor>& ts, Name b, int64_t from, int64_t to) {
+  PauseRecording pause;
   std::vector<Tensor> out;
-  for (const Tensor& t : ts) out.push_back(t.has_axis(b) ? slice(t, b, from, to) : t);
+  for (const Tensor& t : ts) out.push_back(t.defined() && t.has_axis(b) ? slice(t, b, from, to) : t);
   return out;
+}
+
+// The blocks' runs as one node of the tape: the reverse pass runs each block's on its block of
+// the cotangents and of the adjoints of init and xs; the parameters' adjoints (no block axis)
+// and those of xs without it collect every block's contribution.
+struct BlockedRuns final : CustomNode {
+  std::vector<std::shared_ptr<ScanRun>> runs;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  Name axis;
+  size_t n_blocked_inputs = 0;  // init and xs
+
+  [[nodiscard]] const char* name() const override { return "scan"; }
+  [[nodiscard]] bool batched_vjp() const override { return true; }
+  [[nodiscard]] int64_t residual_bytes() const override {
+    int64_t bytes = 0;
+    for (const auto& r : runs) bytes += r->residual_bytes();
+    return bytes;
+  }
+  void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const auto [from, to] = ranges[k];
+      std::vector<Tensor> a = block_of({adj.begin(), adj.begin() + static_cast<std::ptrdiff_t>(n_blocked_inputs)},
+                                       axis, from, to);
+      a.insert(a.end(), adj.begin() + static_cast<std::ptrdiff_t>(n_blocked_inputs), adj.end());
+      runs[k]->vjp(block_of(cot, axis, from, to), a);
+    }
+  }
+};
+
+// The options of one of `blocks` blocks: each keeps its share of the memory budgets.
+ScanOptions shared_out(const ScanOptions& o, int64_t blocks) {
+  ScanOptions s = o;
+  if (s.memory_budget > 0) s.memory_budget = std::max<int64_t>(1, s.memory_budget / blocks);
+  s.residual_budget /= blocks;
+  return s;
+}
+
+// Records the blocks' runs as one node with the whole scan's inputs and outputs.
+void record_blocks(std::shared_ptr<BlockedRuns> node, const std::vector<Tensor>& init,
+                   const std::vector<Tensor>& xs, ScanResult& out) {
+  const std::vector<Tensor>& params = node->runs.front()->params;
+  for (const auto& r : node->runs)
+    if (r->params.size() != params.size() ||
+        !std::equal(params.begin(), params.end(), r->params.begin(),
+                    [](const Tensor& a, const Tensor& b) { return a.data_ptr() == b.data_ptr(); }))
+      throw Error("[scan] internal: the blocks of a scan closed over different tensors");
+  std::vector<Tensor> inputs = init, outputs = out.carry;
+  inputs.insert(inputs.end(), xs.begin(), xs.end());
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  outputs.insert(outputs.end(), out.ys.begin(), out.ys.end());
+  node->n_blocked_inputs = init.size() + xs.size();
+  g_record_state.recorder->record_custom(std::move(node), inputs, outputs);
+  const auto nc = static_cast<std::ptrdiff_t>(out.carry.size());
+  out.carry.assign(outputs.begin(), outputs.begin() + nc);
+  out.ys.assign(outputs.begin() + nc, outputs.end());
 }
 
 // A tensor laid out as `t` with axis b at length n.
@@ -72,7 +130,7 @@ Tensor whole_like(const Tensor& t, Name b, int64_t n) {
 }  // namespace
 
 std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
-                                         const BlockScan& run) {
+                                         const ScanOptions& options, const BlockScan& run) {
   if (!applies(init, xs)) return std::nullopt;
   int64_t n = 0, strided = 0;
   const std::optional<Name> b = batch_axis(init, xs, over, n, strided);
@@ -80,8 +138,17 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   const int64_t target = std::clamp(kBlockLines / strided, kMinBlock, kMaxBlock);
   if (n < 2 * target) return std::nullopt;
   const int64_t blocks = (n + target - 1) / target, size = (n + blocks - 1) / blocks;
+  const ScanOptions share = shared_out(options, blocks);
+  auto node = std::make_shared<BlockedRuns>();
+  node->axis = *b;
   BlockOf first;
   first.local = &*b;
+  first.options = &share;
+  if (g_record_state.recorder)
+    for (const std::vector<Tensor>* group : {&init, &xs})
+      for (const Tensor& t : *group) first.tracked = first.tracked || is_tracked(t);
+  std::shared_ptr<ScanRun> run0;
+  first.run_out = &run0;
   std::optional<ScanResult> r0;
   try {
     r0 = run(block_of(init, *b, 0, size), block_of(xs, *b, 0, size), first);
@@ -94,22 +161,36 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   ScanResult out;
   for (const Tensor& c : r0->carry) out.carry.push_back(whole_like(c, *b, n));
   for (const Tensor& y : r0->ys) out.ys.push_back(whole_like(y, *b, n));
-  for (int64_t from = 0; from < n; from += size) {
+  size_t count = 0;
+  for (int64_t from = 0; from < n; from += size, ++count) {
     const int64_t to = std::min(n, from + size);
     std::vector<Tensor> ys_into = block_of(out.ys, *b, from, to);
     std::optional<ScanResult> r;
+    std::shared_ptr<ScanRun> run_k;
     if (from == 0) {
       r = std::move(r0);
+      run_k = run0;
       for (size_t j = 0; j < ys_into.size(); ++j) copy_into(ys_into[j], r->ys[j]);
     } else {
-      BlockOf later;
+      BlockOf later = first;
+      later.local = nullptr;
       later.ys_into = &ys_into;
+      later.run_out = &run_k;
       r = run(block_of(init, *b, from, to), block_of(xs, *b, from, to), later);
       if (!r) throw Error("[scan] internal: a block of '" + b->str() + "' refused after the first ran");
       for (size_t j = 0; j < ys_into.size(); ++j)
         if (r->ys[j].data_ptr() != ys_into[j].data_ptr()) copy_into(ys_into[j], r->ys[j]);
     }
-    for (size_t k = 0; k < out.carry.size(); ++k) copy_into(slice(out.carry[k], *b, from, to), r->carry[k]);
+    for (size_t k = 0; k < out.carry.size(); ++k) copy_into(block_of({out.carry[k]}, *b, from, to)[0], r->carry[k]);
+    if (run_k) {
+      node->runs.push_back(run_k);
+      node->ranges.emplace_back(from, to);
+    }
+  }
+  if (!node->runs.empty()) {
+    if (node->runs.size() != count)
+      throw Error("[scan] internal: some blocks of '" + b->str() + "' recorded their reverse pass, others not");
+    record_blocks(std::move(node), init, xs, out);
   }
   return out;
 }

@@ -375,6 +375,26 @@ void BM_Tenax_ScanThomasTransposedFirst(benchmark::State& state) {
 }
 BENCHMARK(BM_Tenax_ScanThomasTransposedFirst)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The Thomas scans' value and gradient with respect to all four operands through a tape, in
+// either layout (rows inner: each step's slices staged through SliceStage).
+void BM_Tenax_ScanThomasGradient(benchmark::State& state) {
+  const Problem& p = problem(state.range(0) != 0);
+  for (auto _ : state) {
+    Tape tape;
+    std::vector<Tensor> w{tape.watch(p.lower), tape.watch(p.diag), tape.watch(p.upper), tape.watch(p.rhs)};
+    Tensor x = testing::thomas_by_scan(w[0], w[1], w[2], w[3], "i");
+    std::vector<Tensor> g = tape.gradient(sum(x), w);
+    benchmark::DoNotOptimize(g[3].data_ptr());
+  }
+  report(state);
+}
+BENCHMARK(BM_Tenax_ScanThomasGradient)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("batch_inner")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // The same solve on CUDA device 0 (cuSPARSE gtsv2StridedBatch for rows inner, gtsvInterleavedBatch
 // for batch inner), inputs moved to the device once; each iteration ends when the solve is done.
 void BM_Cuda_Solve(benchmark::State& state) {
