@@ -10,9 +10,10 @@
 namespace tenax {
 
 /// A scan body: (carry, x_t) -> (new carry, y_t). Carries keep their axes, sizes and dtype from
-/// step to step. The body runs twice while it is traced (steps 0 and 1) and never again: it must
-/// compute with tenax ops only (branch with where(), not with C++ `if` on values) and run the same
-/// ops every step; tensors it closes over are read, never copied per step.
+/// step to step. The body runs only while it is traced (steps 0 and 1, and step 0 of each block
+/// of a scan run in blocks): it must compute with tenax ops only (branch with where(), not with
+/// C++ `if` on values) and run the same ops every step; tensors it closes over are read, never
+/// copied per step.
 using ScanBody = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;
 
@@ -46,7 +47,9 @@ struct ScanResult {
 };
 
 /// Runs body over the axis `over` of every tensor of `xs` (through strided views: any axis,
-/// no transpose), starting from `init`.
+/// no transpose), starting from `init`. Where `over` is not the outer axis of large xs, a step
+/// local along their next axis runs over cache-sized blocks of it, and others read their slices
+/// through staged blocks of steps (docs/decisions.md, "A scan over an inner axis runs in blocks").
 ScanResult scan(const ScanBody& body, const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
                 const ScanOptions& options = {});
 

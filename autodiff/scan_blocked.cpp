@@ -135,7 +135,14 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   int64_t n = 0, strided = 0;
   const std::optional<Name> b = batch_axis(init, xs, over, n, strided);
   if (!b) return std::nullopt;
-  const int64_t target = std::clamp(kBlockLines / strided, kMinBlock, kMaxBlock);
+  bool tracked = false;
+  if (g_record_state.recorder)
+    for (const std::vector<Tensor>* group : {&init, &xs})
+      for (const Tensor& t : *group) tracked = tracked || is_tracked(t);
+  // Under a tape the reverse pass reads each strided input again and adds into its adjoint, beside
+  // the carries' checkpoints: blocks a quarter as wide (the width bench_tridiagonal's
+  // ScanThomasGradient runs fastest at; half and full width were slower).
+  const int64_t target = std::clamp(kBlockLines / (tracked ? 4 * strided : strided), kMinBlock, kMaxBlock);
   if (n < 2 * target) return std::nullopt;
   const int64_t blocks = (n + target - 1) / target, size = (n + blocks - 1) / blocks;
   const ScanOptions share = shared_out(options, blocks);
@@ -144,9 +151,7 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   BlockOf first;
   first.local = &*b;
   first.options = &share;
-  if (g_record_state.recorder)
-    for (const std::vector<Tensor>* group : {&init, &xs})
-      for (const Tensor& t : *group) first.tracked = first.tracked || is_tracked(t);
+  first.tracked = tracked;
   std::shared_ptr<ScanRun> run0;
   first.run_out = &run0;
   std::optional<ScanResult> r0;
