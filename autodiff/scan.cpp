@@ -384,7 +384,10 @@ class ScanCall {
     for (const Tensor& t : init_w) carry_bytes += detail::bytes_of(t);
     int64_t all_carries = 0;  // carry_bytes * steps, saturated
     if (__builtin_mul_overflow(carry_bytes, steps_, &all_carries)) all_carries = INT64_MAX;
-    residual_budget_ = options_.memory_budget > 0 ? options_.memory_budget - all_carries : options_.residual_budget;
+    const int64_t own = options_.memory_budget > 0 ? options_.memory_budget - all_carries
+                        : options_.residual_budget < 0 ? INT64_MAX
+                                                        : options_.residual_budget;
+    residual_budget_ = std::min(own, outer_->residual_room());  // the tape's budget, shared by its scans
     if (options_.memory_budget > 0 && all_carries > options_.memory_budget) {
       plan_bisection(carry_bytes);
       return;
@@ -474,6 +477,7 @@ class ScanCall {
         // reverse pass reads each step's intermediates instead of recomputing the step, where
         // they fit the budget (ScanOptions::residual_budget).
         keep = store_ck && k == 1 && p.keep_residuals(residual_budget_);
+        if (keep) outer_->take_residual_room(p.residual_bytes());
       }
       if (store_ck && s % k == 0 && !keep) (s == 0 ? ck : ck_new).from_carry(s / k);  // a kept step keeps its carry
       p.forward(s);

@@ -96,7 +96,7 @@ struct BlockedRuns final : CustomNode {
 ScanOptions shared_out(const ScanOptions& o, int64_t blocks) {
   ScanOptions s = o;
   if (s.memory_budget > 0) s.memory_budget = std::max<int64_t>(1, s.memory_budget / blocks);
-  s.residual_budget /= blocks;
+  if (s.residual_budget > 0) s.residual_budget /= blocks;
   return s;
 }
 

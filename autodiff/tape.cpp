@@ -750,6 +750,12 @@ void Tape::keep_all_residuals() {
   check_owner(owner_, "keep_all_residuals");
   impl_->keep_all();
 }
+
+void Tape::set_residual_budget(int64_t bytes) {
+  check_owner(owner_, "set_residual_budget");
+  if (bytes < 0) throw AutodiffError("[set_residual_budget] a budget of " + std::to_string(bytes) + " bytes; expected >= 0");
+  impl_->set_residual_budget(bytes);
+}
 TapeStats Tape::stats() const { return impl_->stats(); }
 int64_t Tape::bytes() const { return impl_->bytes(); }
 

@@ -21,6 +21,9 @@ struct TapeStats {
   int64_t adjoint_bytes = 0;     ///< their bytes
 };
 
+/// The default of Tape::set_residual_budget: 64 MiB for all scans of one tape.
+inline constexpr int64_t kDefaultResidualBudget = int64_t{64} << 20;
+
 /// Records every op whose input is watched (directly or through other ops) while it is the
 /// innermost live Tape of this thread. Tapes may be destroyed in any order: when one ends, the
 /// tapes created after it and still alive go on recording as before, and the tensors it tracked
@@ -55,6 +58,11 @@ class Tape {
                                        const std::vector<Tensor>& tangents);
   /// Makes the tape keep every input and output (what forward_tangent needs). Call before recording.
   void keep_all_residuals();
+  /// The bytes of steps' intermediates that all scans recorded on this tape together may keep for
+  /// the reverse pass, which then reads them instead of recomputing the steps (ScanOptions::
+  /// residual_budget; default kDefaultResidualBudget). A scan keeps all its steps' or none, in
+  /// the order the scans run; 0 recomputes every step. Call before recording.
+  void set_residual_budget(int64_t bytes);
   /// Current figures.
   [[nodiscard]] TapeStats stats() const;
   /// Bytes held by the tape: records, variable table and residuals.

@@ -70,6 +70,11 @@ class TapeImpl final : public Recorder {
   void record(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) override;
   void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
                      std::vector<Tensor>& outputs) override;
+  [[nodiscard]] int64_t residual_room() const override {
+    return residual_taken_ >= residual_budget_ ? 0 : residual_budget_ - residual_taken_;
+  }
+  void take_residual_room(int64_t bytes) override { residual_taken_ += bytes; }
+  void set_residual_budget(int64_t bytes) { residual_budget_ = bytes; }
   Tensor watch(const Tensor& t);
   std::vector<Tensor> gradient(const Tensor& output, const std::vector<Tensor>& wrt, const Tensor& cotangent);
   Tensor forward_tangent(const Tensor& output, const std::vector<Tensor>& inputs,
@@ -135,6 +140,8 @@ class TapeImpl final : public Recorder {
   TapeArrays a_;
   std::unordered_map<int32_t, int32_t> varying_;  ///< variable -> its varying alias
   int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0;
+  int64_t residual_budget_ = kDefaultResidualBudget;  ///< Tape::set_residual_budget
+  int64_t residual_taken_ = 0;                        ///< what its scans kept
 };
 
 }  // namespace tenax::detail

@@ -477,6 +477,59 @@ TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
   }
 }
 
+TEST(Scan, ScansOnOneTapeShareItsResidualBudget) {
+  // Two scans recorded on one tape draw their kept intermediates from the tape's one budget
+  // (Tape::set_residual_budget): with room for one scan's, the first keeps its steps and the
+  // second recomputes; the tape's residual count and the allocator's peak say so, and the
+  // gradients are the same bits whatever is kept.
+  std::vector<Tensor> args = rnn_inputs();
+  args[3] = randn(Axes{{"t", 40}, {"h", 3}}, 8);
+  auto body = [](const Tensor& w, const Tensor& b) {
+    return [w, b](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      auto [next, y] = Rnn{w, b}(c, x);
+      return std::make_pair(std::vector<Tensor>{next[0] + c[0] * x[0] * 0.1}, y);
+    };
+  };
+  struct Run {
+    std::vector<Tensor> grads;
+    int64_t residuals = 0, peak = 0;
+  };
+  auto run = [&](int scans, int64_t budget) {
+    Tape tape;
+    if (budget >= 0) tape.set_residual_budget(budget);
+    std::vector<Tensor> a;
+    for (const Tensor& t : args) a.push_back(tape.watch(t));
+    allocator_for(Device::cpu()).reset_stats();
+    const int64_t base = allocator_stats().bytes_in_use;
+    Tensor loss = scalar(0.0), h = a[2];
+    for (int k = 0; k < scans; ++k) {
+      ScanResult r = scan(body(a[0], a[1]), {h}, {a[3]}, "t");
+      h = r.carry[0];
+      loss = loss + sum(r.ys[0]);
+    }
+    Run out;
+    out.residuals = tape.stats().residual_bytes;
+    out.peak = allocator_stats().peak_bytes - base;
+    out.grads = tape.gradient(loss + sum(h * h), a);
+    return out;
+  };
+  const Run one_kept = run(1, -1), one_none = run(1, 0);
+  const int64_t steps = one_kept.residuals - one_none.residuals;  // one scan's kept intermediates
+  ASSERT_GT(steps, 0);
+  const Run none = run(2, 0), room_for_one = run(2, steps + steps / 2), both = run(2, -1);
+  EXPECT_EQ(room_for_one.residuals, none.residuals + steps);
+  EXPECT_EQ(both.residuals, none.residuals + 2 * steps);
+  // The allocator saw the kept bytes: one scan's more than none at the peak, one scan's fewer than both.
+  EXPECT_GE(room_for_one.peak, none.peak + steps);
+  EXPECT_LE(room_for_one.peak, both.peak - steps);
+  for (size_t k = 0; k < none.grads.size(); ++k) {
+    EXPECT_EQ(room_for_one.grads[k].to_vector(), none.grads[k].to_vector()) << "argument " << k;
+    EXPECT_EQ(both.grads[k].to_vector(), none.grads[k].to_vector()) << "argument " << k;
+  }
+  Tape tape;
+  EXPECT_THROW(tape.set_residual_budget(-1), AutodiffError);
+}
+
 TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
   // max, logsumexp and mean allocate temporaries and zero-fill outputs: the replay must redo both.
   ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {

@@ -47,6 +47,11 @@ class Recorder {
   /// Appends a multi-output node; sets the outputs' variables.
   virtual void record_custom(std::shared_ptr<CustomNode> node, const std::vector<Tensor>& inputs,
                              std::vector<Tensor>& outputs) = 0;
+  /// Bytes of steps' intermediates the scans recorded here may still keep for the reverse pass
+  /// (a tape's residual budget, shared by all its scans); a recorder without one: no limit.
+  [[nodiscard]] virtual int64_t residual_room() const { return INT64_MAX; }
+  /// A scan kept `bytes` of its steps' intermediates.
+  virtual void take_residual_room(int64_t bytes) { (void)bytes; }
 };
 
 /// The recorder of this thread and the serial of its session (tapes are per thread). While a scan
