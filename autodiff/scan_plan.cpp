@@ -279,12 +279,13 @@ Tensor ScanPlan::adjoint_buffer(const std::vector<Tensor>& values, int32_t v, co
   return zeroed ? zeros(ax, pv.dtype, d) : empty(ax, pv.dtype, d);
 }
 
-std::vector<char> ScanPlan::read_after_step() const {
+std::vector<char> ScanPlan::read_after_step(bool by_reverse_step) const {
   std::vector<char> read(vars_.size(), 0);
   for (size_t v = 0; v < vars_.size(); ++v) read[v] = vars_[v].kind != VarKind::op;
-  for (const std::vector<PlanRef>* refs : {&carry_out_, &y_out_})
-    for (const PlanRef& r : *refs)
-      if (r.var >= 0) read[static_cast<size_t>(r.var)] = 1;
+  if (!by_reverse_step)
+    for (const std::vector<PlanRef>* refs : {&carry_out_, &y_out_})
+      for (const PlanRef& r : *refs)
+        if (r.var >= 0) read[static_cast<size_t>(r.var)] = 1;
   for (const PlanOp& p : ops_) {
     if (p.op->saves & kSaveOutput) read[static_cast<size_t>(p.out)] = 1;
     for (int i = 0; i < p.n_inputs && i < 31; ++i)

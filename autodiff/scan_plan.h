@@ -122,8 +122,10 @@ class ScanPlan {
   /// has it. Then the scan over independent blocks of `axis` computes what it does over the whole.
   [[nodiscard]] bool local_along(Name axis) const;
   /// Per variable: whether anything but the forward step reads its value — a carry, input or
-  /// parameter, a new carry or output, or what a reverse rule saves (OpDef::saves).
-  [[nodiscard]] std::vector<char> read_after_step() const;
+  /// parameter, a new carry or output, or what a reverse rule saves (OpDef::saves). With
+  /// `by_reverse_step`: what the step's own reverse step reads (not the new carries and outputs,
+  /// which the next step and the stacked outputs read, unless a rule saves them).
+  [[nodiscard]] std::vector<char> read_after_step(bool by_reverse_step = false) const;
   /// Per carry: whether the reverse pass needs its value — some value a reverse rule reads
   /// (OpDef::saves) depends on it, or the new value of a carry it needs does. A carry it does not
   /// need (an accumulated loss: loss + f(...)) needs no checkpoints: a recomputed step may read

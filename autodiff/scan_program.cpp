@@ -268,7 +268,7 @@ void StepProgram::read_x_in_place_back() {
 void StepProgram::keep_read_buffers() {
   const auto* lo = static_cast<const char*>(arena_->block()->data());
   const char* hi = lo + arena_->used();
-  const std::vector<char> read = plan_->read_after_step();
+  const std::vector<char> read = plan_->read_after_step(true);
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (size_t v = 0; v < values_.size(); ++v) {
     if (!read[v] || !values_[v].defined() || !values_[v].storage()) continue;

@@ -477,6 +477,35 @@ TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
   }
 }
 
+TEST(Scan, KeptLstmStepsGiveTheRecomputedGradients) {
+  // An LSTM cell: the kept buffers are what its reverse step reads (gates, tanh of the cell, the
+  // carries into the step), not its new carries; the gradients are the recomputing pass's bits.
+  const int64_t units = 4;
+  Tensor wx0 = randn(Axes{{"in", 3}, {"gate", 4 * units}}, 31) * 0.4, wh0 = randn(Axes{{"unit", units}, {"gate", 4 * units}}, 32) * 0.4;
+  Tensor xs = randn(Axes{{"t", 30}, {"batch", 5}, {"in", 3}}, 33);
+  auto gate = [&](const Tensor& z, int k) { return rename(slice(z, "gate", k * units, (k + 1) * units), "gate", "unit"); };
+  auto run = [&](int64_t budget, int64_t* kept) {
+    Tape tape;
+    tape.set_residual_budget(budget);
+    Tensor wx = tape.watch(wx0), wh = tape.watch(wh0);
+    ScanBody body = [&, wx, wh](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      Tensor z = dot(x[0], wx, {"in"}) + dot(c[0], wh, {"unit"});
+      Tensor cell = sigmoid(gate(z, 1)) * c[1] + sigmoid(gate(z, 0)) * tanh(gate(z, 2));
+      Tensor h = sigmoid(gate(z, 3)) * tanh(cell);
+      return std::make_pair(std::vector<Tensor>{h, cell}, std::vector<Tensor>{h});
+    };
+    const Tensor zero = zeros(Axes{{"batch", 5}, {"unit", units}});
+    ScanResult r = scan(body, {zero, zero}, {xs}, "t");
+    *kept = tape.stats().residual_bytes;
+    return tape.gradient(sum(r.ys[0] * r.ys[0]) + sum(r.carry[1]), {wx, wh});
+  };
+  int64_t none = 0, kept = 0;
+  const std::vector<Tensor> ref = run(0, &none), with = run(kDefaultResidualBudget, &kept);
+  // each kept step holds at least the four gates and tanh of the cell (5 x 20 float64)
+  EXPECT_GE(kept, none + 27 * 5 * 20 * 8);
+  for (size_t k = 0; k < 2; ++k) EXPECT_EQ(with[k].to_vector(), ref[k].to_vector()) << "argument " << k;
+}
+
 TEST(Scan, ScansOnOneTapeShareItsResidualBudget) {
   // Two scans recorded on one tape draw their kept intermediates from the tape's one budget
   // (Tape::set_residual_budget): with room for one scan's, the first keeps its steps and the
