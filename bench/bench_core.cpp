@@ -97,6 +97,28 @@ void BM_LargeAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_LargeAdd)->Args({1 << 23, 1})->Args({1 << 23, 2})->Unit(benchmark::kMillisecond);
 
+// Where a second thread pays: an elementwise op over n float64 elements on 1 or 2 oneTBB threads
+// (op 0: a + b, memory-bound; op 1: exp(a), compute-bound), n from 2^12 to 2^20. The loops split
+// into tasks of cpu::kParallelGrain elements or more (backends/cpu/loop.h).
+void BM_ElementwiseThreads(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const int op = int(state.range(1)), threads = int(state.range(2));
+  Tensor a = randn(Axes{{"i", n}}, 1), b = randn(Axes{{"i", n}}, 2);
+  tbb::task_arena arena(threads);
+  for (auto _ : state) {
+    arena.execute([&] {
+      Tensor c = op == 0 ? a + b : exp(a);
+      benchmark::DoNotOptimize(c.data_ptr());
+    });
+  }
+  state.counters["ns_per_element"] =
+      benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ElementwiseThreads)
+    ->ArgsProduct({{1 << 12, 1 << 14, 1 << 16, 1 << 17, 1 << 18, 1 << 20}, {0, 1}, {1, 2}})
+    ->ArgNames({"n", "op", "threads"})
+    ->Unit(benchmark::kMicrosecond);
+
 void BM_Memcpy(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<double> src(static_cast<size_t>(n), 1.0);
