@@ -65,6 +65,15 @@ std::vector<Tensor> block_of(const std::vector<Tensor>& ts, Name b, int64_t from
   return out;
 }
 
+// The axes of `t` with axis b at length n (in t's order).
+Axes whole_axes(const Tensor& t, Name b, int64_t n) {
+  Axes ax;
+  for (int i = 0; i < t.rank(); ++i) ax.push_back({t.axes().name(i), t.axes().name(i) == b ? n : t.axes().size(i)});
+  return ax;
+}
+
+Tensor whole_like(const Tensor& t, Name b, int64_t n) { return empty(whole_axes(t, b, n), t.dtype(), t.device()); }
+
 // The blocks' runs as one node of the tape: the reverse pass runs each block's on its block of
 // the cotangents and of the adjoints of init and xs; the parameters' adjoints (no block axis)
 // and those of xs without it collect every block's contribution.
@@ -72,6 +81,7 @@ struct BlockedRuns final : CustomNode {
   std::vector<std::shared_ptr<ScanRun>> runs;
   std::vector<std::pair<int64_t, int64_t>> ranges;
   Name axis;
+  int64_t whole = 0;            // its length
   size_t n_blocked_inputs = 0;  // init and xs
 
   [[nodiscard]] const char* name() const override { return "scan"; }
@@ -80,6 +90,26 @@ struct BlockedRuns final : CustomNode {
     int64_t bytes = 0;
     for (const auto& r : runs) bytes += r->residual_bytes();
     return bytes;
+  }
+  // Each block's tangents from its block of the inputs' (parameters' and unblocked xs' whole),
+  // written into the whole outputs' tangents.
+  bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override {
+    const auto nb = static_cast<std::ptrdiff_t>(n_blocked_inputs);
+    out.clear();
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const auto [from, to] = ranges[k];
+      std::vector<Tensor> in = block_of({tangents.begin(), tangents.begin() + nb}, axis, from, to), part;
+      in.insert(in.end(), tangents.begin() + nb, tangents.end());
+      if (!runs[k]->jvp(in, batch, part)) return false;
+      out.resize(part.size());
+      for (size_t j = 0; j < part.size(); ++j) {
+        if (!part[j].defined()) continue;
+        if (!out[j].defined()) out[j] = zeros(whole_axes(part[j], axis, whole), part[j].dtype(), part[j].device());
+        PauseRecording pause;
+        copy_into(slice(out[j], axis, from, to), part[j]);
+      }
+    }
+    return true;
   }
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
     for (size_t k = 0; k < runs.size(); ++k) {
@@ -120,12 +150,6 @@ void record_blocks(std::shared_ptr<BlockedRuns> node, const std::vector<Tensor>&
   out.ys.assign(outputs.begin() + nc, outputs.end());
 }
 
-// A tensor laid out as `t` with axis b at length n.
-Tensor whole_like(const Tensor& t, Name b, int64_t n) {
-  Axes ax;
-  for (int i = 0; i < t.rank(); ++i) ax.push_back({t.axes().name(i), t.axes().name(i) == b ? n : t.axes().size(i)});
-  return empty(ax, t.dtype(), t.device());
-}
 
 }  // namespace
 
@@ -148,6 +172,7 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   const ScanOptions share = shared_out(options, blocks);
   auto node = std::make_shared<BlockedRuns>();
   node->axis = *b;
+  node->whole = n;
   BlockOf first;
   first.local = &*b;
   first.options = &share;

@@ -89,6 +89,9 @@ struct ScanRun final : CustomNode {
   bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from);
 
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override;
+  /// Forward mode (autodiff/scan_tangent.cpp): the steps run again op by op from `init`, each
+  /// followed by its ops' JVP rules (ScanPlan::forward_tangent), the carries' tangents handed on.
+  bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override;
 
  private:
   // The fused forms of the reverse sweep, built once the first chunk has built the programs.
