@@ -10,9 +10,9 @@
 namespace tenax {
 
 /// A scan body: (carry, x_t) -> (new carry, y_t). Carries keep their axes, sizes and dtype from
-/// step to step. The body runs only while it is traced (steps 0 and 1, and step 0 of each block
-/// of a scan run in blocks): it must compute with tenax ops only (branch with where(), not with
-/// C++ `if` on values) and run the same ops every step; tensors it closes over are read, never
+/// step to step. The body runs only while it is traced (steps 0 and 1, again for each block of a
+/// scan run in blocks): it must compute with tenax ops only (branch with where(), not with C++
+/// `if` on values) and run the same ops every step; tensors it closes over are read, never
 /// copied per step.
 using ScanBody = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;

@@ -30,30 +30,38 @@ bool applies(const std::vector<Tensor>& init, const std::vector<Tensor>& xs) {
   return true;
 }
 
+// The axis of x with the smallest stride besides `over` (and size 1), or -1.
+int innermost_other(const Tensor& x, Name over) {
+  int best = -1;
+  for (int i = 0; i < x.rank(); ++i) {
+    if (x.axes().name(i) == over || x.axes().size(i) == 1) continue;
+    if (best < 0 || std::abs(x.strides()[i]) < std::abs(x.strides()[best])) best = i;
+  }
+  return best;
+}
+
 // The batch axis: the innermost axis besides `over` of the first strided x, if every carry has it
 // (at its size) and every x has it at that size or not at all; its length in `n`, the number of
 // strided xs in `strided`.
 std::optional<Name> batch_axis(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
                                int64_t& n, int64_t& strided) {
-  std::optional<Name> b;
+  int first = -1;
   strided = 0;
-  for (const Tensor& x : xs) {
-    if (!SliceStage::wanted(x, select(x, over, 0), over)) continue;
-    ++strided;
-    if (b) continue;
-    int best = -1;
-    for (int i = 0; i < x.rank(); ++i)
-      if (x.axes().name(i) != over && x.axes().size(i) > 1 && (best < 0 || std::abs(x.strides()[i]) < std::abs(x.strides()[best])))
-        best = i;
-    if (best < 0) return std::nullopt;
-    b = x.axes().name(best);
-    n = x.axes().size(best);
-  }
-  if (!b) return std::nullopt;
+  for (size_t k = 0; k < xs.size(); ++k)
+    if (SliceStage::wanted(xs[k], select(xs[k], over, 0), over)) {
+      ++strided;
+      if (first < 0) first = static_cast<int>(k);
+    }
+  if (first < 0) return std::nullopt;
+  const Tensor& x = xs[static_cast<size_t>(first)];
+  const int i = innermost_other(x, over);
+  if (i < 0) return std::nullopt;
+  const Name b = x.axes().name(i);
+  n = x.axes().size(i);
   for (const Tensor& c : init)
-    if (!c.has_axis(*b) || c.size(*b) != n) return std::nullopt;
-  for (const Tensor& x : xs)
-    if (x.has_axis(*b) && x.size(*b) != n) return std::nullopt;
+    if (!c.has_axis(b) || c.size(b) != n) return std::nullopt;
+  for (const Tensor& t : xs)
+    if (t.has_axis(b) && t.size(b) != n) return std::nullopt;
   return b;
 }
 
@@ -151,6 +159,97 @@ void record_blocks(std::shared_ptr<BlockedRuns> node, const std::vector<Tensor>&
 }
 
 
+// Whether a tape records and tracks one of the scan's inputs.
+bool any_tracked(const std::vector<Tensor>& init, const std::vector<Tensor>& xs) {
+  bool tracked = false;
+  if (g_record_state.recorder)
+    for (const std::vector<Tensor>* group : {&init, &xs})
+      for (const Tensor& t : *group) tracked = tracked || is_tracked(t);
+  return tracked;
+}
+
+// One scan in blocks of `axis`: the first block (its step checked local along the axis), then
+// the others into the whole outputs, then, under a tape, one node for all.
+class Blocks {
+ public:
+  Blocks(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name axis, int64_t n, int64_t size,
+         const ScanOptions& share, bool tracked)
+      : init_(init), xs_(xs), axis_(axis), n_(n), size_(size), node_(std::make_shared<BlockedRuns>()) {
+    node_->axis = axis;
+    node_->whole = n;
+    first_.local = &axis_;
+    first_.options = &share;
+    first_.tracked = tracked;
+  }
+
+  // The first block, from which the whole outputs are made; false when the step is refused.
+  bool start(const BlockScan& run) {
+    std::shared_ptr<ScanRun> r;
+    first_.run_out = &r;
+    std::optional<ScanResult> r0;
+    try {
+      r0 = run(block_of(init_, axis_, 0, size_), block_of(xs_, axis_, 0, size_), first_);
+    } catch (const Error&) {
+      // The step failed on a block (it closes over a tensor with the whole axis, say): the scan
+      // over the whole axis runs instead and reports what is wrong with it, if anything.
+      return false;
+    }
+    if (!r0) return false;
+    for (const Tensor& c : r0->carry) out_.carry.push_back(whole_like(c, axis_, n_));
+    for (const Tensor& y : r0->ys) out_.ys.push_back(whole_like(y, axis_, n_));
+    store(*r0, r, 0, std::min(n_, size_));
+    return true;
+  }
+
+  // Every later block, each writing its outputs into the whole ones.
+  void rest(const BlockScan& run) {
+    for (int64_t from = size_; from < n_; from += size_) {
+      const int64_t to = std::min(n_, from + size_);
+      std::vector<Tensor> ys_into = block_of(out_.ys, axis_, from, to);
+      std::shared_ptr<ScanRun> r;
+      BlockOf later = first_;
+      later.local = nullptr;
+      later.ys_into = &ys_into;
+      later.run_out = &r;
+      std::optional<ScanResult> res = run(block_of(init_, axis_, from, to), block_of(xs_, axis_, from, to), later);
+      if (!res) throw Error("[scan] internal: a block of '" + axis_.str() + "' refused after the first ran");
+      store(*res, r, from, to);
+    }
+  }
+
+  // The whole outputs, recorded as one node when the blocks recorded their runs.
+  ScanResult finish() {
+    if (!node_->runs.empty()) {
+      if (node_->runs.size() != blocks_)
+        throw Error("[scan] internal: some blocks of '" + axis_.str() + "' recorded their reverse pass, others not");
+      record_blocks(std::move(node_), init_, xs_, out_);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void store(const ScanResult& r, const std::shared_ptr<ScanRun>& run, int64_t from, int64_t to) {
+    std::vector<Tensor> ys_into = block_of(out_.ys, axis_, from, to);
+    for (size_t j = 0; j < ys_into.size(); ++j)
+      if (r.ys[j].data_ptr() != ys_into[j].data_ptr()) copy_into(ys_into[j], r.ys[j]);
+    for (size_t k = 0; k < out_.carry.size(); ++k) copy_into(block_of({out_.carry[k]}, axis_, from, to)[0], r.carry[k]);
+    if (run) {
+      node_->runs.push_back(run);
+      node_->ranges.emplace_back(from, to);
+    }
+    ++blocks_;
+  }
+
+  const std::vector<Tensor>& init_;
+  const std::vector<Tensor>& xs_;
+  Name axis_;
+  int64_t n_, size_;
+  std::shared_ptr<BlockedRuns> node_;
+  BlockOf first_;
+  ScanResult out_;
+  size_t blocks_ = 0;
+};
+
 }  // namespace
 
 std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const std::vector<Tensor>& xs, Name over,
@@ -159,70 +258,18 @@ std::optional<ScanResult> scan_in_blocks(const std::vector<Tensor>& init, const 
   int64_t n = 0, strided = 0;
   const std::optional<Name> b = batch_axis(init, xs, over, n, strided);
   if (!b) return std::nullopt;
-  bool tracked = false;
-  if (g_record_state.recorder)
-    for (const std::vector<Tensor>* group : {&init, &xs})
-      for (const Tensor& t : *group) tracked = tracked || is_tracked(t);
+  const bool tracked = any_tracked(init, xs);
   // Under a tape the reverse pass reads each strided input again and adds into its adjoint, beside
   // the carries' checkpoints: blocks a quarter as wide (the width bench_tridiagonal's
   // ScanThomasGradient runs fastest at; half and full width were slower).
   const int64_t target = std::clamp(kBlockLines / (tracked ? 4 * strided : strided), kMinBlock, kMaxBlock);
   if (n < 2 * target) return std::nullopt;
-  const int64_t blocks = (n + target - 1) / target, size = (n + blocks - 1) / blocks;
-  const ScanOptions share = shared_out(options, blocks);
-  auto node = std::make_shared<BlockedRuns>();
-  node->axis = *b;
-  node->whole = n;
-  BlockOf first;
-  first.local = &*b;
-  first.options = &share;
-  first.tracked = tracked;
-  std::shared_ptr<ScanRun> run0;
-  first.run_out = &run0;
-  std::optional<ScanResult> r0;
-  try {
-    r0 = run(block_of(init, *b, 0, size), block_of(xs, *b, 0, size), first);
-  } catch (const Error&) {
-    // The step failed on a block (it closes over a tensor with the whole axis, say): the scan
-    // over the whole axis runs instead and reports what is wrong with it, if anything.
-    return std::nullopt;
-  }
-  if (!r0) return std::nullopt;
-  ScanResult out;
-  for (const Tensor& c : r0->carry) out.carry.push_back(whole_like(c, *b, n));
-  for (const Tensor& y : r0->ys) out.ys.push_back(whole_like(y, *b, n));
-  size_t count = 0;
-  for (int64_t from = 0; from < n; from += size, ++count) {
-    const int64_t to = std::min(n, from + size);
-    std::vector<Tensor> ys_into = block_of(out.ys, *b, from, to);
-    std::optional<ScanResult> r;
-    std::shared_ptr<ScanRun> run_k;
-    if (from == 0) {
-      r = std::move(r0);
-      run_k = run0;
-      for (size_t j = 0; j < ys_into.size(); ++j) copy_into(ys_into[j], r->ys[j]);
-    } else {
-      BlockOf later = first;
-      later.local = nullptr;
-      later.ys_into = &ys_into;
-      later.run_out = &run_k;
-      r = run(block_of(init, *b, from, to), block_of(xs, *b, from, to), later);
-      if (!r) throw Error("[scan] internal: a block of '" + b->str() + "' refused after the first ran");
-      for (size_t j = 0; j < ys_into.size(); ++j)
-        if (r->ys[j].data_ptr() != ys_into[j].data_ptr()) copy_into(ys_into[j], r->ys[j]);
-    }
-    for (size_t k = 0; k < out.carry.size(); ++k) copy_into(block_of({out.carry[k]}, *b, from, to)[0], r->carry[k]);
-    if (run_k) {
-      node->runs.push_back(run_k);
-      node->ranges.emplace_back(from, to);
-    }
-  }
-  if (!node->runs.empty()) {
-    if (node->runs.size() != count)
-      throw Error("[scan] internal: some blocks of '" + b->str() + "' recorded their reverse pass, others not");
-    record_blocks(std::move(node), init, xs, out);
-  }
-  return out;
+  const int64_t count = (n + target - 1) / target, size = (n + count - 1) / count;
+  const ScanOptions share = shared_out(options, count);
+  Blocks blocks(init, xs, *b, n, size, share, tracked);
+  if (!blocks.start(run)) return std::nullopt;
+  blocks.rest(run);
+  return blocks.finish();
 }
 
 }  // namespace tenax::detail
