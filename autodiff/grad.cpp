@@ -5,6 +5,7 @@
 
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/tape_impl.h"
+#include "tenax/core/ops.h"
 
 namespace tenax {
 namespace {
@@ -25,14 +26,60 @@ Traced trace(const Function& f, const std::vector<Tensor>& args, bool keep_all) 
   return t;
 }
 
+// The axes of `t` that an enclosing nmap maps (physically there, invisible to the function).
+Axes mapped_of(const Tensor& t) {
+  Axes out;
+  for (int i = 0; i < t.rank(); ++i)
+    if (detail::g_mapped.contains(t.axes().name(i))) out.push_back(t.axes()[i]);
+  return out;
+}
+
+// `t` broadcast (a view) to the axes of `mapped` it lacks.
+Tensor widen(const Tensor& t, const Axes& mapped) {
+  Axes extra;
+  for (int i = 0; i < mapped.rank(); ++i)
+    if (!t.has_axis(mapped.name(i))) extra.push_back(mapped[i]);
+  if (extra.rank() == 0) return t;
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
+  return broadcast(t, extra);
+}
+
+// Inside nmap every slice differentiates its own function: an argument the slices share (without
+// a mapped axis the value has) is traced again broadcast along it (a view), so that its gradient
+// has one slice per slice of the value, as a loop over the slices would give.
+Traced trace_per_slice(const Function& f, const std::vector<Tensor>& args) {
+  Traced t = trace(f, args, false);
+  if (detail::g_mapped.size() == 0) return t;
+  const Axes mapped = mapped_of(t.value);
+  std::vector<Tensor> wide;
+  bool any = false;
+  for (const Tensor& a : args) {
+    wide.push_back(a.defined() ? widen(a, mapped) : a);
+    any = any || wide.back().rank() != a.rank();
+  }
+  return any ? trace(f, wide, false) : t;
+}
+
+// The cotangent of a value with mapped axes: `c` broadcast to them (each slice its own seed).
+Tensor seed_per_slice(const Tensor& value, const Tensor& c) {
+  const Axes mapped = mapped_of(value);
+  if (c.defined()) return widen(c, mapped);
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
+  return ones(value.axes(), value.dtype(), value.device());
+}
+
 }  // namespace
 
 std::pair<Tensor, std::vector<Tensor>> value_and_grad(const Function& f, const std::vector<Tensor>& args) {
-  Traced t = trace(f, args, false);
-  if (t.value.numel() != 1)
+  Traced t = trace_per_slice(f, args);
+  const Axes mapped = mapped_of(t.value);
+  if (t.value.numel() != mapped.numel())
     throw AutodiffError("[grad] the function returned " + t.value.axes().describe() +
-                        "; grad needs a single element (use vjp for other shapes)");
-  std::vector<Tensor> g = t.tape->gradient(t.value, t.watched, Tensor());
+                        (mapped.rank() > 0 ? " (" + mapped.describe() + " mapped by an enclosing nmap)" : "") +
+                        "; grad needs a single element (per slice inside nmap; use vjp for other shapes)");
+  const Tensor seed = mapped.rank() > 0 ? seed_per_slice(t.value, Tensor()) : Tensor();
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);  // the sweep sees every axis
+  std::vector<Tensor> g = t.tape->gradient(t.value, t.watched, seed);
   return {t.value, std::move(g)};
 }
 
@@ -41,12 +88,14 @@ std::vector<Tensor> grad(const Function& f, const std::vector<Tensor>& args) {
 }
 
 VjpResult vjp(const Function& f, const std::vector<Tensor>& args) {
-  auto t = std::make_shared<Traced>(trace(f, args, false));
+  auto t = std::make_shared<Traced>(trace_per_slice(f, args));
   VjpResult r;
   r.value = t->value;
   r.pullback = [t](const Tensor& cotangent) {
     if (!cotangent.defined()) throw AutodiffError("[vjp] the cotangent is undefined");
-    return t->tape->gradient(t->value, t->watched, cotangent);
+    const Tensor seed = seed_per_slice(t->value, cotangent);
+    const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
+    return t->tape->gradient(t->value, t->watched, seed);
   };
   return r;
 }
@@ -57,6 +106,7 @@ std::pair<Tensor, Tensor> jvp(const Function& f, const std::vector<Tensor>& prim
     throw AutodiffError("[jvp] " + std::to_string(primals.size()) + " primals but " +
                         std::to_string(tangents.size()) + " tangents");
   Traced t = trace(f, primals, true);
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);  // the sweep sees every axis
   Tensor tangent = t.tape->forward_tangent(t.value, t.watched, tangents);
   return {t.value, tangent};
 }

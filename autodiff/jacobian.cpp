@@ -48,13 +48,32 @@ Axes argument_axes(const Axes& out, const Axes& arg) {
 
 // g has the argument's axes and the batch axes `from`: renames the colliding argument axes, then
 // `from` -> `to` (the output's names), and orders the axes as (output..., argument...).
-Tensor name_jacobian(const Tensor& g, const Axes& out, const Axes& arg, const AxisList& from, const AxisList& to) {
+// Axes mapped by an enclosing nmap (`mapped`) stay, last: each slice's Jacobian.
+Tensor name_jacobian(const Tensor& g, const Axes& out, const Axes& arg, const AxisList& from, const AxisList& to,
+                     const Axes& mapped) {
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
   const Axes named = argument_axes(out, arg);
   Tensor r = rename(g, arg.names(), named.names());
   if (!from.empty()) r = rename(r, from, to);
   AxisList order = out.names();
   for (int i = 0; i < named.rank(); ++i) order.push_back(named.name(i));
+  for (int i = 0; i < mapped.rank(); ++i)
+    if (r.has_axis(mapped.name(i))) order.push_back(mapped.name(i));
   return contiguous(transpose(r, order));
+}
+
+// Inside nmap: the axes of `t` the enclosing maps map, and the others.
+Axes mapped_part(const Tensor& t) {
+  Axes m;
+  for (int i = 0; i < t.rank(); ++i)
+    if (detail::g_mapped.contains(t.axes().name(i))) m.push_back(t.axes()[i]);
+  return m;
+}
+Axes unmapped_part(const Tensor& t) {
+  Axes u;
+  for (int i = 0; i < t.rank(); ++i)
+    if (!detail::g_mapped.contains(t.axes().name(i))) u.push_back(t.axes()[i]);
+  return u;
 }
 
 void check_host(const Tensor& t, const char* what) {
@@ -66,11 +85,11 @@ void check_host(const Tensor& t, const char* what) {
 }
 
 std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor>& args) {
-  VjpResult r = vjp(f, args);
+  VjpResult r = vjp(f, args);  // inside nmap: per slice (shared arguments broadcast)
   const Tensor& y = r.value;
   check_host(y, "output");
-  const Axes& out = y.axes();
-  const int64_t n = y.numel();
+  const Axes out = unmapped_part(y), mapped = mapped_part(y);
+  const int64_t n = out.numel();
   // Batch axes: the output's axes under fresh names, with the identity as the cotangent.
   AxisList from, to;
   Axes basis_axes;
@@ -91,20 +110,24 @@ std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor
     if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
     // One sweep per output element into the rows of the result.
     g.clear();
-    for (const Tensor& a : args) {
-      Axes ax = a.axes();
-      for (int i = 0; i < basis_axes.rank(); ++i) ax.push_back(basis_axes[i]);
-      g.push_back(zeros(ax, a.dtype(), a.device()));
-    }
     for (int64_t i = 0; i < n; ++i) {
       Tensor e = zeros(out, y.dtype());
       set_one(e, i);
       std::vector<Tensor> row = r.pullback(e);
-      for (size_t k = 0; k < args.size(); ++k) detail::copy_into(at_flat(g[k], basis_axes, i), row[k]);
+      const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
+      for (size_t k = 0; k < args.size(); ++k) {
+        if (i == 0) {
+          Axes ax = row[k].axes();
+          for (int d = 0; d < basis_axes.rank(); ++d) ax.push_back(basis_axes[d]);
+          g.push_back(zeros(ax, row[k].dtype(), row[k].device()));
+        }
+        detail::copy_into(at_flat(g[k], basis_axes, i), row[k]);
+      }
     }
   }
   std::vector<Tensor> result;
-  for (size_t k = 0; k < args.size(); ++k) result.push_back(name_jacobian(g[k], out, args[k].axes(), from, to));
+  for (size_t k = 0; k < args.size(); ++k)
+    result.push_back(name_jacobian(g[k], out, unmapped_part(args[k]), from, to, mapped));
   return result;
 }
 
@@ -118,12 +141,21 @@ std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor
   const Tensor y = f(watched);
   if (!y.defined()) throw AutodiffError("[jacobian] the function returned an undefined tensor");
   check_host(y, "output");
+  // Inside nmap each slice's Jacobian: the basis spans the unmapped axes, the mapped ones stay.
+  const Axes out = unmapped_part(y), mapped = mapped_part(y);
+  std::vector<Axes> ins, owns;
+  for (const Tensor& a : args) {
+    ins.push_back(unmapped_part(a));
+    owns.push_back(mapped_part(a));
+  }
+  const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);  // the sweeps see every axis
   std::vector<Tensor> result;
   for (size_t k = 0; k < args.size(); ++k) {
     check_host(args[k], "argument");
-    const Axes& in = args[k].axes();
-    const Axes named = argument_axes(y.axes(), in);
-    const int64_t n = args[k].numel();
+    const Axes& in = ins[k];
+    const Axes& own = owns[k];
+    const Axes named = argument_axes(out, in);
+    const int64_t n = in.numel();
     AxisList basis_names, named_names = named.names();
     Axes eye_axes = in;
     for (int i = 0; i < in.rank(); ++i) {
@@ -132,14 +164,15 @@ std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor
       eye_axes.push_back({b, in.size(i)});
     }
     std::vector<Tensor> tangents(args.size());
-    tangents[k] = zeros(eye_axes, args[k].dtype());
-    for (int64_t i = 0; i < n; ++i) set_one(tangents[k], i * n + i);
+    Tensor eye = zeros(eye_axes, args[k].dtype());
+    for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i);
+    tangents[k] = own.rank() > 0 ? broadcast(eye, own) : eye;
+    AxisList order = out.names();
+    for (Name a : named_names) order.push_back(a);
+    for (int i = 0; i < mapped.rank(); ++i) order.push_back(mapped.name(i));
     try {
       const Tensor columns = tape.forward_tangent(y, watched, tangents);
-      Tensor j = rename(columns, basis_names, named_names);
-      AxisList order = y.axes().names();
-      for (Name a : named_names) order.push_back(a);
-      result.push_back(contiguous(transpose(j, order)));
+      result.push_back(contiguous(transpose(rename(columns, basis_names, named_names), order)));
       continue;
     } catch (const AutodiffError& err) {
       if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
@@ -149,12 +182,13 @@ std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor
     Tensor j = zeros(ax, y.dtype());
     for (int64_t i = 0; i < n; ++i) {
       std::vector<Tensor> one(args.size());
-      one[k] = zeros(in, args[k].dtype());
-      set_one(one[k], i);
+      Tensor e = zeros(in, args[k].dtype());
+      set_one(e, i);
+      one[k] = own.rank() > 0 ? broadcast(e, own) : e;
       const Tensor column = tape.forward_tangent(y, watched, one);
       detail::copy_into(at_flat(j, named, i), column);
     }
-    result.push_back(j);
+    result.push_back(contiguous(transpose(j, order)));
   }
   return result;
 }

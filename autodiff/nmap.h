@@ -18,6 +18,8 @@ using MultiFunction = std::function<std::vector<Tensor>(const std::vector<Tensor
 ///   axes out. Layout queries (axes(), rank(), size()) still show them.
 /// - A result that does not depend on a mapped axis is broadcast along it as a view (no copy per
 ///   slice).
+/// - grad, value_and_grad, vjp, jvp and jacobian inside f are per slice (per-example gradients
+///   and Jacobians; docs/decisions.md, "Transforms inside nmap are per slice").
 /// Throws AxisError when an `over` axis is in no argument or is already mapped by an enclosing
 /// nmap, and ShapeError when arguments disagree on its size.
 std::vector<Tensor> nmap(const MultiFunction& f, const AxisList& over, const std::vector<Tensor>& args);

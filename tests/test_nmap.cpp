@@ -130,5 +130,55 @@ TEST(Nmap, BadCallsAreErrors) {
                  "[nmap] axis 'batch' is already mapped by an enclosing nmap/map");
 }
 
+// Transforms inside nmap: each slice differentiates its own function (per-example gradients,
+// the vmap(grad) idiom), against a loop over the slices.
+TEST(Nmap, GradVjpAndJvpInsideAreThePerSliceOnes) {
+  const Tensor xs = randn(Axes{{"b", 5}, {"i", 3}}, 21), w = tensor({0.3, -0.7, 0.5}, "i");
+  Function loss = [](const std::vector<Tensor>& a) { return sum(square(tanh(a[0] * a[1]))) * 0.5; };
+  // d loss / d w per example, d loss / d x per example
+  std::vector<Tensor> per = nmap(
+      [&](const std::vector<Tensor>& a) { return grad(loss, {a[1], a[0]}); }, {"b"}, {xs, w});
+  ASSERT_EQ(per.size(), 2u);
+  // vjp with a cotangent of 2 (shared by every slice) and jvp along (dw, 0)
+  const Tensor dw = tensor({1.0, 0.5, -2.0}, "i");
+  std::vector<Tensor> via_vjp = nmap(
+      [&](const std::vector<Tensor>& a) {
+        VjpResult r = vjp(loss, {a[1], a[0]});
+        return r.pullback(scalar(2.0));
+      },
+      {"b"}, {xs, w});
+  Tensor via_jvp = nmap([&](const std::vector<Tensor>& a) { return jvp(loss, {a[1], a[0]}, {dw, Tensor()}).second; },
+                        {"b"}, {xs, w});
+  for (int64_t b = 0; b < 5; ++b) {
+    const Tensor x = select(xs, "b", b);
+    std::vector<Tensor> g = grad(loss, {w, x});
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_LT(mismatch(select(per[k], "b", b), g[k], 1e-14, 1e-15), 1.0) << "slice " << b << " argument " << k;
+      EXPECT_LT(mismatch(select(via_vjp[k], "b", b), g[k] * 2.0, 1e-14, 1e-15), 1.0) << "slice " << b;
+    }
+    EXPECT_NEAR(select(via_jvp, "b", b).item(), sum(g[0] * dw).item(), 1e-14) << "slice " << b;
+  }
+  EXPECT_TRUE(per[0].axes().same_set(Axes{{"b", 5}, {"i", 3}})) << per[0].axes().describe();
+}
+
+// Per-example Jacobians (vmap(jacrev) / vmap(jacfwd)): jacobian inside nmap, both modes, against
+// the per-slice loop; a shared argument's Jacobian is per slice too.
+TEST(Nmap, JacobianInsideIsThePerSliceOne) {
+  const Tensor xs = randn(Axes{{"b", 4}, {"i", 3}}, 23), w = tensor({0.3, -0.7, 0.5}, "i");
+  Function f = [](const std::vector<Tensor>& a) { return tanh(a[0] * a[1]) * sum(a[1]); };
+  for (auto mode : {JacobianOptions::Mode::reverse, JacobianOptions::Mode::forward}) {
+    std::vector<Tensor> per = nmap([&](const std::vector<Tensor>& a) { return jacobian(f, {a[1], a[0]}, {mode}); },
+                                   {"b"}, {xs, w});
+    ASSERT_EQ(per.size(), 2u);
+    for (int64_t b = 0; b < 4; ++b) {
+      std::vector<Tensor> j = jacobian(f, {w, select(xs, "b", b)}, {mode});
+      for (size_t k = 0; k < 2; ++k) {
+        EXPECT_TRUE(per[k].axes().same_set(Axes{{"b", 4}, {"i", 3}, {"i_in", 3}})) << per[k].axes().describe();
+        EXPECT_LT(mismatch(select(per[k], "b", b), j[k], 1e-14, 1e-15), 1.0) << "slice " << b << " argument " << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tenax
