@@ -1,5 +1,6 @@
 // map: chunked results equal nmap over the whole axis for every chunk size; gradients equal
-// nmap's with and without rematerialisation; closures over tracked tensors and bad options raise.
+// nmap's with and without rematerialisation; transforms inside are per slice; closures over
+// tracked tensors and bad options raise.
 #include "expect_message.h"
 #include "op_check.h"
 
@@ -80,6 +81,26 @@ TEST(Map, ClosingOverATrackedTensorIsAnError) {
                  "[map] parallel_chunks must be >= 1, got 0");
   EXPECT_MESSAGE(testing::error_message<Error>([&] { (void)map(f, "b", {x}, bad); }),
                  "[map] batch_size must be >= 0, got -1");
+}
+
+// grad and jacobian inside map are per slice, as inside nmap (map runs f through nmap per chunk).
+TEST(Map, TransformsInsideArePerSlice) {
+  const Tensor xs = randn(Axes{{"b", 6}, {"i", 3}}, 23), w = tensor({0.3, -0.7, 0.5}, "i");
+  Function f = [](const std::vector<Tensor>& a) { return sum(tanh(a[0] * a[1])); };
+  MultiFunction per_slice = [&](const std::vector<Tensor>& a) {
+    std::vector<Tensor> out = grad(f, {a[1], a[0]});
+    out.push_back(jacobian(f, {a[1], a[0]})[0]);
+    return out;
+  };
+  MapOptions o;
+  o.batch_size = 4;  // chunks of 4 and 2
+  std::vector<Tensor> by_map = map(per_slice, "b", {xs, w}, o);
+  for (int64_t b = 0; b < 6; ++b) {
+    std::vector<Tensor> g = grad(f, {w, select(xs, "b", b)});
+    EXPECT_LT(mismatch(select(by_map[0], "b", b), g[0], 1e-14, 1e-15), 1.0) << "slice " << b;
+    EXPECT_LT(mismatch(select(by_map[1], "b", b), g[1], 1e-14, 1e-15), 1.0) << "slice " << b;
+    EXPECT_LT(mismatch(select(by_map[2], "b", b), g[0], 1e-14, 1e-15), 1.0) << "slice " << b;
+  }
 }
 
 }  // namespace
