@@ -78,6 +78,37 @@ struct MapRun final : detail::CustomNode {
   const char* name() const override { return "map"; }
   int64_t residual_bytes() const override { return 0; }
 
+  // Forward mode, chunk by chunk: f's outputs' tangents on each chunk (through nmap, on a tape of
+  // its own), written into the stacked tangents.
+  bool jvp(const std::vector<Tensor>& tangents, const Axes& extra, std::vector<Tensor>& out) override {
+    out.clear();
+    for_chunks(0, steps, batch, 1, [&](int64_t s, int64_t e) {
+      Tape tape;
+      tape.keep_all_residuals();
+      std::vector<Tensor> in = chunk_args(args, over, s, e), watched, tan;
+      for (size_t i = 0; i < in.size(); ++i)
+        if (tangents[i].defined()) {
+          in[i] = tape.watch(in[i]);
+          watched.push_back(in[i]);
+          tan.push_back(tangents[i].has_axis(over) ? slice(tangents[i], over, s, e) : tangents[i]);
+        }
+      std::vector<Tensor> outs = nmap(f, {over}, in);
+      out.resize(outs.size());
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const Tensor t = tape.forward_tangent(outs[k], watched, tan);
+        detail::PauseRecording pause;
+        if (!out[k].defined()) {
+          Axes ax;
+          for (int i = 0; i < t.rank(); ++i) ax.push_back({t.axes().name(i), t.axes().name(i) == over ? steps : t.axes().size(i)});
+          out[k] = zeros(ax, t.dtype(), t.device());
+        }
+        detail::copy_into(slice(out[k], over, s, e), t);
+      }
+    });
+    (void)extra;  // the tangents carry their batch axes through f's ops
+    return true;
+  }
+
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override {
     std::mutex shared;  // arguments without `over` receive contributions from every chunk
     for_chunks(0, steps, batch, parallel, [&](int64_t s, int64_t e) {
