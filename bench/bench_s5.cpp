@@ -3,7 +3,8 @@
 // two stacked layers, float64 and float32, written with scan and with linear_recurrence. Timed:
 // the forward pass, and the Jacobian of the final state w.r.t. λ, W, b, the initial state and the
 // inputs. The Jacobian is per sequence (the final state of sequence s depends on sequence s only),
-// one reverse sweep each with the 64-vector basis as batch axes; the 16 sequences run in a loop.
+// one reverse sweep each with the 64-vector basis as batch axes (or, "/forward_mode", one forward
+// sweep with the argument's basis as batch axes of the tangent); the 16 sequences run in a loop.
 // Complexity(oN) fits time = slope * T and reports the slope and the RMS of the fit.
 #include <benchmark/benchmark.h>
 
@@ -72,7 +73,7 @@ Tensor final_state(Impl impl, const std::vector<Layer>& layers, const Tensor& u)
   return rename(select(x, "t", x.size("t") - 1), "h_prev", "h");
 }
 
-void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt) {
+void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt, JacobianOptions::Mode mode) {
   const int64_t steps = state.range(0);
   Model m = make_model(steps, n_layers, dt);
   for (auto _ : state) {
@@ -101,7 +102,7 @@ void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt) {
         }
         return final_state(impl, layers, input);
       };
-      Tensor j = jacobian(f, {arg})[0];
+      Tensor j = jacobian(f, {arg}, {mode})[0];
       benchmark::DoNotOptimize(j.data_ptr());
     }
   }
@@ -118,7 +119,12 @@ void register_all() {
           std::string name = std::string("S5/") + impls[impl] + "/layers:" + std::to_string(layers) + "/" +
                              dtype_name(dt) + "/" + wrts[w];
           benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-            run(st, Impl(impl), layers, dt, Wrt(w));
+            run(st, Impl(impl), layers, dt, Wrt(w), JacobianOptions::Mode::reverse);
+          })->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
+          if (w == 0) continue;
+          // forward mode: one sweep per argument with its basis as batch axes of the tangent
+          benchmark::RegisterBenchmark((name + "/forward_mode").c_str(), [=](benchmark::State& st) {
+            run(st, Impl(impl), layers, dt, Wrt(w), JacobianOptions::Mode::forward);
           })->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
         }
 }
