@@ -5,6 +5,7 @@
 #include "tenax/core/ops.h"
 
 namespace tenax::detail {
+
 bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) {
   PauseRecording pause;
   const ScanPlan& p = *plan;

@@ -56,8 +56,6 @@ class SliceCopy {
   void run(int64_t i);
   /// Writes a staged copy's held block into `whole` (nothing otherwise): call when a sweep ends.
   void flush();
-  /// Whether the slices go through a stage.
-  [[nodiscard]] bool staged() const { return stage_ != nullptr; }
   /// On a device, while a capture is active: runs it at step s (slice origin + dir * s) and records
   /// it as a moving call, so that the program replays it at the slice of the step it runs as (its
   /// replay index is the step). On the host: run(origin + dir * s).
@@ -91,6 +89,5 @@ class SliceCopy {
   /// Then base_ and stride_bytes_ walk its rows; copies of this SliceCopy share it.
   std::shared_ptr<SliceStage> stage_;
 };
-
 
 }  // namespace tenax::detail
