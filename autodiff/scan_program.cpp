@@ -261,9 +261,10 @@ void StepProgram::read_x_in_place_back() {
     carry_load_back_[k] = carry_moved_[k] && !(carry_in_place_[k] && back(carry_[k], carry_base_[k].get()));
 }
 
-// What the reverse step reads of the forward step's arena: the buffers of the values read after
-// the step (carries, x_t, new carries, outputs, and what the reverse rules save, ScanPlan::
-// read_after_step; a view's whole parent buffer). The other intermediates, the ops' own
+// What the reverse step reads of the forward step's arena: the buffers of the values its rules
+// read (the carries into the step and what the reverse rules save, ScanPlan::read_after_step; a
+// view's whole parent buffer). Not x_t: the scanned tensor holds it, and a kept step loads it
+// again before its reverse step (keep_residuals). The other intermediates, the ops' own
 // temporaries among them, are neither saved nor restored.
 void StepProgram::keep_read_buffers() {
   const auto* lo = static_cast<const char*>(arena_->block()->data());
@@ -272,12 +273,11 @@ void StepProgram::keep_read_buffers() {
   std::vector<std::pair<std::size_t, std::size_t>> ranges;
   for (size_t v = 0; v < values_.size(); ++v) {
     if (!read[v] || !values_[v].defined() || !values_[v].storage()) continue;
-    // x_t read in place: its buffer's bytes are not x_t (a reverse step reads x_t in place too,
-    // or loads it first: x_load_back_).
+    // x_t (read in place or loaded again) and carries read in place are not kept.
     const auto* at = static_cast<const char*>(values_[v].storage()->data());
     bool in_place = false;
     for (size_t k = 0; k < x_load_.size(); ++k)
-      in_place = in_place || (x_unkept_[k] && at == x_buffer(k).storage()->data());
+      in_place = in_place || at == x_buffer(k).storage()->data();
     for (size_t k = 0; k < carry_.size(); ++k)
       in_place = in_place || (carry_moved_[k] && at == carry_[k].storage()->data());
     if (in_place) continue;
@@ -305,6 +305,9 @@ bool StepProgram::keep_residuals(int64_t budget) {
     return false;  // over the host's memory budget (set_memory_budget): recompute instead
   }
   saved_.assign(static_cast<size_t>(steps_), 0);
+  // The kept bytes leave x_t out: each reverse step loads it from the scanned tensor first.
+  for (size_t k = 0; k < x_load_.size(); ++k)
+    if (!x_in_place_[k]) x_unkept_[k] = x_load_back_[k] = 1;
   return true;
 }
 
@@ -506,7 +509,7 @@ void StepProgram::build_backward(int64_t s) {
   // (read_x_in_place_back then decides how their replays read them).
   if (host) {
     for (size_t k = 0; k < x_load_.size(); ++k)
-      if (x_in_place_[k]) x_load_[k].run(index(s));
+      if (x_in_place_[k] || x_unkept_[k]) x_load_[k].run(index(s));
     for (size_t k = 0; k < carry_.size(); ++k)
       if (carry_in_place_[k]) carry_load_[k].run(s);
   }
