@@ -6,6 +6,7 @@
 #include "tenax/autodiff/recording.h"
 #include "tenax/autodiff/tape_impl.h"
 #include "tenax/core/ops.h"
+#include "tenax/named/batching.h"
 
 namespace tenax {
 namespace {
@@ -27,12 +28,7 @@ Traced trace(const Function& f, const std::vector<Tensor>& args, bool keep_all) 
 }
 
 // The axes of `t` that an enclosing nmap maps (physically there, invisible to the function).
-Axes mapped_of(const Tensor& t) {
-  Axes out;
-  for (int i = 0; i < t.rank(); ++i)
-    if (detail::g_mapped.contains(t.axes().name(i))) out.push_back(t.axes()[i]);
-  return out;
-}
+Axes mapped_of(const Tensor& t) { return split_mapped(t.axes(), detail::g_mapped, true); }
 
 // `t` broadcast (a view) to the axes of `mapped` it lacks.
 Tensor widen(const Tensor& t, const Axes& mapped) {

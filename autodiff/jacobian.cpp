@@ -8,6 +8,7 @@
 #include "tenax/core/creation.h"
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/named/batching.h"
 
 namespace tenax {
 namespace {
@@ -63,18 +64,8 @@ Tensor name_jacobian(const Tensor& g, const Axes& out, const Axes& arg, const Ax
 }
 
 // Inside nmap: the axes of `t` the enclosing maps map, and the others.
-Axes mapped_part(const Tensor& t) {
-  Axes m;
-  for (int i = 0; i < t.rank(); ++i)
-    if (detail::g_mapped.contains(t.axes().name(i))) m.push_back(t.axes()[i]);
-  return m;
-}
-Axes unmapped_part(const Tensor& t) {
-  Axes u;
-  for (int i = 0; i < t.rank(); ++i)
-    if (!detail::g_mapped.contains(t.axes().name(i))) u.push_back(t.axes()[i]);
-  return u;
-}
+Axes mapped_part(const Tensor& t) { return split_mapped(t.axes(), detail::g_mapped, true); }
+Axes unmapped_part(const Tensor& t) { return split_mapped(t.axes(), detail::g_mapped, false); }
 
 void check_host(const Tensor& t, const char* what) {
   if (t.device().kind != Device::Kind::cpu)

@@ -12,6 +12,13 @@ AxisList visible_axes(const Axes& axes, const AxisList& mapped) {
   return out;
 }
 
+Axes split_mapped(const Axes& axes, const AxisList& mapped, bool want_mapped) {
+  Axes out;
+  for (int i = 0; i < axes.rank(); ++i)
+    if (mapped.contains(axes.name(i)) == want_mapped) out.push_back(axes[i]);
+  return out;
+}
+
 void check_unmapped(const AxisList& named, const AxisList& mapped, const char* op) {
   for (Name n : named)
     if (mapped.contains(n))

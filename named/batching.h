@@ -11,6 +11,10 @@ namespace tenax {
 /// The axes of `axes` that are not mapped, in order ("all axes" inside a mapped function).
 AxisList visible_axes(const Axes& axes, const AxisList& mapped);
 
+/// The axes of `axes` that are mapped (`mapped == true`) or not, with their sizes, in order: what
+/// a transform inside nmap keeps per slice, and what it differentiates.
+Axes split_mapped(const Axes& axes, const AxisList& mapped, bool want_mapped);
+
 /// Throws AxisError naming `op` when `named` (axes an op's attributes name) includes a mapped axis.
 void check_unmapped(const AxisList& named, const AxisList& mapped, const char* op);
 
