@@ -88,7 +88,7 @@ bool FunctionProgram::prepare_pass(const std::vector<Tensor>& cotangents, const 
   const ScanPlan& p = *plan_;
   std::vector<char> x_needs(adjoints.size(), 0), seeded(cotangents.size(), 0);
   for (size_t k = 0; k < adjoints.size(); ++k)
-    x_needs[k] = adjoints[k].defined() && is_floating(p.var(static_cast<int32_t>(k)).dtype);
+    x_needs[k] = adjoints[k].defined() && is_inexact(p.var(static_cast<int32_t>(k)).dtype);
   // Which values can carry a gradient follows from which arguments want one (kept per pass kind).
   const std::vector<char> needs = backward_built_ && x_needs == x_needs_ ? needs_ : p.needs_grad(x_needs);
   Axes batch;

@@ -128,9 +128,9 @@ int64_t check_scan(const std::vector<Tensor>& init, const std::vector<Tensor>& x
   if (steps == 0) throw ShapeError("[scan] the axis '" + over.str() + "' has no steps");
   for (size_t k = 0; k < init.size(); ++k) {
     if (!init[k].defined()) throw Error("[scan] init carry " + std::to_string(k) + " is undefined");
-    if (!is_floating(init[k].dtype()))
+    if (!is_inexact(init[k].dtype()))
       throw DTypeError("[scan] init carry " + std::to_string(k) + " is " + dtype_name(init[k].dtype()) +
-                       "; carries are float64 or float32");
+                       "; carries are float64, float32, complex128 or complex64");
   }
 
   return steps;

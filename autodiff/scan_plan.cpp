@@ -218,7 +218,7 @@ std::vector<char> ScanPlan::needs_grad(const std::vector<char>& x_needs) const {
   std::vector<char> needs(vars_.size(), 0);
   for (size_t v = 0; v < vars_.size(); ++v) {
     const PlanVar& pv = vars_[v];
-    if (pv.kind == VarKind::carry || pv.kind == VarKind::param) needs[v] = is_floating(pv.dtype);
+    if (pv.kind == VarKind::carry || pv.kind == VarKind::param) needs[v] = is_inexact(pv.dtype);
     else if (pv.kind == VarKind::x) needs[v] = x_needs[static_cast<size_t>(pv.index)];
   }
   for (const PlanOp& p : ops_) {

@@ -9,8 +9,6 @@
 namespace tenax::detail {
 namespace {
 
-int copy_index(DType t) { return t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3; }
-
 // Steps per block: two cache lines of float64 steps (each line of the tensor read once per block),
 // what the copy kernels' transposing tiles take in one pass (backends/cpu/transpose_copy.cpp).
 constexpr int64_t kStageSteps = 16;
@@ -80,7 +78,7 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
   }
   const Axes& ax = fixed.axes();
   const KernelTable& k = kernels(fixed.device());
-  fn_ = accumulate ? need(k.acc[float_index(fixed.dtype(), "scan")], "accumulate", fixed.device())
+  fn_ = accumulate ? need(k.acc[numeric_index(fixed.dtype(), "scan")], "accumulate", fixed.device())
                    : need(k.copy[copy_index(fixed.dtype())], "copy", fixed.device());
   dims_ = loop_dims(ax);
   moving_ = into_fixed ? 1 : 0;

@@ -171,8 +171,8 @@ int32_t TapeImpl::var_of(const Tensor& t, const char* what) const {
 
 Tensor TapeImpl::watch(const Tensor& t) {
   if (!t.defined()) throw AutodiffError("[watch] the tensor is undefined");
-  if (!is_floating(t.dtype()))
-    throw DTypeError(std::string("[watch] only float64 and float32 tensors can be differentiated, got ") +
+  if (!is_inexact(t.dtype()))
+    throw DTypeError(std::string("[watch] only float64, float32, complex128 and complex64 tensors can be differentiated, got ") +
                      dtype_name(t.dtype()));
   Tensor w = t;
   TensorAccess::set_var(w, new_var(t, -1), serial_);
@@ -466,6 +466,10 @@ Axes TapeImpl::cotangent_batch_axes(const Tensor& output, const Tensor& cotangen
     if (!output.defined() || output.numel() != 1)
       throw AutodiffError("[grad] the output " + output.axes().describe() +
                           " is not a scalar; reduce it (e.g. sum) or pass a cotangent");
+    if (is_complex(output.dtype()))
+      throw DTypeError(std::string("[grad] the output is ") + dtype_name(output.dtype()) +
+                       "; a gradient needs a real loss (take real(), abs() or a squared modulus) or pass a "
+                       "cotangent to vjp (docs/complex.md)");
     return batch;
   }
   bool covers = output.defined();

@@ -273,24 +273,48 @@ struct DeviceProgramFns {
   void (*destroy_fused)(void* chain) = nullptr;
 };
 
-/// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32).
+/// Dtype indices of the kernel tables: 0 float64, 1 float32, and for the kernels defined on complex
+/// numbers 2 complex128, 3 complex64 (numeric_index). Tables of real-only kernels have two entries.
+inline constexpr int kNumeric = 4;
+
+/// The kernels that take a complex number apart or build one: index 0 complex128 (float64 parts),
+/// 1 complex64 (float32 parts). args[0] is the output.
+struct ComplexKernels {
+  ElementwiseFn make[2] = {};       ///< out complex = (re, im) from two real operands
+  ElementwiseFn real[2] = {};       ///< out real = Re in
+  ElementwiseFn imag[2] = {};       ///< out real = Im in
+  ElementwiseFn conj[2] = {};       ///< out complex = conj(in)
+  ElementwiseFn abs[2] = {};        ///< out real = |in|
+  ElementwiseFn angle[2] = {};      ///< out real = atan2(Im in, Re in)
+  ElementwiseFn from_real[2] = {};  ///< out complex = (in, 0) from the real dtype of its parts
+  ElementwiseFn narrow = nullptr;   ///< out complex64 = in complex128
+  ElementwiseFn widen = nullptr;    ///< out complex128 = in complex64
+  /// The JVP forms of the derivative kernels (dst (+)= g * D, D not conjugated); deriv_acc and
+  /// deriv_set hold the VJP forms (dst (+)= g * conj(D)) at indices 2 and 3.
+  ElementwiseFn tangent_acc[static_cast<int>(DerivOp::count)][2] = {};
+  ElementwiseFn tangent_set[static_cast<int>(DerivOp::count)][2] = {};
+};
+
+/// Kernels of one backend, by op and dtype index (0 = float64, 1 = float32, 2 = complex128,
+/// 3 = complex64 where the table has four entries).
 struct KernelTable {
-  ElementwiseFn unary[static_cast<int>(UnaryOp::count)][2] = {};
-  ElementwiseFn binary[static_cast<int>(BinaryOp::count)][2] = {};
+  ElementwiseFn unary[static_cast<int>(UnaryOp::count)][kNumeric] = {};
+  ElementwiseFn binary[static_cast<int>(BinaryOp::count)][kNumeric] = {};
   /// args: dst, g, p0, p1, p2 (unused p's may be null with zero strides).
-  ElementwiseFn deriv_acc[static_cast<int>(DerivOp::count)][2] = {};
+  ElementwiseFn deriv_acc[static_cast<int>(DerivOp::count)][kNumeric] = {};
   /// The same rules writing dst = g * D (into a fresh adjoint covered one to one by the loop).
-  ElementwiseFn deriv_set[static_cast<int>(DerivOp::count)][2] = {};
+  ElementwiseFn deriv_set[static_cast<int>(DerivOp::count)][kNumeric] = {};
   ElementwiseFn compare[3][2] = {};  ///< out (bool), a, b
-  ElementwiseFn where[2] = {};       ///< out, cond (bool), a, b
-  ElementwiseFn copy[4] = {};        ///< out, in; by dtype index 0 f64, 1 f32, 2 i64, 3 bool
-  ElementwiseFn acc[2] = {};         ///< out += in (serial where out has zero strides)
+  ElementwiseFn where[kNumeric] = {};  ///< out, cond (bool), a, b
+  ElementwiseFn copy[6] = {};        ///< out, in; by dtype index 0 f64, 1 f32, 2 i64, 3 bool, 4 c128, 5 c64
+  ElementwiseFn acc[kNumeric] = {};  ///< out += in (serial where out has zero strides)
   ElementwiseFn max_acc[2] = {};     ///< out = max(out, in)
-  ElementwiseFn scale[2] = {};       ///< out = in * scalar, scalar passed in args[2].data (double*)
-  ElementwiseFn fill[2] = {};        ///< out = *(double*)args[1].data
+  ElementwiseFn scale[kNumeric] = {};  ///< out = in * scalar, scalar passed in args[2].data (double*)
+  ElementwiseFn fill[kNumeric] = {};   ///< out = *(double*)args[1].data (a real value)
   ElementwiseFn cast_f64_f32 = nullptr;  ///< out float32 = in float64
   ElementwiseFn cast_f32_f64 = nullptr;  ///< out float64 = in float32
-  ContractFn contract[2] = {};
+  ComplexKernels complex;
+  ContractFn contract[kNumeric] = {};
   ContractPlanFn contract_plan[2] = {};  ///< optional (host: contractions of sizes <= 4)
   CholeskyFn cholesky[2] = {};
   CholeskyVjpFn cholesky_vjp[2] = {};
@@ -298,14 +322,14 @@ struct KernelTable {
   MatPlanFn mat_plan[2] = {};  ///< optional (host: Cholesky and triangular solves of sizes <= 4)
   SolveFn solve[2] = {};
   LogdetFn logdet[2] = {};
-  RecurrenceFn recurrence[2] = {};
-  RecurrenceVjpFn recurrence_vjp[2] = {};
+  RecurrenceFn recurrence[kNumeric] = {};
+  RecurrenceVjpFn recurrence_vjp[kNumeric] = {};
   TridiagonalFn tridiagonal[2] = {};
   TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
   DeviceProgramFns program;       ///< the CUDA table's support for recorded programs
 
   /// Flat and scalar twins of the elementwise kernels above (optional per kernel).
-  static constexpr int kMaxFlat = 512;
+  static constexpr int kMaxFlat = 1024;
   struct FlatTwin {
     ElementwiseFn kernel = nullptr;
     FlatFn flat = nullptr;

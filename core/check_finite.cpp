@@ -3,8 +3,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <complex>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "tenax/core/env.h"
 #include "tenax/core/error.h"
@@ -44,18 +46,38 @@ T element(const Tensor& t, int64_t k) {
   return t.data<T>()[off];
 }
 
+// A complex number is finite when both parts are.
+template <class T>
+bool finite(T v) {
+  if constexpr (std::is_floating_point_v<T>) return std::isfinite(v);
+  else return std::isfinite(v.real()) && std::isfinite(v.imag());
+}
+
 template <class T>
 int64_t first_bad(const Tensor& t) {
   const int64_t n = t.numel();
   if (t.is_contiguous()) {
     const T* p = t.data<T>();
     for (int64_t k = 0; k < n; ++k)
-      if (!std::isfinite(p[k])) return k;
+      if (!finite(p[k])) return k;
     return -1;
   }
   for (int64_t k = 0; k < n; ++k)
-    if (!std::isfinite(element<T>(t, k))) return k;
+    if (!finite(element<T>(t, k))) return k;
   return -1;
+}
+
+// The non-finite part of element `index` (the real part first).
+double bad_value(const Tensor& t, int64_t index) {
+  switch (t.dtype()) {
+    case DType::f64: return element<double>(t, index);
+    case DType::f32: return element<float>(t, index);
+    default: {
+      const std::complex<double> v =
+          t.dtype() == DType::c128 ? element<std::complex<double>>(t, index) : std::complex<double>(element<std::complex<float>>(t, index));
+      return std::isfinite(v.real()) ? v.imag() : v.real();
+    }
+  }
 }
 
 }  // namespace
@@ -66,13 +88,18 @@ bool check_finite() { return detail::check_finite_enabled(); }
 namespace detail {
 
 int64_t first_non_finite(const Tensor& t) {
-  if (t.dtype() != DType::f64 && t.dtype() != DType::f32) return -1;
   if (t.device().kind != Device::Kind::cpu) return -1;  // device checks land with the CUDA backend
-  return t.dtype() == DType::f64 ? first_bad<double>(t) : first_bad<float>(t);
+  switch (t.dtype()) {
+    case DType::f64: return first_bad<double>(t);
+    case DType::f32: return first_bad<float>(t);
+    case DType::c128: return first_bad<std::complex<double>>(t);
+    case DType::c64: return first_bad<std::complex<float>>(t);
+    default: return -1;
+  }
 }
 
 std::string non_finite_message(const Tensor& t, int64_t index, const char* op, const std::string& where) {
-  const double v = t.dtype() == DType::f64 ? element<double>(t, index) : double(element<float>(t, index));
+  const double v = bad_value(t, index);
   const char* what = std::isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf";
   return std::string("[") + op + "] produced " + what + " at " + batch_index(t.axes(), index) + " of its " +
          t.axes().describe() + " " + where;

@@ -5,6 +5,7 @@
 #include <random>
 #include <type_traits>
 
+#include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/transfer.h"
@@ -57,9 +58,20 @@ Tensor full(const Axes& axes, double value, DType dtype, Device device) {
   const detail::KernelTable& k = detail::kernels(device);
   detail::LoopArg args[2] = {detail::loop_arg(t, axes), {}};
   args[1].data = &value;
-  detail::need(k.fill[detail::float_index(dtype, "full")], "full", device)(detail::loop_dims(axes), args);
+  detail::need(k.fill[detail::numeric_index(dtype, "full")], "full", device)(detail::loop_dims(axes), args);
   return t;
 }
+
+Tensor full(const Axes& axes, std::complex<double> value, DType dtype, Device device) {
+  if (!is_complex(dtype))
+    throw DTypeError(std::string("[full] a complex value needs dtype complex128 or complex64, got ") + dtype_name(dtype));
+  if (value.imag() == 0.0) return full(axes, value.real(), dtype, device);
+  // (re, im) from two real fills: every device and a kernel capture see kernels only.
+  const DType part = real_dtype(dtype);
+  return complex(full(axes, value.real(), part, device), full(axes, value.imag(), part, device));
+}
+
+Tensor scalar(std::complex<double> value, DType dtype, Device device) { return full(Axes{}, value, dtype, device); }
 
 Tensor zeros(const Axes& axes, DType dtype, Device device) { return full(axes, 0.0, dtype, device); }
 Tensor ones(const Axes& axes, DType dtype, Device device) { return full(axes, 1.0, dtype, device); }
@@ -74,6 +86,13 @@ Tensor tensor(const std::vector<double>& values, const Axes& axes, Device device
   return on(from_values(values, axes), device);
 }
 Tensor tensor(const std::vector<float>& values, const Axes& axes, Device device) {
+  return on(from_values(values, axes), device);
+}
+
+Tensor tensor(const std::vector<std::complex<double>>& values, const Axes& axes, Device device) {
+  return on(from_values(values, axes), device);
+}
+Tensor tensor(const std::vector<std::complex<float>>& values, const Axes& axes, Device device) {
   return on(from_values(values, axes), device);
 }
 
@@ -110,12 +129,29 @@ void draw(Tensor& t, uint64_t seed, Dist dist) {
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(dist(gen));
 }
 
+// A complex element takes two draws, real part first.
+template <class C, class Dist>
+void draw_complex(Tensor& t, uint64_t seed, Dist dist) {
+  using R = typename C::value_type;
+  std::mt19937_64 gen(seed);
+  C* p = static_cast<C*>(t.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const R re = static_cast<R>(dist(gen));
+    p[i] = C(re, static_cast<R>(dist(gen)));
+  }
+}
+
 template <class Dist>
 Tensor sample(const Axes& axes, uint64_t seed, DType dtype, Dist dist, const char* op) {
-  if (!is_floating(dtype)) throw DTypeError(std::string("[") + op + "] needs float64 or float32");
+  if (!is_inexact(dtype))
+    throw DTypeError(std::string("[") + op + "] needs float64, float32, complex128 or complex64, got " + dtype_name(dtype));
   Tensor t = empty(axes, dtype);
-  if (dtype == DType::f64) draw<double>(t, seed, dist);
-  else draw<float>(t, seed, dist);
+  switch (dtype) {
+    case DType::f64: draw<double>(t, seed, dist); break;
+    case DType::f32: draw<float>(t, seed, dist); break;
+    case DType::c128: draw_complex<std::complex<double>>(t, seed, dist); break;
+    default: draw_complex<std::complex<float>>(t, seed, dist); break;
+  }
   return t;
 }
 }  // namespace
@@ -131,7 +167,8 @@ Tensor uniform(const Axes& axes, uint64_t seed, double lo, double hi, DType dtyp
 
 Tensor arange(Name axis, int64_t n, DType dtype, Device device) {
   if (n < 0) throw ShapeError("[arange] needs a size >= 0 for axis '" + axis.str() + "', got " + std::to_string(n));
-  if (dtype == DType::b8) throw DTypeError("[arange] needs float64, float32 or int64, got bool");
+  if (dtype == DType::b8 || is_complex(dtype))
+    throw DTypeError(std::string("[arange] needs float64, float32 or int64, got ") + dtype_name(dtype));
   Tensor t = empty(Axes{{axis, n}}, dtype);
   auto fill = [n](auto* p) {
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<std::remove_pointer_t<decltype(p)>>(i);

@@ -18,13 +18,20 @@ Tensor zeros(const Axes& axes, DType dtype = DType::f64, Device device = Device:
 Tensor ones(const Axes& axes, DType dtype = DType::f64, Device device = Device::cpu());
 /// Every element `value`.
 Tensor full(const Axes& axes, double value, DType dtype = DType::f64, Device device = Device::cpu());
+/// Every element the complex `value` (dtype complex128 or complex64).
+Tensor full(const Axes& axes, std::complex<double> value, DType dtype = DType::c128, Device device = Device::cpu());
 /// A rank-0 tensor.
 Tensor scalar(double value, DType dtype = DType::f64, Device device = Device::cpu());
+/// A rank-0 complex tensor (complex128 unless `dtype` says complex64).
+Tensor scalar(std::complex<double> value, DType dtype = DType::c128, Device device = Device::cpu());
 /// Copies `values` (row-major over `axes`) into a new float64 tensor; throws ShapeError when the
 /// count differs from the product of the sizes.
 Tensor tensor(const std::vector<double>& values, const Axes& axes, Device device = Device::cpu());
 /// Copies float32 `values` into a new float32 tensor.
 Tensor tensor(const std::vector<float>& values, const Axes& axes, Device device = Device::cpu());
+/// Copies complex `values` into a new complex128 (complex64) tensor.
+Tensor tensor(const std::vector<std::complex<double>>& values, const Axes& axes, Device device = Device::cpu());
+Tensor tensor(const std::vector<std::complex<float>>& values, const Axes& axes, Device device = Device::cpu());
 /// A braced list of float64 values over `axes` (`tensor({x}, Axes{{"i", 1}})`: without this
 /// overload one value is ambiguous between the two vectors).
 Tensor tensor(std::initializer_list<double> values, const Axes& axes, Device device = Device::cpu());
@@ -34,8 +41,9 @@ Tensor tensor(std::initializer_list<double> values, Name axis, Device device = D
 Tensor tensor(std::initializer_list<std::initializer_list<double>> rows, Name row, Name col,
               Device device = Device::cpu());
 /// Standard normal samples from a seeded generator (same seed and standard library, same values).
+/// Complex dtypes draw the real and imaginary parts of each element in turn, each N(0, 1).
 Tensor randn(const Axes& axes, uint64_t seed, DType dtype = DType::f64, Device device = Device::cpu());
-/// Uniform samples in [lo, hi) from a seeded generator.
+/// Uniform samples in [lo, hi) from a seeded generator (complex: each part in [lo, hi)).
 Tensor uniform(const Axes& axes, uint64_t seed, double lo = 0.0, double hi = 1.0, DType dtype = DType::f64,
                Device device = Device::cpu());
 /// 0, 1, ..., n-1 along `axis`.

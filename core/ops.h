@@ -21,8 +21,23 @@ Tensor greater(const Tensor& a, const Tensor& b);
 Tensor less(const Tensor& a, const Tensor& b);
 /// a == b as a bool tensor (not differentiable).
 Tensor equal(const Tensor& a, const Tensor& b);
-/// Explicit conversion between float64 and float32 (the only way dtypes change).
+/// Explicit conversion between float64 and float32, and from a real dtype to a complex one
+/// (imaginary part 0) or between complex128 and complex64 (the only ways dtypes change). complex
+/// -> real is an Error: take real(z), imag(z) or abs(z).
 Tensor astype(const Tensor& x, DType dtype);
+
+// ---- complex numbers (docs/complex.md; abs(z) is |z|, a real result) ----
+/// re + i im from two real tensors of one dtype (float64 -> complex128, float32 -> complex64),
+/// broadcast by name.
+Tensor complex(const Tensor& re, const Tensor& im);
+/// The real part (a real tensor: itself).
+Tensor real(const Tensor& z);
+/// The imaginary part (a real tensor: zeros, not tracked).
+Tensor imag(const Tensor& z);
+/// The complex conjugate (a real tensor: itself).
+Tensor conj(const Tensor& z);
+/// The argument atan2(Im z, Re z) in (-pi, pi] (complex operands only).
+Tensor angle(const Tensor& z);
 
 // ---- reductions over named axes (no axes given: all axes) ----
 /// Sum over every axis.

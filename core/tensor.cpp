@@ -2,6 +2,7 @@
 #include "tenax/core/tensor.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "tenax/core/ops/dispatch.h"
@@ -77,15 +78,26 @@ void Tensor::check_dtype(DType want, const char* op) const {
 }
 
 namespace {
-double read(const Tensor& t, int64_t offset) {
+// Element `offset` as V: double (every real dtype) or std::complex<double> (every dtype).
+template <class V>
+V read(const Tensor& t, int64_t offset, const char* op) {
   const char* base = static_cast<const char*>(t.storage()->data());
   switch (t.dtype()) {
     case DType::f64: return reinterpret_cast<const double*>(base)[offset];
     case DType::f32: return reinterpret_cast<const float*>(base)[offset];
     case DType::i64: return static_cast<double>(reinterpret_cast<const int64_t*>(base)[offset]);
     case DType::b8: return reinterpret_cast<const bool*>(base)[offset] ? 1.0 : 0.0;
+    case DType::c128:
+    case DType::c64:
+      if constexpr (std::is_same_v<V, double>) {
+        throw DTypeError(std::string("[") + op + "] the tensor is " + dtype_name(t.dtype()) +
+                         "; read complex values with item_complex, at_complex or to_complex_vector (or take real() first)");
+      } else {
+        if (t.dtype() == DType::c128) return reinterpret_cast<const std::complex<double>*>(base)[offset];
+        return V(reinterpret_cast<const std::complex<float>*>(base)[offset]);
+      }
   }
-  return 0;
+  return V(0);
 }
 
 void require_host(const Tensor& t, const char* op) {
@@ -103,56 +115,58 @@ void require_host(const Tensor& t, const char* op) {
 }
 }  // namespace
 
-double Tensor::item() const {
-  require_host(*this, "item");
+template <class V>
+V Tensor::item_as(const char* op) const {
+  require_host(*this, op);
   if (numel() != 1)
-    throw ShapeError("[item] needs exactly one element; the tensor has axes " + axes_.describe());
-  return read(*this, offset_);
+    throw ShapeError(std::string("[") + op + "] needs exactly one element; the tensor has axes " + axes_.describe());
+  return read<V>(*this, offset_, op);
 }
 
-double Tensor::at(std::initializer_list<std::pair<Name, int64_t>> index) const {
-  require_host(*this, "at");
-  if (static_cast<int>(index.size()) != rank())
-    throw AxisError("[at] give one index per axis " + axes_.describe());
+template <class V>
+V Tensor::at_as(std::initializer_list<std::pair<Name, int64_t>> index, const char* op) const {
+  require_host(*this, op);
+  const std::string o = std::string("[") + op + "] ";
+  if (static_cast<int>(index.size()) != rank()) throw AxisError(o + "give one index per axis " + axes_.describe());
   int64_t off = offset_;
   for (const auto& [name, i] : index) {
     int k = axes_.index_of(name);
-    if (k < 0) throw AxisError("[at] unknown axis '" + name.str() + "'; the tensor has axes " + axes_.describe());
+    if (k < 0) throw AxisError(o + "unknown axis '" + name.str() + "'; the tensor has axes " + axes_.describe());
     if (i < 0 || i >= axes_.size(k))
-      throw IndexError("[at] index " + std::to_string(i) + " out of range for axis '" + name.str() +
+      throw IndexError(o + "index " + std::to_string(i) + " out of range for axis '" + name.str() +
                        "' of size " + std::to_string(axes_.size(k)));
     off += i * strides_[k];
   }
-  return read(*this, off);
+  return read<V>(*this, off, op);
 }
 
-std::vector<double> Tensor::to_vector(const AxisList& order) const {
-  require_host(*this, "to_vector");
+template <class V>
+std::vector<V> Tensor::to_vector_as(const AxisList& order, const char* op) const {
+  require_host(*this, op);
+  const std::string o = std::string("[") + op + "] ";
   int perm[kMaxRank];
   if (order.empty()) {
     for (int i = 0; i < rank(); ++i) perm[i] = i;
   } else {
-    if (order.size() != rank())
-      throw AxisError("[to_vector] order " + order.describe() + " must name every axis of " + axes_.describe());
+    if (order.size() != rank()) throw AxisError(o + "order " + order.describe() + " must name every axis of " + axes_.describe());
     for (int i = 0; i < rank(); ++i) {
       perm[i] = axes_.index_of(order[i]);
       if (perm[i] < 0)
-        throw AxisError("[to_vector] unknown axis '" + order[i].str() + "'; the tensor has axes " +
-                        axes_.describe());
+        throw AxisError(o + "unknown axis '" + order[i].str() + "'; the tensor has axes " + axes_.describe());
     }
   }
-  detail::check_memory_budget(Device::cpu(), numel() * int64_t{sizeof(double)}, "to_vector's host vector");
-  std::vector<double> out;
+  if (numel()) (void)read<V>(*this, offset_, op);  // a complex tensor read as doubles: the Error first
+  detail::check_memory_budget(Device::cpu(), numel() * int64_t{sizeof(V)}, "to_vector's host vector");
+  std::vector<V> out;
   try {
     out.resize(static_cast<size_t>(numel()));
   } catch (const std::exception&) {  // bad_alloc or length_error: a huge broadcast view
-    throw MemoryError("[to_vector] " + std::to_string(numel()) + " values of " + axes_.describe() +
-                      " do not fit in host memory");
+    throw MemoryError(o + std::to_string(numel()) + " values of " + axes_.describe() + " do not fit in host memory");
   }
   int64_t idx[kMaxRank] = {};
   int64_t off = offset_;
   for (size_t n = 0; n < out.size(); ++n) {
-    out[n] = read(*this, off);
+    out[n] = read<V>(*this, off, op);
     for (int d = rank() - 1; d >= 0; --d) {
       int a = perm[d];
       off += strides_[a];
@@ -162,6 +176,17 @@ std::vector<double> Tensor::to_vector(const AxisList& order) const {
     }
   }
   return out;
+}
+
+double Tensor::item() const { return item_as<double>("item"); }
+std::complex<double> Tensor::item_complex() const { return item_as<std::complex<double>>("item_complex"); }
+double Tensor::at(std::initializer_list<std::pair<Name, int64_t>> index) const { return at_as<double>(index, "at"); }
+std::complex<double> Tensor::at_complex(std::initializer_list<std::pair<Name, int64_t>> index) const {
+  return at_as<std::complex<double>>(index, "at_complex");
+}
+std::vector<double> Tensor::to_vector(const AxisList& order) const { return to_vector_as<double>(order, "to_vector"); }
+std::vector<std::complex<double>> Tensor::to_complex_vector(const AxisList& order) const {
+  return to_vector_as<std::complex<double>>(order, "to_complex_vector");
 }
 
 std::string Tensor::describe() const {

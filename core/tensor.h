@@ -60,12 +60,16 @@ class Tensor {
   /// Every element has its own address and the elements fill a block (any axis order).
   [[nodiscard]] bool is_dense() const;
 
-  /// The only element of a tensor with one element, as double.
+  /// The only element of a tensor with one element, as double (a complex tensor: DTypeError).
   [[nodiscard]] double item() const;
   /// Element at the named coordinates (every axis must be given), as double.
   [[nodiscard]] double at(std::initializer_list<std::pair<Name, int64_t>> index) const;
   /// All elements in row-major order of the axes (or of `order` when given), as double.
   [[nodiscard]] std::vector<double> to_vector(const AxisList& order = {}) const;
+  /// The same three reads as complex numbers (any dtype; a real value has imaginary part 0).
+  [[nodiscard]] std::complex<double> item_complex() const;
+  [[nodiscard]] std::complex<double> at_complex(std::initializer_list<std::pair<Name, int64_t>> index) const;
+  [[nodiscard]] std::vector<std::complex<double>> to_complex_vector(const AxisList& order = {}) const;
   /// "Tensor(float64, (i=3, j=4), cpu)".
   [[nodiscard]] std::string describe() const;
 
@@ -83,6 +87,12 @@ class Tensor {
   /// The same view without the bounds check, for the library's own fresh buffers.
   Tensor(Unchecked, StoragePtr storage, int64_t offset, const Axes& axes, const int64_t* strides, DType dtype);
   void check_dtype(DType want, const char* op) const;
+  template <class V>
+  V item_as(const char* op) const;
+  template <class V>
+  V at_as(std::initializer_list<std::pair<Name, int64_t>> index, const char* op) const;
+  template <class V>
+  std::vector<V> to_vector_as(const AxisList& order, const char* op) const;
   void check_bounds() const;
 
   StoragePtr storage_;

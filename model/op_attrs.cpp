@@ -60,7 +60,10 @@ DType dtype_of(const json& v, const std::string& at) {
   if (s == "float32") return DType::f32;
   if (s == "int64") return DType::i64;
   if (s == "bool") return DType::b8;
-  throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", got " + brief(v));
+  if (s == "complex128") return DType::c128;
+  if (s == "complex64") return DType::c64;
+  throw ModelError(at + ": expected one of \"float64\", \"float32\", \"int64\", \"bool\", \"complex128\", \"complex64\", got " +
+                   brief(v));
 }
 
 // Attribute f given as v (at pointer `at`) into `out`.

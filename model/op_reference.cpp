@@ -60,7 +60,7 @@ json attr_schema(const AttrSpec& a) {
     case AttrKind::name: s = {{"type", "string"}}; break;
     case AttrKind::integer: s = {{"type", "integer"}}; break;
     case AttrKind::boolean: s = {{"type", "boolean"}}; break;
-    case AttrKind::dtype: s = {{"enum", {"float64", "float32", "int64", "bool"}}}; break;
+    case AttrKind::dtype: s = {{"enum", {"float64", "float32", "int64", "bool", "complex128", "complex64"}}}; break;
   }
   if (!a.required && a.kind == AttrKind::boolean) s["default"] = a.fallback != 0;
   if (!a.required && a.kind == AttrKind::integer) s["default"] = a.fallback;
@@ -107,11 +107,13 @@ std::string op_reference_markdown() {
       "changing an op, regenerate it and `model/schema.json`:\n"
       "`TENAX_REGENERATE_REFERENCE=1 build/test/tests/test_model --gtest_filter='OpReference.*'`.\n\n"
       "Every op is a C++ function of the same name (`core/ops.h`) and a model node `{\"op\": name}`\n"
-      "(`docs/model_format.md`). Elementwise ops broadcast by axis name; T is the element type.\n\n"
-      "| op | inputs | derivatives | what it computes |\n|---|---|---|---|\n";
+      "(`docs/model_format.md`). Elementwise ops broadcast by axis name; T is the element type.\n"
+      "Column complex: the op takes complex128 / complex64 operands (`docs/complex.md`); the others\n"
+      "raise a DTypeError naming the op and the dtype.\n\n"
+      "| op | inputs | derivatives | complex | what it computes |\n|---|---|---|---|---|\n";
   for (const OpDef* op : registered_ops())
     s += std::string("| ") + op->name + " | " + inputs_text(*op) + " | " + derivatives_text(*op) + " | " +
-         op->doc + " |\n";
+         (op->complex ? "yes" : "no") + " | " + op->doc + " |\n";
   s += "\n## Attributes\n\nIn a model file, under the node's `attrs`.\n\n"
        "| op | attribute | kind | default | meaning |\n|---|---|---|---|---|\n";
   for (const OpDef* op : registered_ops())

@@ -2,6 +2,7 @@
 // Helpers for the generic op tests: scrambled layouts, comparison by axis name, finite differences.
 #include <gtest/gtest.h>
 
+#include <complex>
 #include <functional>
 #include <random>
 #include <vector>
@@ -23,6 +24,9 @@ double mismatch(const Tensor& a, const Tensor& b, double rtol, double atol);
 void set_flat(const Tensor& t, int64_t flat, double v);
 /// Reads the element with flat row-major index `flat` (in t's axis order).
 double get_flat(const Tensor& t, int64_t flat);
+/// The same two for any floating dtype as complex numbers (a real tensor takes the real part).
+void set_flat_complex(const Tensor& t, int64_t flat, std::complex<double> v);
+std::complex<double> get_flat_complex(const Tensor& t, int64_t flat);
 /// (args with flat element i of args[k] raised by h, the same lowered by h): contiguous copies of
 /// args[k], the other arguments shared. For central differences.
 std::pair<std::vector<Tensor>, std::vector<Tensor>> nudged(const std::vector<Tensor>& args, size_t k, int64_t i,

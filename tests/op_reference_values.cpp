@@ -2,6 +2,7 @@
 #include "op_reference_values.h"
 
 #include <cmath>
+#include <complex>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -260,6 +261,10 @@ double astype_at(const Ref& s, const Index& at) {
       return static_cast<double>(static_cast<int64_t>(x));
     case DType::b8:
       return x != 0.0 ? 1.0 : 0.0;
+    case DType::c128:
+      return x;  // each part of a complex value (reference_complex_values splits them)
+    case DType::c64:
+      return static_cast<double>(static_cast<float>(x));
   }
   return NAN;
 }
@@ -334,6 +339,120 @@ std::vector<double> reference_values(const OpDef& op, const OpSample& sample, co
   }
   std::vector<double> out;
   each(names, sizes, {}, [&](const Index& at) { out.push_back(value_at(op.name, s, at)); });
+  return out;
+}
+
+// ---- complex operands ----
+namespace {
+
+using C = std::complex<double>;
+
+// A tensor's values as complex numbers (a real tensor's with imaginary part 0), by axis name.
+struct CDense {
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  std::vector<C> v;
+  explicit CDense(const Tensor& t) : v(t.to_complex_vector()) {
+    for (int i = 0; i < t.axes().rank(); ++i) {
+      names.push_back(t.axes().name(i).str());
+      sizes.push_back(t.axes().size(i));
+    }
+  }
+  [[nodiscard]] C operator()(const Index& at) const {
+    int64_t flat = 0;
+    for (size_t k = 0; k < names.size(); ++k) flat = flat * sizes[k] + at.at(names[k]);
+    return v[static_cast<size_t>(flat)];
+  }
+};
+
+// The sample with each complex input replaced by its real (part 0) or imaginary (part 1) part, as
+// a new host tensor built from its values.
+OpSample part_of(const OpSample& s, int part) {
+  OpSample r{{}, s.attrs};
+  for (const Tensor& t : s.inputs) {
+    if (!is_complex(t.dtype())) {  // a real operand's imaginary part is 0; conditions stay
+      const bool keep = part == 0 || !is_inexact(t.dtype());
+      r.inputs.push_back(keep ? t : tensor(std::vector<double>(size_t(t.numel()), 0.0), t.axes()));
+      continue;
+    }
+    std::vector<double> p;
+    for (const C& z : t.to_complex_vector()) p.push_back(part == 0 ? z.real() : z.imag());
+    r.inputs.push_back(tensor(p, t.axes()));
+  }
+  return r;
+}
+
+// Elementwise ops of complex operands, from std::complex.
+bool elementwise_complex(const std::string& op, const std::vector<CDense>& in, const Index& at, C& out) {
+  static const std::map<std::string, std::function<C(C)>> unary = {
+      {"neg", [](C x) { return -x; }},          {"square", [](C x) { return x * x; }},
+      {"exp", [](C x) { return std::exp(x); }}, {"log", [](C x) { return std::log(x); }},
+      {"sqrt", [](C x) { return std::sqrt(x); }}, {"tanh", [](C x) { return std::tanh(x); }},
+      {"abs", [](C x) { return C(std::abs(x)); }}, {"real", [](C x) { return C(x.real()); }},
+      {"imag", [](C x) { return C(x.imag()); }}, {"conj", [](C x) { return std::conj(x); }},
+      {"angle", [](C x) { return C(std::arg(x)); }}};
+  static const std::map<std::string, std::function<C(C, C)>> binary = {
+      {"add", [](C a, C b) { return a + b; }}, {"sub", [](C a, C b) { return a - b; }},
+      {"mul", [](C a, C b) { return a * b; }}, {"div", [](C a, C b) { return a / b; }},
+      {"pow", [](C a, C b) { return std::pow(a, b); }},
+      {"complex", [](C a, C b) { return C(a.real(), b.real()); }}};
+  if (auto u = unary.find(op); u != unary.end()) {
+    out = u->second(in[0](at));
+    return true;
+  }
+  if (auto b = binary.find(op); b != binary.end()) {
+    out = b->second(in[0](at), in[1](at));
+    return true;
+  }
+  if (op == "where") {
+    out = in[0](at) != C(0) ? in[1](at) : in[2](at);
+    return true;
+  }
+  return false;
+}
+
+C complex_recurrence_at(const std::vector<CDense>& in, const Attrs& attrs, const Index& at) {
+  const std::string over = attrs.axes[0].str();
+  C x = 0;
+  for (int64_t t = 0; t <= at.at(over); ++t) x = in[0](with(at, over, t)) * x + in[1](with(at, over, t));
+  return x;
+}
+
+}  // namespace
+
+std::vector<std::complex<double>> reference_complex_values(const OpDef& op, const OpSample& sample,
+                                                           const Tensor& actual) {
+  const std::string name = op.name;
+  std::vector<C> out;
+  if (name == "dot") {  // (ar + i ai)(br + i bi), from four real references
+    OpSample rr = part_of(sample, 0), ii = part_of(sample, 1), ri = rr, ir = ii;
+    ri.inputs[1] = ii.inputs[1];
+    ir.inputs[1] = rr.inputs[1];
+    const auto a = reference_values(op, rr, actual), b = reference_values(op, ii, actual),
+               c = reference_values(op, ri, actual), d = reference_values(op, ir, actual);
+    for (size_t k = 0; k < a.size(); ++k) out.emplace_back(a[k] - b[k], c[k] + d[k]);
+    return out;
+  }
+  std::vector<CDense> in;
+  for (const Tensor& t : sample.inputs) in.emplace_back(t);
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < actual.axes().rank(); ++i) {
+    names.push_back(actual.axes().name(i).str());
+    sizes.push_back(actual.axes().size(i));
+  }
+  bool direct = true;
+  each(names, sizes, {}, [&](const Index& at) {
+    C v;
+    if (name == "linear_recurrence") v = complex_recurrence_at(in, sample.attrs, at);
+    else direct = direct && elementwise_complex(name, in, at, v);
+    out.push_back(v);
+  });
+  if (direct) return out;
+  // The other ops are real-linear: the op of the real parts plus i times the op of the imaginary parts.
+  const auto re = reference_values(op, part_of(sample, 0), actual), im = reference_values(op, part_of(sample, 1), actual);
+  out.clear();
+  for (size_t k = 0; k < re.size(); ++k) out.emplace_back(re[k], im[k]);
   return out;
 }
 

@@ -3,6 +3,7 @@
 // float64, written from each op's documented meaning (core/ops.h, docs/ops.md), sharing no code
 // with the kernels, the dispatch or the broadcasting machinery. The generic op test compares every
 // op's output with it.
+#include <complex>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,10 @@ namespace tenax::testing {
 /// name the elements), row-major in actual's axis order. Throws std::logic_error naming an op that
 /// has no reference here.
 std::vector<double> reference_values(const OpDef& op, const OpSample& s, const Tensor& actual);
+
+/// The same for a sample with complex operands (ops with OpDef::complex), from std::complex for
+/// the elementwise ops and the recurrence, from the real references of the parts for the
+/// real-linear ops (layout, joins, sums, astype) and dot.
+std::vector<std::complex<double>> reference_complex_values(const OpDef& op, const OpSample& s, const Tensor& actual);
 
 }  // namespace tenax::testing

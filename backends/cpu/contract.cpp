@@ -9,6 +9,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <complex>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -94,10 +95,17 @@ bool blas_view(CBLAS_ORDER order, int64_t rows, int64_t cols, int64_t sr, int64_
 template <class T>
 void blas_gemm(CBLAS_ORDER o, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k,
                const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (sizeof(T) == 8)
+  if constexpr (std::is_same_v<T, std::complex<double>>) {
+    const T one(1);
+    cblas_zgemm(o, ta, tb, int(m), int(n), int(k), &one, a, int(lda), b, int(ldb), &beta, c, int(ldc));
+  } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+    const T one(1);
+    cblas_cgemm(o, ta, tb, int(m), int(n), int(k), &one, a, int(lda), b, int(ldb), &beta, c, int(ldc));
+  } else if constexpr (sizeof(T) == 8) {
     cblas_dgemm(o, ta, tb, int(m), int(n), int(k), 1.0, a, int(lda), b, int(ldb), beta, c, int(ldc));
-  else
+  } else {
     cblas_sgemm(o, ta, tb, int(m), int(n), int(k), 1.0f, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  }
 }
 
 // z = a b (+ beta z) with z NoTrans in `o`'s order. BLAS runs one thread (register_contract): a
@@ -376,10 +384,10 @@ bool contract_wide(const ContractArgs& a, bool below_blas) {
   return true;
 }
 
+// Any contraction: gemm (in place or packed) for large ones, loops over offset tables otherwise.
+// The complex dtypes' kernel (complex gemm: zgemm, cgemm); the real ones try their fast paths first.
 template <class T>
-void contract(const ContractArgs& a) {
-  if (contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a))
-    return;
+void contract_general(const ContractArgs& a) {
   Scratch& s = scratch();
   offsets(a.batch, a.batch.x, s.bx);
   offsets(a.batch, a.batch.y, s.by);
@@ -389,7 +397,8 @@ void contract(const ContractArgs& a) {
   const T* y = static_cast<const T*>(a.y);
   T* z = static_cast<T*>(a.z);
   if (M * N * K >= kBlasWork && gemm_in_place<T>(a, s.bx, s.by, s.bz)) return;
-  if (contract_wide<T>(a, false)) return;
+  if constexpr (std::is_floating_point_v<T>)
+    if (contract_wide<T>(a, false)) return;
   offsets(a.m, a.m.x, s.mx);
   offsets(a.m, a.m.z, s.mz);
   offsets(a.n, a.n.y, s.nyo);
@@ -433,6 +442,13 @@ void contract(const ContractArgs& a) {
   }
 }
 
+template <class T>
+void contract(const ContractArgs& a) {
+  if (contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a))
+    return;
+  contract_general<T>(a);
+}
+
 }  // namespace
 
 void register_contract(detail::KernelTable& t) {
@@ -441,6 +457,8 @@ void register_contract(detail::KernelTable& t) {
 #endif
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
+  t.contract[2] = contract_general<std::complex<double>>;
+  t.contract[3] = contract_general<std::complex<float>>;
   t.contract_plan[0] = contract_plan<double>;
   t.contract_plan[1] = contract_plan<float>;
 }

@@ -186,7 +186,7 @@ void deriv_entry(detail::KernelTable& t, detail::DerivOp op) {
 }
 
 template <template <class> class F, std::size_t... I>
-void forward_entry(detail::KernelTable& t, detail::ElementwiseFn (&row)[2], std::index_sequence<I...>) {
+void forward_entry(detail::KernelTable& t, detail::ElementwiseFn (&row)[detail::kNumeric], std::index_sequence<I...>) {
   Kernel<F<double>, Same<double, I>...>::into(t, row[0]);
   Kernel<F<float>, Same<float, I>...>::into(t, row[1]);
 }

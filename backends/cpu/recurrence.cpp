@@ -1,9 +1,19 @@
 // CPU linear recurrence x_t = a_t x_{t-1} + b_t and its O(T) reverse rule (a reverse-time
-// recurrence), lane by lane, with time the inner loop (one fused multiply-add per step).
+// recurrence), lane by lane, with time the inner loop (one fused multiply-add per step). Complex
+// lanes run the same loops; their reverse rule reads conj(a) and conj(x) (docs/complex.md).
+#include <complex>
+#include <type_traits>
+
 #include "tenax/backends/cpu/register.h"
 
 namespace tenax::cpu {
 namespace {
+
+template <class T>
+inline T conj_of(T v) {
+  if constexpr (std::is_floating_point_v<T>) return v;
+  else return std::conj(v);
+}
 
 using detail::RecurrenceArgs;
 using detail::RecurrenceVjpArgs;
@@ -43,10 +53,10 @@ void vjp_lane(const RecurrenceVjpArgs& r, int64_t l) {
       else dbl[t * r.step_db] += lambda;
     }
     if (dal && t > 0) {
-      if constexpr (kBroadcastA) sum_a += lambda * xl[(t - 1) * f.step_x];
-      else dal[t * r.step_da] += lambda * xl[(t - 1) * f.step_x];
+      if constexpr (kBroadcastA) sum_a += lambda * conj_of(xl[(t - 1) * f.step_x]);
+      else dal[t * r.step_da] += lambda * conj_of(xl[(t - 1) * f.step_x]);
     }
-    a_next = al[t * f.step_a];
+    a_next = conj_of(al[t * f.step_a]);
   }
   if constexpr (kBroadcastA) if (dal) *dal += sum_a;
   if constexpr (kBroadcastB) if (dbl) *dbl += sum_b;
@@ -70,6 +80,10 @@ void register_recurrence(detail::KernelTable& t) {
   t.recurrence[1] = recurrence<float>;
   t.recurrence_vjp[0] = recurrence_vjp<double>;
   t.recurrence_vjp[1] = recurrence_vjp<float>;
+  t.recurrence[2] = recurrence<std::complex<double>>;
+  t.recurrence[3] = recurrence<std::complex<float>>;
+  t.recurrence_vjp[2] = recurrence_vjp<std::complex<double>>;
+  t.recurrence_vjp[3] = recurrence_vjp<std::complex<float>>;
 }
 
 }  // namespace tenax::cpu

@@ -11,5 +11,7 @@ void register_contract(detail::KernelTable& t);
 void register_linalg(detail::KernelTable& t);
 void register_recurrence(detail::KernelTable& t);
 void register_tridiagonal(detail::KernelTable& t);
+/// The complex dtypes' kernels (backends/cpu/complex.cpp).
+void register_complex(detail::KernelTable& t);
 
 }  // namespace tenax::cpu

@@ -40,7 +40,15 @@ constexpr void visit_elementwise(KernelTable& t, V&& v) {
     if (d == static_cast<int>(DerivOp::argmax_mask) || d == static_cast<int>(DerivOp::softmax)) arity = 4;
     for (auto& f : t.deriv_acc[d]) v(f, arity, -1);
     for (auto& f : t.deriv_set[d]) v(f, arity, -1);
+    for (auto& f : t.complex.tangent_acc[d]) v(f, arity, -1);
+    for (auto& f : t.complex.tangent_set[d]) v(f, arity, -1);
   }
+  ComplexKernels& c = t.complex;
+  for (auto& f : c.make) v(f, 3, -1);
+  for (auto* row : {&c.real, &c.imag, &c.conj, &c.abs, &c.angle, &c.from_real})
+    for (auto& f : *row) v(f, 2, -1);
+  v(c.narrow, 2, -1);
+  v(c.widen, 2, -1);
   for (auto& row : t.compare)
     for (auto& f : row) v(f, 3, -1);
   for (auto& f : t.where) v(f, 4, -1);

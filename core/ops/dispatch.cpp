@@ -181,7 +181,37 @@ MappedScope::~MappedScope() { g_mapped = previous_; }
 int float_index(DType t, const char* op) {
   if (t == DType::f64) return 0;
   if (t == DType::f32) return 1;
+  if (is_complex(t))
+    throw DTypeError(std::string("[") + op + "] is not defined for " + dtype_name(t) +
+                     " (complex numbers: see docs/complex.md for the ops that take them)");
   throw DTypeError(std::string("[") + op + "] needs float64 or float32, got " + dtype_name(t));
+}
+
+int numeric_index(DType t, const char* op) {
+  switch (t) {
+    case DType::f64: return 0;
+    case DType::f32: return 1;
+    case DType::c128: return 2;
+    case DType::c64: return 3;
+    default:
+      throw DTypeError(std::string("[") + op + "] needs float64, float32, complex128 or complex64, got " +
+                       dtype_name(t));
+  }
+}
+
+namespace {
+void check_same_dtype(const char* op, Inputs in) {
+  for (int i = 1; i < in.n; ++i)
+    if (in[i].dtype() != in[0].dtype())
+      throw DTypeError(std::string("[") + op + "] input 0 is " + dtype_name(in[0].dtype()) + " but input " +
+                       std::to_string(i) + " is " + dtype_name(in[i].dtype()) +
+                       "; convert one with astype (Tenax never converts silently)");
+}
+}  // namespace
+
+void check_numeric_operands(const char* op, Inputs in) {
+  for (int i = 0; i < in.n; ++i) (void)numeric_index(in[i].dtype(), op);
+  check_same_dtype(op, in);
 }
 
 void check_float_operands(const char* op, Inputs in) {
@@ -219,7 +249,7 @@ void accumulate(const Tensor& out, const Tensor& v) {
                        out.axes().name(i).str() + "' of " + out.axes().describe());
   const KernelTable& k = kernels(out.device());
   LoopArg args[2] = {loop_arg(out, v.axes()), loop_arg(v, v.axes())};
-  need(k.acc[float_index(out.dtype(), "accumulate")], "accumulate", out.device())(loop_dims(v.axes()), args);
+  need(k.acc[numeric_index(out.dtype(), "accumulate")], "accumulate", out.device())(loop_dims(v.axes()), args);
 }
 
 const Tensor& adjoint_for_pass(VjpContext& c, int i, int64_t loop_numel, bool& assign) {
@@ -247,7 +277,7 @@ void fill_zero(const Tensor& t) {
   double zero = 0.0;
   LoopArg args[2] = {loop_arg(t, t.axes()), {}};
   args[1].data = &zero;
-  need(kernels(t.device()).fill[float_index(t.dtype(), "zero fill")], "zero fill", t.device())(
+  need(kernels(t.device()).fill[numeric_index(t.dtype(), "zero fill")], "zero fill", t.device())(
       loop_dims(t.axes()), args);
 }
 
@@ -263,9 +293,7 @@ void add_to_adjoint(VjpContext& c, int i, const Tensor& v) {
 void copy_into(const Tensor& dst, const Tensor& src) {
   const Axes& ax = dst.axes();
   LoopArg args[2] = {loop_arg(dst, ax), loop_arg(src, ax)};
-  const DType t = dst.dtype();
-  int idx = t == DType::f64 ? 0 : t == DType::f32 ? 1 : t == DType::i64 ? 2 : 3;
-  need(kernels(dst.device()).copy[idx], "copy", dst.device())(loop_dims(ax), args);
+  need(kernels(dst.device()).copy[copy_index(dst.dtype())], "copy", dst.device())(loop_dims(ax), args);
 }
 
 Tensor copy_of(const Tensor& t) {

@@ -204,10 +204,29 @@ const KernelTable& kernels(Device d);
 /// Throws DeviceError "[op] cuda:N is not available (K CUDA devices visible...)" unless `d` is
 /// the host or a visible CUDA device.
 void require_device(Device d, const char* op);
-/// Index of a floating dtype in kernel tables (0 float64, 1 float32); throws DTypeError otherwise.
+/// Index of a real floating dtype in kernel tables (0 float64, 1 float32); throws DTypeError
+/// otherwise (a complex dtype: "[op] is not defined for complex128").
 int float_index(DType t, const char* op);
-/// Throws unless every tensor is defined, floating, of one dtype and on one device.
+/// Index of a floating dtype, real or complex, in the four-entry kernel tables (0 float64,
+/// 1 float32, 2 complex128, 3 complex64); throws DTypeError for integers and booleans.
+int numeric_index(DType t, const char* op);
+/// Index of any dtype in KernelTable::copy.
+constexpr int copy_index(DType t) {
+  switch (t) {
+    case DType::f64: return 0;
+    case DType::f32: return 1;
+    case DType::i64: return 2;
+    case DType::b8: return 3;
+    case DType::c128: return 4;
+    case DType::c64: return 5;
+  }
+  return 0;
+}
+/// Throws unless every tensor is defined, real floating, of one dtype and on one device.
 void check_float_operands(const char* op, Inputs in);
+/// The same for an op defined on complex numbers too: every tensor floating (real or complex), of
+/// one dtype.
+void check_numeric_operands(const char* op, Inputs in);
 /// Throws when a kernel is missing for `op` on `d`.
 template <class Fn>
 Fn need(Fn fn, const char* op, Device d) {

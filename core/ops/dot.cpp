@@ -33,11 +33,11 @@ void run_contract(const ContractionSpec& s, const Tensor& x, const Tensor& y, co
   fill_group(a.m, s.free_x, x, y, z);
   fill_group(a.n, s.free_y, x, y, z);
   fill_group(a.k, s.summed, x, y, z);
-  need(kernels(x.device()).contract[float_index(x.dtype(), "dot")], "dot", x.device())(a);
+  need(kernels(x.device()).contract[numeric_index(x.dtype(), "dot")], "dot", x.device())(a);
 }
 
 Tensor dot_forward(Inputs in, const Attrs& attrs) {
-  check_float_operands("dot", in);
+  check_numeric_operands("dot", in);
   ContractionSpec s = make_contraction(in[0].axes(), in[1].axes(), attrs.axes, "dot");
   Tensor out = empty(s.result, in[0].dtype(), in[0].device());
   run_contract(s, in[0], in[1], out, false);
@@ -50,7 +50,9 @@ void dot_vjp(VjpContext& c) {
     if (!c.needs_grad(side)) continue;
     bool fresh = false;  // the contraction writes every element of dst: a fresh one is not zeroed
     const Tensor& dst = c.adjoint_to_write(side, fresh);
-    const Tensor& other = c.input(1 - side);
+    // Complex operands: the adjoint of z = x y is z̄ conj(y) (docs/complex.md).
+    const Tensor& saved = c.input(1 - side);
+    const Tensor other = is_complex(saved.dtype()) ? conj(saved) : saved;
     ContractionSpec s = make_contraction_to(g.axes(), other.axes(), dst.axes(), "dot vjp");
     run_contract(s, g, other, dst, !fresh);
   }
@@ -93,6 +95,7 @@ const OpDef op_dot = {.name = "dot",
                       .jvp = dot_jvp,
                       .saves = 3u,
                       .sample = dot_sample,
+                      .complex = true,
                       .shard = ShardRule::sum,
                       .attrs = kDotAttrs,
                       .doc =
@@ -107,7 +110,8 @@ namespace {
 template <int Dev, int Dt>
 void contract_trampoline(const ContractArgs& a) {
   const ContractFn fn = real_kernels(Dev).contract[Dt];
-  const ContractPlanFn plan_of = real_kernels(Dev).contract_plan[Dt];
+  ContractPlanFn plan_of = nullptr;  // real dtypes only
+  if constexpr (Dt < 2) plan_of = real_kernels(Dev).contract_plan[Dt];
   ContractPlan plan;
   if (Dev == 0 && plan_of && plan_of(a, plan)) {  // replayed from its plan: a few words, not ContractArgs
     g_capture->contract(plan);
@@ -129,6 +133,8 @@ template <int Dev>
 void install_capture(KernelTable& t) {
   swap_in(t.contract[0], &contract_trampoline<Dev, 0>);
   swap_in(t.contract[1], &contract_trampoline<Dev, 1>);
+  swap_in(t.contract[2], &contract_trampoline<Dev, 2>);
+  swap_in(t.contract[3], &contract_trampoline<Dev, 3>);
 }
 
 }  // namespace

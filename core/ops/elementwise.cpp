@@ -8,6 +8,7 @@
 
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/complex.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/align.h"
@@ -19,6 +20,35 @@ constexpr uint32_t kSavesNONE = 0, kSavesX = 1, kSavesY = kSaveOutput;
 constexpr uint32_t kSavesA_B = 3, kSavesB_Y = 2 | kSaveOutput, kSavesA_B_Y = 3 | kSaveOutput;
 
 constexpr int deriv_index(BinaryOp b, int side) { return int(DerivOp::add_a) + 2 * int(b) + side; }
+
+// The elementwise ops defined on complex numbers (abs with a real result: |z|).
+constexpr bool unary_complex(UnaryOp u) {
+  return u == UnaryOp::neg || u == UnaryOp::square || u == UnaryOp::exp || u == UnaryOp::log ||
+         u == UnaryOp::sqrt || u == UnaryOp::tanh || u == UnaryOp::abs;
+}
+constexpr bool binary_complex(BinaryOp b) {
+  return b == BinaryOp::add || b == BinaryOp::sub || b == BinaryOp::mul || b == BinaryOp::div || b == BinaryOp::pow;
+}
+
+// The dtype index (numeric_index) of a call; a complex dtype where the op is not defined on complex
+// numbers is a DTypeError ("[maximum] is not defined for complex128").
+int op_index(DType t, const char* name, bool defined_on_complex) {
+  const int idx = numeric_index(t, name);
+  if (idx >= 2 && !defined_on_complex) (void)float_index(t, name);
+  return idx;
+}
+int unary_index(UnaryOp u, DType t) { return op_index(t, unary_name(u), unary_complex(u)); }
+int binary_index(BinaryOp b, DType t) { return op_index(t, binary_name(b), binary_complex(b)); }
+
+// A derivative kernel for a JVP: the real tables' entry, or for complex dtypes the unconjugated
+// form (ComplexKernels::tangent_*); the deriv tables' complex entries are the VJP forms.
+ElementwiseFn tangent_kernel(const KernelTable& k, int d, int idx, bool set) {
+  if (idx < 2) return (set ? k.deriv_set : k.deriv_acc)[d][idx];
+  return (set ? k.complex.tangent_set : k.complex.tangent_acc)[d][idx - 2];
+}
+
+// The host flat twins of one row of a four-dtype kernel table.
+std::array<FlatFn, kNumeric> flats_of(const ElementwiseFn (&row)[kNumeric]);
 
 // The eager fast path: a small host call, not captured, whose operands are laid out alike — each
 // contiguous with the output's axes in order, or a single element (rank 0) — runs the kernel's
@@ -33,6 +63,12 @@ bool flat_operand(const Tensor& t, const Axes& out) {
 // The flat twin of the host kernel `fn` (looked up once per kernel by the caller's static).
 FlatFn host_flat(ElementwiseFn fn) { return fn ? flat_twin(fn) : nullptr; }
 
+std::array<FlatFn, kNumeric> flats_of(const ElementwiseFn (&row)[kNumeric]) {
+  std::array<FlatFn, kNumeric> f{};
+  for (int d = 0; d < kNumeric; ++d) f[size_t(d)] = host_flat(row[d]);
+  return f;
+}
+
 template <int N>
 bool run_flat(FlatFn flat, Tensor& out, const Tensor* const* in) {
   FlatArg args[N + 1];
@@ -46,8 +82,8 @@ template <UnaryOp U>
 bool unary_flat(Inputs in, Tensor& out) {
   const Tensor& x = in[0];
   if (g_capture || x.device().kind != Device::Kind::cpu || x.numel() > kFlatEager || !x.is_contiguous()) return false;
-  static const FlatFn flats[2] = {host_flat(real_kernels(0).unary[int(U)][0]), host_flat(real_kernels(0).unary[int(U)][1])};
-  const FlatFn flat = flats[x.dtype() == DType::f64 ? 0 : 1];
+  static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).unary[int(U)]);
+  const FlatFn flat = flats[size_t(numeric_index(x.dtype(), "flat"))];
   if (!flat) return false;
   out = empty(x.axes(), x.dtype(), x.device());
   const Tensor* ops[1] = {&x};
@@ -60,9 +96,8 @@ bool binary_flat(Inputs in, Tensor& out) {
   if (g_capture || big.device().kind != Device::Kind::cpu || big.numel() > kFlatEager ||
       !flat_operand(in[0], big.axes()) || !flat_operand(in[1], big.axes()))
     return false;
-  static const FlatFn flats[2] = {host_flat(real_kernels(0).binary[int(B)][0]),
-                                  host_flat(real_kernels(0).binary[int(B)][1])};
-  const FlatFn flat = flats[big.dtype() == DType::f64 ? 0 : 1];
+  static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).binary[int(B)]);
+  const FlatFn flat = flats[size_t(numeric_index(big.dtype(), "flat"))];
   if (!flat) return false;
   out = empty(big.axes(), big.dtype(), big.device());
   const Tensor* ops[2] = {&in[0], &in[1]};
@@ -72,19 +107,23 @@ bool binary_flat(Inputs in, Tensor& out) {
 template <UnaryOp U>
 Tensor unary_forward(Inputs in, const Attrs&) {
   const char* name = unary_name(U);
-  check_float_operands(name, in);
+  check_numeric_operands(name, in);
+  if constexpr (U == UnaryOp::abs)
+    if (is_complex(in[0].dtype())) return complex_abs_forward(in[0]);
+  const int idx = unary_index(U, in[0].dtype());
   if (Tensor out; unary_flat<U>(in, out)) return out;
   const Axes& ax = in[0].axes();
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
-  need(kernels(out.device()).unary[int(U)][float_index(out.dtype(), name)], name, out.device())(loop_dims(ax),
-                                                                                                args);
+  need(kernels(out.device()).unary[int(U)][idx], name, out.device())(loop_dims(ax), args);
   return out;
 }
 
 template <UnaryOp U, uint32_t S>
 void unary_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
+  if constexpr (U == UnaryOp::abs)
+    if (is_complex(c.input(0).dtype())) return complex_abs_vjp(c);
   const Tensor& g = c.cotangent();
   bool assign = false;
   const Tensor& dst = adjoint_for_pass(c, 0, g.numel(), assign);
@@ -92,47 +131,49 @@ void unary_vjp(VjpContext& c) {
   LoopArg args[4] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
                      (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
   const KernelTable& k = kernels(g.device());
-  (assign ? k.deriv_set : k.deriv_acc)[int(DerivOp::unary_neg) + int(U)][float_index(g.dtype(), "vjp")](
+  (assign ? k.deriv_set : k.deriv_acc)[int(DerivOp::unary_neg) + int(U)][numeric_index(g.dtype(), "vjp")](
       loop_dims(ax), args);
 }
 
 // The JVPs loop over the output's axes and any batch axes the tangents add (forward_tangent).
 template <UnaryOp U>
 Tensor unary_jvp(JvpContext& c) {
+  if constexpr (U == UnaryOp::abs)
+    if (is_complex(c.input(0).dtype())) return complex_abs_jvp(c);
   const Tensor& y = c.output();
   const Axes ax = align_axes(c.tangent(0).axes(), y.axes(), "jvp");
   Tensor out = empty(ax, y.dtype(), y.device());
   LoopArg args[4] = {loop_arg(out, ax), loop_arg(c.tangent(0), ax), loop_arg(c.input(0), ax),
                      loop_arg(y, ax)};
-  kernels(y.device())
-      .deriv_set[int(DerivOp::unary_neg) + int(U)][float_index(y.dtype(), "jvp")](loop_dims(ax), args);
+  tangent_kernel(kernels(y.device()), int(DerivOp::unary_neg) + int(U), numeric_index(y.dtype(), "jvp"), true)(
+      loop_dims(ax), args);
   return out;
 }
 
 template <BinaryOp B>
 Tensor binary_forward(Inputs in, const Attrs&) {
   const char* name = binary_name(B);
-  check_float_operands(name, in);
+  check_numeric_operands(name, in);
+  const int idx = binary_index(B, in[0].dtype());
   if (Tensor out; binary_flat<B>(in, out)) return out;
   Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
-  need(kernels(out.device()).binary[int(B)][float_index(out.dtype(), name)], name, out.device())(
-      loop_dims(ax), args);
+  need(kernels(out.device()).binary[int(B)][idx], name, out.device())(loop_dims(ax), args);
   return out;
 }
 
 // What an absent operand of a flat twin points at (read only, whatever its dtype).
 const double kAbsent[2] = {0.0, 0.0};
 
-// The flat twin of a binary op's derivative kernel: [side][assign][float64, float32].
+// The flat twin of a binary op's derivative kernel: [side][assign][dtype index].
 template <BinaryOp B>
 FlatFn deriv_flat_fn(int side, bool assign, int dt) {
   static const auto table = [] {
-    std::array<std::array<std::array<FlatFn, 2>, 2>, 2> t{};
+    std::array<std::array<std::array<FlatFn, kNumeric>, 2>, 2> t{};
     const KernelTable& k = real_kernels(0);
     for (int s = 0; s < 2; ++s)
-      for (int d = 0; d < 2; ++d) {
+      for (int d = 0; d < kNumeric; ++d) {
         t[size_t(s)][0][size_t(d)] = host_flat(k.deriv_acc[deriv_index(B, s)][d]);
         t[size_t(s)][1][size_t(d)] = host_flat(k.deriv_set[deriv_index(B, s)][d]);
       }
@@ -150,7 +191,7 @@ bool binary_vjp_flat(VjpContext& c, int side, bool assign, const Tensor& g, cons
       dst.rank() != g.rank() || !flat_operand(dst, ax) || ((S & 1) && !flat_operand(c.input(0), ax)) ||
       ((S & 2) && !flat_operand(c.input(1), ax)) || ((S & kSaveOutput) && !flat_operand(c.output(), ax)))
     return false;
-  const FlatFn flat = deriv_flat_fn<B>(side, assign, g.dtype() == DType::f64 ? 0 : 1);
+  const FlatFn flat = deriv_flat_fn<B>(side, assign, numeric_index(g.dtype(), "vjp"));
   if (!flat) return false;
   auto arg = [&](bool present, auto get) -> FlatArg {
     if (!present) return {const_cast<double*>(kAbsent), 0, 0};
@@ -178,8 +219,8 @@ void binary_vjp(VjpContext& c) {
                        (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
                        (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
     const KernelTable& k = kernels(g.device());
-    (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][float_index(g.dtype(), "vjp")](loop_dims(ax),
-                                                                                              args);
+    (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][numeric_index(g.dtype(), "vjp")](loop_dims(ax),
+                                                                                                args);
   }
 }
 
@@ -194,7 +235,8 @@ Tensor binary_jvp(JvpContext& c) {
     if (!c.tangent(side).defined()) continue;
     LoopArg args[5] = {loop_arg(out, ax), loop_arg(c.tangent(side), ax), loop_arg(c.input(0), ax),
                        loop_arg(c.input(1), ax), loop_arg(y, ax)};
-    kernels(y.device()).deriv_acc[deriv_index(B, side)][float_index(y.dtype(), "jvp")](loop_dims(ax), args);
+    tangent_kernel(kernels(y.device()), deriv_index(B, side), numeric_index(y.dtype(), "jvp"), false)(loop_dims(ax),
+                                                                                                     args);
   }
   return out;
 }
@@ -259,6 +301,7 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
                          .saves = kSaves##saves_,                                                         \
                          .sample = [](SampleRng& r, DType d) { return unary_sample(UnaryOp::id, r, d); }, \
                          .attr_free = true,                                                               \
+                         .complex = unary_complex(UnaryOp::id),                                           \
                          .doc = "elementwise y = " #f "; dy/dx = " #df};
 #include "tenax/core/ops/elementwise.def"
 #define TENAX_BINARY(id, f, dfa, dfb, saves_)                                                               \
@@ -270,6 +313,7 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
                          .saves = kSaves##saves_,                                                           \
                          .sample = [](SampleRng& r, DType d) { return binary_sample(BinaryOp::id, r, d); }, \
                          .attr_free = true,                                                                 \
+                         .complex = binary_complex(BinaryOp::id),                                           \
                          .doc = "elementwise y = " #f "; dy/da = " #dfa ", dy/db = " #dfb};
 #include "tenax/core/ops/elementwise.def"
 

@@ -16,6 +16,7 @@ void register_join_ops(std::vector<const OpDef*>& ops);
 void register_linalg_ops(std::vector<const OpDef*>& ops);
 void register_recurrence_ops(std::vector<const OpDef*>& ops);
 void register_tridiagonal_ops(std::vector<const OpDef*>& ops);
+void register_complex_ops(std::vector<const OpDef*>& ops);
 
 // Each family with kernels of its own (not elementwise) installs their capture rules into the
 // capturing kernel table of device kind 0 (host) or 1 (CUDA); core/ops/capture.cpp calls them.

@@ -10,7 +10,7 @@ namespace {
 
 void check_inputs(const char* op, Inputs in) {
   if (in.n < 1) throw Error(std::string("[") + op + "] needs at least one tensor");
-  check_float_operands(op, in);
+  check_numeric_operands(op, in);
 }
 
 // Axes without `axis` and without mapped axes, for comparing operands: inside nmap/map an input
@@ -156,6 +156,7 @@ const OpDef op_concat = {.name = "concat",
                          .vjp = concat_vjp,
                          .jvp = concat_jvp,
                          .sample = concat_sample,
+                         .complex = true,
                          .attrs = kConcatAttrs,
                          .doc = "joins the inputs along `axis`; every other axis agrees by name and size"};
 constexpr AttrSpec kStackAttrs[] = {{"axis", AttrKind::name, "the new outermost axis", 0, true, 0, true}};
@@ -165,6 +166,7 @@ const OpDef op_stack = {.name = "stack",
                         .vjp = stack_vjp,
                         .jvp = stack_jvp,
                         .sample = stack_sample,
+                        .complex = true,
                         .attrs = kStackAttrs,
                         .doc = "stacks inputs with equal axes along a new outermost `axis`"};
 

@@ -228,6 +228,7 @@ const OpDef op_rename = {.name = "rename",
                          .jvp = rename_jvp,
                          .view = true,
                          .sample = rename_sample,
+                         .complex = true,
                          .attrs = kRenameAttrs,
                          .doc = "renames axes `from` to `to` (view)"};
 constexpr AttrSpec kTransposeAttrs[] = {{"order", AttrKind::names, "every axis, in the new order"}};
@@ -238,6 +239,7 @@ const OpDef op_transpose = {.name = "transpose",
                             .jvp = transpose_jvp,
                             .view = true,
                             .sample = transpose_sample,
+                            .complex = true,
                             .shard = ShardRule::layout,
                             .attrs = kTransposeAttrs,
                             .doc = "reorders the axes to `order` (view)"};
@@ -252,6 +254,7 @@ const OpDef op_slice = {.name = "slice",
                         .jvp = slice_jvp,
                         .view = true,
                         .sample = slice_sample,
+                        .complex = true,
                         .attrs = kSliceAttrs,
                         .doc = "elements start, start + step, ... < stop along `axis` (view)"};
 constexpr AttrSpec kSelectAttrs[] = {{"axis", AttrKind::name, "the axis that disappears"},
@@ -263,6 +266,7 @@ const OpDef op_select = {.name = "select",
                          .jvp = select_jvp,
                          .view = true,
                          .sample = select_sample,
+                         .complex = true,
                          .attrs = kSelectAttrs,
                          .doc = "the slice at `index` along `axis`, which disappears (view)"};
 constexpr AttrSpec kDiagonalAttrs[] = {{"row", AttrKind::name, "the matrices' row axis (kept)"},
@@ -275,6 +279,7 @@ const OpDef op_diagonal = {
     .jvp = diagonal_jvp,
     .view = true,
     .sample = diagonal_sample,
+    .complex = true,
     .attrs = kDiagonalAttrs,
     .doc = "the diagonal (i, i) of the square matrices over (row, col), along `row` (view)"};
 constexpr AttrSpec kBroadcastAttrs[] = {
@@ -286,6 +291,7 @@ const OpDef op_broadcast = {.name = "broadcast",
                             .jvp = broadcast_jvp,
                             .view = true,
                             .sample = broadcast_sample,
+                            .complex = true,
                             .attrs = kBroadcastAttrs,
                             .doc = "adds axes with stride 0 after the input's (view, nothing copied)"};
 const OpDef op_contiguous = {.name = "contiguous",
@@ -294,6 +300,7 @@ const OpDef op_contiguous = {.name = "contiguous",
                              .vjp = contiguous_vjp,
                              .jvp = contiguous_jvp,
                              .sample = contiguous_sample,
+                             .complex = true,
                              .doc = "a dense row-major copy (the only layout op that copies)"};
 
 }  // namespace

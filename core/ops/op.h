@@ -157,6 +157,10 @@ struct OpDef {
   /// The JVP rule accepts tangents with batch axes beyond their primals' (several JVPs in one
   /// sweep: forward-mode jacobian). Checked for every op by the generic tests.
   bool batched_jvp = true;
+  /// The op takes complex operands (complex128, complex64; docs/complex.md lists them); any other op
+  /// given one raises a DTypeError naming the op and the dtype. The generic complex tests check the
+  /// VJP and JVP of every op that sets it in the real and imaginary directions.
+  bool complex = false;
   /// What the op does where an operand is sharded across ranks.
   ShardRule shard = ShardRule::local;
   /// The reverse rule communicates with the other ranks: the reverse sweep runs it on every rank,

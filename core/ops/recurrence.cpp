@@ -27,7 +27,7 @@ Lanes lanes_of(const Axes& result, Name over) {
 int64_t step_of(const Tensor& t, Name over) { return t.has_axis(over) ? t.stride(over) : 0; }
 
 Tensor recurrence_forward(Inputs in, const Attrs& attrs) {
-  check_float_operands("linear_recurrence", in);
+  check_numeric_operands("linear_recurrence", in);
   const Tensor &a = in[0], &b = in[1];
   const Name over = attrs.axes[0];
   Axes ax = align_axes(a.axes(), b.axes(), "linear_recurrence");
@@ -42,7 +42,7 @@ Tensor recurrence_forward(Inputs in, const Attrs& attrs) {
   batch_offsets(x, l.lanes, ox);
   RecurrenceArgs r{l.steps, static_cast<int64_t>(ox.size()), oa.data(), ob.data(), ox.data(),
                    step_of(a, over), step_of(b, over), step_of(x, over), a.data_ptr(), b.data_ptr(), x.data_ptr()};
-  need(kernels(x.device()).recurrence[float_index(x.dtype(), "linear_recurrence")], "linear_recurrence",
+  need(kernels(x.device()).recurrence[numeric_index(x.dtype(), "linear_recurrence")], "linear_recurrence",
        x.device())(r);
   return x;
 }
@@ -76,7 +76,8 @@ void recurrence_vjp(VjpContext& c) {
   };
   bind_adjoint(0, oda, r.off_da, r.step_da, r.da);
   bind_adjoint(1, odb, r.off_db, r.step_db, r.db);
-  kernels(x.device()).recurrence_vjp[float_index(x.dtype(), "linear_recurrence")](r);
+  need(kernels(x.device()).recurrence_vjp[numeric_index(x.dtype(), "linear_recurrence")], "linear_recurrence",
+       x.device())(r);
 }
 
 // tx_t = a_t tx_{t-1} + (ta_t x_{t-1} + tb_t): the same recurrence on the linearised input.
@@ -116,6 +117,7 @@ const OpDef op_linear_recurrence = {
     .jvp = recurrence_jvp,
     .saves = 1u | kSaveOutput,
     .sample = recurrence_sample,
+    .complex = true,
     .attrs = kRecurrenceAttrs,
     .doc = "x_t = a_t x_{t-1} + b_t along `over` (x_{-1} = 0), elementwise over every other axis"};
 
@@ -165,6 +167,10 @@ void install_capture(KernelTable& t) {
   swap_in(t.recurrence[1], &recurrence_trampoline<Dev, 1>);
   swap_in(t.recurrence_vjp[0], &recurrence_vjp_trampoline<Dev, 0>);
   swap_in(t.recurrence_vjp[1], &recurrence_vjp_trampoline<Dev, 1>);
+  swap_in(t.recurrence[2], &recurrence_trampoline<Dev, 2>);
+  swap_in(t.recurrence[3], &recurrence_trampoline<Dev, 3>);
+  swap_in(t.recurrence_vjp[2], &recurrence_vjp_trampoline<Dev, 2>);
+  swap_in(t.recurrence_vjp[3], &recurrence_vjp_trampoline<Dev, 3>);
 }
 
 }  // namespace

@@ -43,17 +43,21 @@ void reduce_into(Tensor& out, const Tensor& x, ElementwiseFn fn) {
 void scale_in_place(Tensor& t, double s) {
   LoopArg args[3] = {loop_arg(t, t.axes()), loop_arg(t, t.axes()), {}};
   args[2].data = &s;
-  kernels(t.device()).scale[float_index(t.dtype(), "scale")](loop_dims(t.axes()), args);
+  kernels(t.device()).scale[numeric_index(t.dtype(), "scale")](loop_dims(t.axes()), args);
 }
 
 template <Reduce R>
 Tensor reduce_forward(Inputs in, const Attrs& a) {
   const char* name = kNames[int(R)];
-  check_float_operands(name, in);
+  constexpr bool kSumLike = R == Reduce::sum || R == Reduce::mean;  // defined on complex numbers too
+  if (kSumLike)
+    check_numeric_operands(name, in);
+  else
+    check_float_operands(name, in);
   const Tensor& x = in[0];
   Axes out_axes = reduced_axes(x, a.axes, name);
   const KernelTable& k = kernels(x.device());
-  const int fi = float_index(x.dtype(), name);
+  const int fi = numeric_index(x.dtype(), name);
   // Only sum has a value over an empty axis (0); the numeric policy of docs/robustness.md.
   if (R != Reduce::sum && reduced_count(x, a.axes) == 0)
     throw ShapeError(std::string("[") + name + "] cannot reduce over an empty axis in " + x.axes().describe());
@@ -103,12 +107,12 @@ void reduce_vjp(VjpContext& c) {
   bool assign = false;
   const Tensor& dst = c.adjoint_to_write(0, assign);
   const Axes& ax = dst.axes();
-  const int fi = float_index(g.dtype(), "vjp");
+  const int fi = numeric_index(g.dtype(), "vjp");
   const KernelTable& k = kernels(g.device());
   if (R == Reduce::mean) g = g * (1.0 / double(reduced_count(dst, c.attrs().axes)));
   if (R == Reduce::sum || R == Reduce::mean) {
     LoopArg args[2] = {loop_arg(dst, ax), loop_arg(g, ax)};
-    (assign ? k.copy : k.acc)[fi](loop_dims(ax), args);
+    (assign ? k.copy[copy_index(g.dtype())] : k.acc[fi])(loop_dims(ax), args);
     return;
   }
   DerivOp d = R == Reduce::max ? DerivOp::argmax_mask : DerivOp::softmax;
@@ -154,6 +158,7 @@ constexpr OpDef reduce_op(const char* name, const char* doc) {
           .jvp = reduce_jvp<R>,
           .saves = saves ? kSaveX | kSaveOutput : 0u,
           .sample = reduce_sample<R>,
+          .complex = R == Reduce::sum || R == Reduce::mean,
           .shard = R == Reduce::sum    ? ShardRule::sum
                    : R == Reduce::mean ? ShardRule::mean
                    : R == Reduce::max  ? ShardRule::max

@@ -17,6 +17,7 @@ std::vector<const OpDef*> build() {
   detail::register_linalg_ops(ops);
   detail::register_recurrence_ops(ops);
   detail::register_tridiagonal_ops(ops);
+  detail::register_complex_ops(ops);
   return ops;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "tenax/core/ops.h"
+
 namespace tenax::detail {
 
 Axis pool_axis(int i) {
@@ -26,11 +28,21 @@ Axes random_subset(SampleRng& rng, const Axes& of) {
   return a;
 }
 
+namespace {
+// A complex sample: real parts `re` (of the real dtype), imaginary parts uniform in
+// [-width/2, width/2) where width is the real parts' range.
+Tensor with_imaginary(SampleRng& rng, const Tensor& re, double width) {
+  return complex(re, uniform(re.axes(), rng(), -width / 2, width / 2, re.dtype()));
+}
+}  // namespace
+
 Tensor random_values(SampleRng& rng, const Axes& axes, DType dtype, double lo, double hi) {
+  if (is_complex(dtype)) return with_imaginary(rng, random_values(rng, axes, real_dtype(dtype), lo, hi), hi - lo);
   return uniform(axes, rng(), lo, hi, dtype);
 }
 
 Tensor random_signed(SampleRng& rng, const Axes& axes, DType dtype, double lo, double hi) {
+  if (is_complex(dtype)) return with_imaginary(rng, random_signed(rng, axes, real_dtype(dtype), lo, hi), hi - lo);
   std::uniform_real_distribution<double> mag(lo, hi);
   std::vector<double> v(static_cast<size_t>(axes.numel()));
   for (double& x : v) x = (rng() & 1 ? 1.0 : -1.0) * mag(rng);

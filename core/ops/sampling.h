@@ -16,7 +16,8 @@ inline constexpr int kPoolSize = 4;
 Axes random_axes(SampleRng& rng, int k);
 /// A random subset of `of` (each kept with probability 1/2), order preserved.
 Axes random_subset(SampleRng& rng, const Axes& of);
-/// Uniform values in [lo, hi).
+/// Uniform values in [lo, hi); complex dtypes: real parts so, imaginary parts in
+/// [-(hi - lo) / 2, (hi - lo) / 2).
 Tensor random_values(SampleRng& rng, const Axes& axes, DType dtype, double lo, double hi);
 /// Values with |x| in [lo, hi) and a random sign.
 Tensor random_signed(SampleRng& rng, const Axes& axes, DType dtype, double lo, double hi);

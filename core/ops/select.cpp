@@ -13,12 +13,12 @@ namespace {
 Tensor where_forward(Inputs in, const Attrs&) {
   if (in[0].dtype() != DType::b8)
     throw DTypeError(std::string("[where] the condition must be bool, got ") + dtype_name(in[0].dtype()));
-  check_float_operands("where", Inputs{in.p + 1, 2});
+  check_numeric_operands("where", Inputs{in.p + 1, 2});
   Axes ax = align_axes(align_axes(in[0].axes(), in[1].axes(), "where", 0, 1), in[2].axes(), "where", 0, 2);
   Tensor out = empty(ax, in[1].dtype(), in[1].device());
   LoopArg args[4] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax), loop_arg(in[2], ax)};
-  need(kernels(out.device()).where[float_index(out.dtype(), "where")], "where", out.device())(loop_dims(ax),
-                                                                                             args);
+  need(kernels(out.device()).where[numeric_index(out.dtype(), "where")], "where", out.device())(loop_dims(ax),
+                                                                                               args);
   return out;
 }
 
@@ -48,7 +48,8 @@ Tensor where_jvp(JvpContext& c) {
 
 OpSample where_sample(SampleRng& rng, DType dt) {
   Axes base = random_axes(rng, 1 + int(rng() % 3));
-  Tensor c = greater(random_values(rng, random_subset(rng, base), dt, -1, 1), scalar(0.0, dt));
+  const DType r = real_dtype(dt);  // the condition from real values (complex numbers have no order)
+  Tensor c = greater(random_values(rng, random_subset(rng, base), r, -1, 1), scalar(0.0, r));
   return {{c, random_values(rng, base, dt, -2, 2), random_values(rng, random_subset(rng, base), dt, -2, 2)}, {}};
 }
 
@@ -60,6 +61,7 @@ const OpDef op_where = {.name = "where",
                         .saves = 1u,
                         .nondiff = 1u,
                         .sample = where_sample,
+                        .complex = true,
                         .doc = "cond ? a : b elementwise (cond boolean, not differentiated)"};
 
 // ---- comparisons ----
@@ -93,24 +95,39 @@ const OpDef op_equal =
     compare_op("equal", compare_forward<CompareOp::equal>, "a == b elementwise, boolean (not differentiable)");
 
 // ---- astype: attrs.i[0] is the target DType ----
-Tensor astype_forward(Inputs in, const Attrs& a) {
-  const DType to = static_cast<DType>(a.i[0]);
-  const DType from = in[0].dtype();
-  (void)float_index(from, "astype");
-  (void)float_index(to, "astype");
-  if (from == to) return in[0];
-  const Axes& ax = in[0].axes();
-  Tensor out = empty(ax, to, in[0].device());
-  LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
-  const KernelTable& k = kernels(out.device());
-  need(to == DType::f32 ? k.cast_f64_f32 : k.cast_f32_f64, "astype", out.device())(loop_dims(ax), args);
+// out = fn(x) elementwise into a new tensor of dtype `to`.
+Tensor convert(const Tensor& x, DType to, ElementwiseFn fn) {
+  const Axes& ax = x.axes();
+  Tensor out = empty(ax, to, x.device());
+  LoopArg args[2] = {loop_arg(out, ax), loop_arg(x, ax)};
+  need(fn, "astype", out.device())(loop_dims(ax), args);
   return out;
 }
 
+Tensor astype_forward(Inputs in, const Attrs& a) {
+  const DType to = static_cast<DType>(a.i[0]);
+  const DType from = in[0].dtype();
+  (void)numeric_index(from, "astype");
+  (void)numeric_index(to, "astype");
+  if (from == to) return in[0];
+  if (is_complex(from) && !is_complex(to))
+    throw DTypeError(std::string("[astype] ") + dtype_name(from) + " -> " + dtype_name(to) +
+                     " would drop the imaginary part; take real(z), imag(z) or abs(z) explicitly");
+  const KernelTable& k = kernels(in[0].device());
+  if (is_complex(from))
+    return convert(in[0], to, to == DType::c64 ? k.complex.narrow : k.complex.widen);
+  const DType part = real_dtype(to);  // real -> complex: to the parts' precision, then lifted
+  const Tensor x = from == part ? in[0] : convert(in[0], part, part == DType::f32 ? k.cast_f64_f32 : k.cast_f32_f64);
+  if (!is_complex(to)) return x;
+  return convert(x, to, k.complex.from_real[part == DType::f64 ? 0 : 1]);
+}
+
+// A real input's adjoint takes the real part of a complex cotangent (docs/complex.md).
 void astype_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
   const Tensor& dst = c.adjoint(0);
-  accumulate(dst, astype(c.cotangent(), dst.dtype()));
+  const Tensor& g = c.cotangent();
+  accumulate(dst, astype(is_complex(g.dtype()) && !is_complex(dst.dtype()) ? real(g) : g, dst.dtype()));
 }
 
 Tensor astype_jvp(JvpContext& c) { return astype(c.tangent(0), c.output().dtype()); }
@@ -121,13 +138,15 @@ OpSample astype_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
-constexpr AttrSpec kAstypeAttrs[] = {{"dtype", AttrKind::dtype, "float64, float32, int64 or bool"}};
+constexpr AttrSpec kAstypeAttrs[] = {
+    {"dtype", AttrKind::dtype, "float64, float32, complex128 or complex64 (int64 and bool: not convertible)"}};
 const OpDef op_astype = {.name = "astype",
                          .arity = 1,
                          .forward = astype_forward,
                          .vjp = astype_vjp,
                          .jvp = astype_jvp,
                          .sample = astype_sample,
+                         .complex = true,
                          .attrs = kAstypeAttrs,
                          .doc = "converts to `dtype`"};
 
