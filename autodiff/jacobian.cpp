@@ -2,6 +2,7 @@
 // result's axes named and ordered as (output..., argument...).
 #include "tenax/autodiff/jacobian.h"
 
+#include <complex>
 #include <string>
 
 #include "tenax/autodiff/tape.h"
@@ -13,10 +14,15 @@
 namespace tenax {
 namespace {
 
-// Writes 1 at flat (row-major) element i of a contiguous host tensor.
-void set_one(Tensor& t, int64_t i) {
-  if (t.dtype() == DType::f64) static_cast<double*>(t.data_ptr())[i] = 1.0;
-  else static_cast<float*>(t.data_ptr())[i] = 1.0f;
+// Writes 1 at flat (row-major) element i of a contiguous host tensor (`unit` for a complex one:
+// 1 or i).
+void set_one(Tensor& t, int64_t i, std::complex<double> unit = 1.0) {
+  switch (t.dtype()) {
+    case DType::f64: static_cast<double*>(t.data_ptr())[i] = 1.0; break;
+    case DType::f32: static_cast<float*>(t.data_ptr())[i] = 1.0f; break;
+    case DType::c128: static_cast<std::complex<double>*>(t.data_ptr())[i] = unit; break;
+    default: static_cast<std::complex<float>*>(t.data_ptr())[i] = std::complex<float>(unit); break;
+  }
 }
 
 // The view of `t` at flat index i over the leading axes `lead` (row-major), as successive selects.
@@ -71,8 +77,42 @@ void check_host(const Tensor& t, const char* what) {
   if (t.device().kind != Device::Kind::cpu)
     throw DeviceError(std::string("[jacobian] the ") + what + " is on " + t.device().str() +
                       "; jacobian works on host tensors for now");
-  if (!is_floating(t.dtype()))
-    throw DTypeError(std::string("[jacobian] the ") + what + " is " + dtype_name(t.dtype()) + "; need float64 or float32");
+  if (!is_inexact(t.dtype()))
+    throw DTypeError(std::string("[jacobian] the ") + what + " is " + dtype_name(t.dtype()) +
+                     "; need float64, float32, complex128 or complex64");
+}
+
+// The cotangents' pullback for every output element at once (basis axes first), or one sweep per
+// element where an op cannot take the batch axes. `unit` (1 or i) scales a complex basis.
+std::vector<Tensor> pull_basis(const VjpResult& r, const Axes& out, const Axes& basis_axes, DType dtype,
+                               std::complex<double> unit, size_t n_args) {
+  const int64_t n = out.numel();
+  Axes eye_axes = basis_axes;
+  for (int i = 0; i < out.rank(); ++i) eye_axes.push_back(out[i]);
+  Tensor eye = zeros(eye_axes, dtype);
+  for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i, unit);
+  try {
+    return r.pullback(eye);
+  } catch (const AutodiffError& err) {
+    if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
+  }
+  // One sweep per output element into the rows of the result.
+  std::vector<Tensor> g;
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor e = zeros(out, dtype);
+    set_one(e, i, unit);
+    std::vector<Tensor> row = r.pullback(e);
+    const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
+    for (size_t k = 0; k < n_args; ++k) {
+      if (i == 0) {
+        Axes ax = row[k].axes();
+        for (int d = 0; d < basis_axes.rank(); ++d) ax.push_back(basis_axes[d]);
+        g.push_back(zeros(ax, row[k].dtype(), row[k].device()));
+      }
+      detail::copy_into(at_flat(g[k], basis_axes, i), row[k]);
+    }
+  }
+  return g;
 }
 
 std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor>& args) {
@@ -80,7 +120,6 @@ std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor
   const Tensor& y = r.value;
   check_host(y, "output");
   const Axes out = unmapped_part(y), mapped = mapped_part(y);
-  const int64_t n = out.numel();
   // Batch axes: the output's axes under fresh names, with the identity as the cotangent.
   AxisList from, to;
   Axes basis_axes;
@@ -90,30 +129,18 @@ std::vector<Tensor> reverse_jacobian(const Function& f, const std::vector<Tensor
     from.push_back(b);
     to.push_back(out.name(i));
   }
-  Axes eye_axes = basis_axes;
-  for (int i = 0; i < out.rank(); ++i) eye_axes.push_back(out[i]);
-  Tensor eye = zeros(eye_axes, y.dtype());
-  for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i);
-  std::vector<Tensor> g;
-  try {
-    g = r.pullback(eye);
-  } catch (const AutodiffError& err) {
-    if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
-    // One sweep per output element into the rows of the result.
-    g.clear();
-    for (int64_t i = 0; i < n; ++i) {
-      Tensor e = zeros(out, y.dtype());
-      set_one(e, i);
-      std::vector<Tensor> row = r.pullback(e);
-      const detail::MappedScope plain(AxisList{}, detail::MappedScope::replace);
-      for (size_t k = 0; k < args.size(); ++k) {
-        if (i == 0) {
-          Axes ax = row[k].axes();
-          for (int d = 0; d < basis_axes.rank(); ++d) ax.push_back(basis_axes[d]);
-          g.push_back(zeros(ax, row[k].dtype(), row[k].device()));
-        }
-        detail::copy_into(at_flat(g[k], basis_axes, i), row[k]);
+  std::vector<Tensor> g = pull_basis(r, out, basis_axes, y.dtype(), 1.0, args.size());
+  // A complex output (docs/complex.md): a complex argument's rows are conj(VJP) (the derivative of
+  // a holomorphic function); a real argument's are VJP(1) + i VJP(i).
+  if (is_complex(y.dtype())) {
+    std::vector<Tensor> gi;
+    for (size_t k = 0; k < args.size(); ++k) {
+      if (is_complex(args[k].dtype())) {
+        g[k] = conj(g[k]);
+        continue;
       }
+      if (gi.empty()) gi = pull_basis(r, out, basis_axes, y.dtype(), std::complex<double>(0, 1), args.size());
+      g[k] = complex(g[k], gi[k]);
     }
   }
   std::vector<Tensor> result;
@@ -154,32 +181,38 @@ std::vector<Tensor> forward_jacobian(const Function& f, const std::vector<Tensor
       basis_names.push_back(b);
       eye_axes.push_back({b, in.size(i)});
     }
-    std::vector<Tensor> tangents(args.size());
-    Tensor eye = zeros(eye_axes, args[k].dtype());
-    for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i);
-    tangents[k] = own.rank() > 0 ? broadcast(eye, own) : eye;
     AxisList order = out.names();
     for (Name a : named_names) order.push_back(a);
     for (int i = 0; i < mapped.rank(); ++i) order.push_back(mapped.name(i));
-    try {
-      const Tensor columns = tape.forward_tangent(y, watched, tangents);
-      result.push_back(contiguous(transpose(rename(columns, basis_names, named_names), order)));
-      continue;
-    } catch (const AutodiffError& err) {
-      if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
-    }
-    Axes ax = y.axes();
-    for (int i = 0; i < named.rank(); ++i) ax.push_back(named[i]);
-    Tensor j = zeros(ax, y.dtype());
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<Tensor> one(args.size());
-      Tensor e = zeros(in, args[k].dtype());
-      set_one(e, i);
-      one[k] = own.rank() > 0 ? broadcast(e, own) : e;
-      const Tensor column = tape.forward_tangent(y, watched, one);
-      detail::copy_into(at_flat(j, named, i), column);
-    }
-    result.push_back(contiguous(transpose(j, order)));
+    // The columns for basis tangents `unit` (1, or i for a complex argument's imaginary direction).
+    auto columns = [&](std::complex<double> unit) {
+      std::vector<Tensor> tangents(args.size());
+      Tensor eye = zeros(eye_axes, args[k].dtype());
+      for (int64_t i = 0; i < n; ++i) set_one(eye, i * n + i, unit);
+      tangents[k] = own.rank() > 0 ? broadcast(eye, own) : eye;
+      try {
+        const Tensor c = tape.forward_tangent(y, watched, tangents);
+        return contiguous(transpose(rename(c, basis_names, named_names), order));
+      } catch (const AutodiffError& err) {
+        if (std::string(err.what()).find("cannot take the batch axes") == std::string::npos) throw;
+      }
+      Axes ax = y.axes();
+      for (int i = 0; i < named.rank(); ++i) ax.push_back(named[i]);
+      Tensor j = zeros(ax, y.dtype());
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<Tensor> one(args.size());
+        Tensor e = zeros(in, args[k].dtype());
+        set_one(e, i, unit);
+        one[k] = own.rank() > 0 ? broadcast(e, own) : e;
+        detail::copy_into(at_flat(j, named, i), tape.forward_tangent(y, watched, one));
+      }
+      return contiguous(transpose(j, order));
+    };
+    // A real output of a complex argument (docs/complex.md): dy/dRe + i dy/dIm, as reverse mode gives.
+    if (is_complex(args[k].dtype()) && !is_complex(y.dtype()))
+      result.push_back(complex(columns(1.0), columns(std::complex<double>(0, 1))));
+    else
+      result.push_back(columns(1.0));
   }
   return result;
 }

@@ -305,5 +305,165 @@ TEST_P(RealOnlyOp, RaisesADTypeErrorNamingTheOpAndTheDtype) {
 INSTANTIATE_TEST_SUITE_P(Registry, RealOnlyOp, ::testing::ValuesIn(real_only_ops()),
                          [](const ::testing::TestParamInfo<const OpDef*>& p) { return std::string(p.param->name); });
 
+// ---- making and reading complex tensors ----
+TEST(ComplexTensors, MakeReadAndConvert) {
+  const Tensor z = tensor(std::vector<C>{{1.0, 2.0}, {-3.0, 0.5}}, Axes{{"i", 2}});
+  EXPECT_EQ(z.dtype(), DType::c128);
+  EXPECT_EQ(z.describe(), "Tensor(complex128, (i=2), cpu)");
+  EXPECT_EQ(z.at_complex({{"i", 1}}), C(-3.0, 0.5));
+  EXPECT_EQ(complex(real(z), imag(z)).to_complex_vector(), z.to_complex_vector());
+  EXPECT_EQ(full(Axes{{"i", 2}}, C(0.25, -1.0)).to_complex_vector(), (std::vector<C>{{0.25, -1.0}, {0.25, -1.0}}));
+  EXPECT_EQ(abs(z).to_vector(), (std::vector<double>{std::abs(C(1, 2)), std::abs(C(-3, 0.5))}));
+  EXPECT_EQ(angle(z).to_vector(), (std::vector<double>{std::arg(C(1, 2)), std::arg(C(-3, 0.5))}));
+  EXPECT_EQ(conj(z).to_complex_vector(), (std::vector<C>{{1.0, -2.0}, {-3.0, -0.5}}));
+  // Conversions: real -> complex (imaginary 0), between complex precisions; never complex -> real.
+  const Tensor x = tensor({1.5, -2.0}, "i");
+  EXPECT_EQ(astype(x, DType::c128).to_complex_vector(), (std::vector<C>{{1.5, 0}, {-2.0, 0}}));
+  EXPECT_EQ(astype(x, DType::c64).dtype(), DType::c64);
+  EXPECT_EQ(astype(astype(z, DType::c64), DType::c128).to_complex_vector(), z.to_complex_vector());
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)astype(z, DType::f64); }),
+                 "[astype] complex128 -> float64 would drop the imaginary part; take real(z), imag(z) or abs(z) explicitly");
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)select(z, "i", 0).item(); }),
+                 "[item] the tensor is complex128; read complex values with item_complex, at_complex or to_complex_vector (or take real() first)");
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)maximum(z, z); }),
+                 "[maximum] is not defined for complex128 (complex numbers: see docs/complex.md for the ops that take them)");
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)add(z, x); }),
+                 "[add] input 0 is complex128 but input 1 is float64; convert one with astype (Tenax never converts silently)");
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)complex(z, z); }),
+                 "[complex] is not defined for complex128 (complex numbers: see docs/complex.md for the ops that take them)");
+}
+
+// ---- the convention (docs/complex.md) on closed forms ----
+TEST(ComplexConvention, TheGradientOfARealLossIsDLdRePlusIDLdIm) {
+  const Tensor z = tensor(std::vector<C>{{1.5, -0.5}, {-2.0, 3.0}}, Axes{{"i", 2}});
+  const C a(0.3, 0.7);
+  // |z|^2: 2z.  Im z: i.  Re(a z): conj(a).
+  auto g = [&](const Function& f) { return grad(f, {z})[0].to_complex_vector(); };
+  EXPECT_EQ(g([](const std::vector<Tensor>& p) { return sum(real(mul(p[0], conj(p[0])))); }),
+            (std::vector<C>{{3.0, -1.0}, {-4.0, 6.0}}));
+  EXPECT_EQ(g([](const std::vector<Tensor>& p) { return sum(imag(p[0])); }), (std::vector<C>{{0, 1}, {0, 1}}));
+  EXPECT_EQ(g([&](const std::vector<Tensor>& p) { return sum(real(mul(p[0], scalar(a)))); }),
+            (std::vector<C>{std::conj(a), std::conj(a)}));
+  EXPECT_MESSAGE(testing::error_message<DTypeError>([&] { (void)grad([](const std::vector<Tensor>& p) { return sum(p[0]); }, {z}); }),
+                 "[grad] the output is complex128; a gradient needs a real loss (take real(), abs() or a squared modulus) or pass a cotangent to vjp (docs/complex.md)");
+}
+
+TEST(ComplexConvention, VjpIsTheConjugateDerivativeTimesTheCotangentJvpTheDerivativeTimesTheTangent) {
+  const C z0(0.4, -1.1), ybar(0.5, 2.0), t(-1.0, 0.25);
+  const Tensor z = scalar(z0);
+  const VjpResult r = vjp([](const std::vector<Tensor>& p) { return exp(p[0]); }, {z});
+  const C got = r.pullback(scalar(ybar))[0].item_complex();
+  EXPECT_LE(std::abs(got - std::conj(std::exp(z0)) * ybar), 1e-15);
+  const C tangent = jvp([](const std::vector<Tensor>& p) { return exp(p[0]); }, {z}, {scalar(t)}).second.item_complex();
+  EXPECT_LE(std::abs(tangent - std::exp(z0) * t), 1e-15);
+}
+
+// jacobian: the holomorphic derivative for complex -> complex; dy/dx for a real argument of a
+// complex output; dy/dRe + i dy/dIm (the gradient) for a real output of a complex argument. Both
+// modes give the same.
+TEST(ComplexConvention, JacobianInBothModes) {
+  using Mode = JacobianOptions::Mode;
+  const std::vector<C> zv{{0.5, 1.0}, {-1.5, 0.25}};
+  const Tensor z = tensor(zv, Axes{{"i", 2}});
+  const Tensor x = tensor({0.75, -2.0}, "i");
+  const C a(0.3, -0.6);
+  for (Mode m : {Mode::reverse, Mode::forward}) {
+    JacobianOptions o;
+    o.mode = m;
+    // y_i = a z_i^2: dy_i/dz_j = 2 a z_i δ_ij.
+    const Tensor j1 = jacobian([&](const std::vector<Tensor>& p) { return mul(scalar(a), square(p[0])); }, {z}, o)[0];
+    // y_i = a x_i: a δ_ij.
+    const Tensor j2 = jacobian([&](const std::vector<Tensor>& p) { return mul(scalar(a), astype(p[0], DType::c128)); }, {x}, o)[0];
+    // y_i = |z_i|^2: 2 z_i δ_ij.
+    const Tensor j3 = jacobian([&](const std::vector<Tensor>& p) { return real(mul(p[0], conj(p[0]))); }, {z}, o)[0];
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t k = 0; k < 2; ++k) {
+        const C d = i == k ? 1.0 : 0.0;
+        EXPECT_LE(std::abs(j1.at_complex({{"i", i}, {"i_in", k}}) - d * 2.0 * a * zv[size_t(i)]), 1e-15);
+        EXPECT_LE(std::abs(j2.at_complex({{"i", i}, {"i_in", k}}) - d * a), 1e-15);
+        EXPECT_LE(std::abs(j3.at_complex({{"i", i}, {"i_in", k}}) - d * 2.0 * zv[size_t(i)]), 1e-15);
+      }
+  }
+}
+
+// The seed's recurrence x_t = λ x_{t-1} + B u_t with complex λ and B: through scan, through
+// linear_recurrence and by hand give the same states; reverse-mode gradients agree between scan and
+// linear_recurrence; forward mode through scan agrees with reverse mode.
+TEST(ComplexConvention, AComplexRecurrenceThroughScanAndLinearRecurrence) {
+  const int64_t T = 12, n = 3, m = 2;
+  const Tensor lambda = complex(uniform(Axes{{"n", n}}, 1, 0.5, 0.9), uniform(Axes{{"n", n}}, 2, -0.4, 0.4));
+  const Tensor B = randn(Axes{{"n", n}, {"m", m}}, 3, DType::c128);
+  const Tensor u = astype(randn(Axes{{"t", T}, {"m", m}}, 4), DType::c128);
+  auto by_scan = [&](const std::vector<Tensor>& p) {
+    auto body = [&](const std::vector<Tensor>& carry, const std::vector<Tensor>& xs) {
+      const Tensor next = p[0] * carry[0] + dot(p[1], xs[0], {"m"});
+      return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next});
+    };
+    return scan(body, {zeros(Axes{{"n", n}}, DType::c128)}, {u}, "t").ys[0];
+  };
+  auto by_recurrence = [&](const std::vector<Tensor>& p) {
+    return linear_recurrence(p[0], dot(p[1], u, {"m"}), "t");
+  };
+  const Tensor xs = by_scan({lambda, B}), xr = by_recurrence({lambda, B});
+  EXPECT_LE(mismatch(xs, xr, 1e-14, 1e-14), 1.0);
+  // By hand at the last step.
+  const std::vector<C> l = lambda.to_complex_vector(), b = B.to_complex_vector(), uv = u.to_complex_vector();
+  for (int64_t i = 0; i < n; ++i) {
+    C state = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      C bu = 0;
+      for (int64_t k = 0; k < m; ++k) bu += b[size_t(i * m + k)] * uv[size_t(t * m + k)];
+      state = l[size_t(i)] * state + bu;
+    }
+    EXPECT_LE(std::abs(xs.at_complex({{"t", T - 1}, {"n", i}}) - state), 1e-13);
+  }
+  const Tensor w = randn(xs.axes(), 5, DType::c128);
+  auto loss = [&](const Function& f) { return [&, f](const std::vector<Tensor>& p) { return weighted_loss(f(p), w); }; };
+  const std::vector<Tensor> gs = grad(loss(by_scan), {lambda, B}), gr = grad(loss(by_recurrence), {lambda, B});
+  EXPECT_LE(mismatch(gs[0], gr[0], 1e-12, 1e-12), 1.0);
+  EXPECT_LE(mismatch(gs[1], gr[1], 1e-12, 1e-12), 1.0);
+  using Mode = JacobianOptions::Mode;
+  JacobianOptions fwd, rev;
+  fwd.mode = Mode::forward;
+  rev.mode = Mode::reverse;
+  auto last = [&](const std::vector<Tensor>& p) { return select(by_scan(p), "t", T - 1); };
+  const std::vector<Tensor> jf = jacobian(last, {lambda, B}, fwd), jr = jacobian(last, {lambda, B}, rev);
+  EXPECT_LE(mismatch(jf[0], jr[0], 1e-12, 1e-12), 1.0);
+  EXPECT_LE(mismatch(jf[1], jr[1], 1e-12, 1e-12), 1.0);
+}
+
+// A real optimiser fits complex parameters: L-BFGS over (Re, Im) pairs, with the gradient that grad
+// gives (its real and imaginary parts, as they are), recovers λ and b of a simulated recurrence.
+TEST(ComplexConvention, LbfgsFitsComplexParametersThroughGrad) {
+  const int64_t T = 60;
+  const C lambda_true = std::polar(0.85, 0.4), b_true(0.5, -0.2);
+  const Tensor u = astype(randn(Axes{{"t", T}}, 11), DType::c128);
+  auto simulate = [&](const Tensor& lambda, const Tensor& b) { return linear_recurrence(lambda, b * u, "t"); };
+  const Tensor data = simulate(scalar(lambda_true), scalar(b_true));
+  auto objective = [&](const Eigen::VectorXd& theta, Eigen::VectorXd& gradient) {
+    const Tensor lambda = scalar(C(theta[0], theta[1])), b = scalar(C(theta[2], theta[3]));
+    auto [value, g] = value_and_grad(
+        [&](const std::vector<Tensor>& p) {
+          const Tensor r = simulate(p[0], p[1]) - data;
+          return sum(real(mul(r, conj(r))));
+        },
+        {lambda, b});
+    const C gl = g[0].item_complex(), gb = g[1].item_complex();
+    gradient << gl.real(), gl.imag(), gb.real(), gb.imag();
+    return value.item();
+  };
+  LBFGSpp::LBFGSParam<double> param;
+  param.epsilon = 1e-10;
+  param.max_iterations = 200;
+  LBFGSpp::LBFGSSolver<double> solver(param);
+  Eigen::VectorXd theta(4);
+  theta << 0.5, 0.0, 1.0, 0.0;
+  double fx = 0;
+  solver.minimize(objective, theta, fx);
+  EXPECT_LE(std::abs(C(theta[0], theta[1]) - lambda_true), 1e-7) << theta.transpose();
+  EXPECT_LE(std::abs(C(theta[2], theta[3]) - b_true), 1e-7) << theta.transpose();
+  EXPECT_LE(fx, 1e-12);
+}
+
 }  // namespace
 }  // namespace tenax
