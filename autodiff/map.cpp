@@ -122,9 +122,17 @@ struct MapRun final : detail::CustomNode {
           which.push_back(i);
         }
       std::vector<Tensor> outs = nmap(f, {over}, in);
-      Tensor loss = scalar(0.0);
-      for (size_t k = 0; k < outs.size(); ++k)
-        if (cot[k].defined()) loss = loss + sum(outs[k] * slice(cot[k], over, s, e));
+      // Σ_k Re(conj(cotangent_k) · output_k): its gradient is the VJP (docs/complex.md), in each
+      // output's own dtype.
+      Tensor loss;
+      for (size_t k = 0; k < outs.size(); ++k) {
+        if (!cot[k].defined()) continue;
+        const Tensor c = slice(cot[k], over, s, e);
+        const Tensor term = is_complex(c.dtype()) ? astype(sum(real(outs[k] * conj(c))), DType::f64)
+                                                  : astype(sum(outs[k] * c), DType::f64);
+        loss = loss.defined() ? loss + term : term;
+      }
+      if (!loss.defined()) return;
       std::vector<Tensor> g = tape.gradient(loss, watched);
       detail::PauseRecording pause;
       for (size_t j = 0; j < which.size(); ++j) {

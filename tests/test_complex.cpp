@@ -432,6 +432,54 @@ TEST(ComplexConvention, AComplexRecurrenceThroughScanAndLinearRecurrence) {
   EXPECT_LE(mismatch(jf[1], jr[1], 1e-12, 1e-12), 1.0);
 }
 
+// The same recurrence through associative_scan (the seed's own formulation) and inside map: the
+// states and the gradients equal linear_recurrence's.
+TEST(ComplexConvention, AssociativeScanAndMapOfComplexRecurrences) {
+  const int64_t T = 9, n = 4;
+  const Tensor lambda = complex(uniform(Axes{{"n", n}}, 21, 0.5, 0.9), uniform(Axes{{"n", n}}, 22, -0.5, 0.5));
+  const Tensor bu = randn(Axes{{"t", T}, {"n", n}}, 23, DType::c128);
+  const Tensor w = randn(Axes{{"t", T}, {"n", n}}, 24, DType::c128);
+  auto by_recurrence = [&](const std::vector<Tensor>& p) { return linear_recurrence(p[0], p[1], "t"); };
+  auto by_associative = [&](const std::vector<Tensor>& p) {
+    auto combine = [](const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+      return std::vector<Tensor>{b[0] * a[0], b[0] * a[1] + b[1]};
+    };
+    const Tensor decay = broadcast(p[0], Axes{{"t", T}});
+    return associative_scan(combine, {transpose(decay, {"t", "n"}), p[1]}, "t")[1];
+  };
+  auto by_map = [&](const std::vector<Tensor>& p) {  // one recurrence per state element
+    return map([](const std::vector<Tensor>& q) { return std::vector<Tensor>{linear_recurrence(q[0], q[1], "t")}; },
+               "n", p)[0];
+  };
+  const Tensor want = by_recurrence({lambda, bu});
+  EXPECT_LE(mismatch(by_associative({lambda, bu}), want, 1e-13, 1e-13), 1.0);
+  EXPECT_LE(mismatch(by_map({lambda, bu}), want, 1e-14, 1e-14), 1.0);
+  auto loss = [&](const Function& f) { return [&, f](const std::vector<Tensor>& p) { return weighted_loss(f(p), w); }; };
+  const std::vector<Tensor> g = grad(loss(by_recurrence), {lambda, bu});
+  for (const Function& f : {Function(by_associative), Function(by_map)}) {
+    const std::vector<Tensor> h = grad(loss(f), {lambda, bu});
+    EXPECT_LE(mismatch(h[0], g[0], 1e-12, 1e-12), 1.0);
+    EXPECT_LE(mismatch(h[1], g[1], 1e-12, 1e-12), 1.0);
+  }
+}
+
+// complex64 agrees with complex128 to float32's precision, op by op.
+TEST_P(ComplexOp, Complex64AgreesWithComplex128) {
+  const OpDef& op = *GetParam();
+  for (int c = 0; c < kCases; ++c) {
+    std::mt19937_64 rng(8500 * c + 3);
+    OpSample s = op.sample(rng, DType::c128);
+    std::vector<Tensor> in64;
+    for (const Tensor& t : s.inputs)
+      in64.push_back(is_complex(t.dtype()) ? astype(t, DType::c64) : is_floating(t.dtype()) ? astype(t, DType::f32) : t);
+    Attrs a = s.attrs;
+    if (std::string(op.name) == "astype") a.i[0] = static_cast<int64_t>(DType::c64);
+    const Tensor want = run(op, s.inputs, s.attrs), got = run(op, in64, a);
+    EXPECT_EQ(got.dtype(), is_complex(want.dtype()) ? DType::c64 : DType::f32) << op.name;
+    EXPECT_LE(mismatch(got, want, 1e-4, 1e-5), 1.0) << op.name << " case " << c;
+  }
+}
+
 // A real optimiser fits complex parameters: L-BFGS over (Re, Im) pairs, with the gradient that grad
 // gives (its real and imaginary parts, as they are), recovers λ and b of a simulated recurrence.
 TEST(ComplexConvention, LbfgsFitsComplexParametersThroughGrad) {
