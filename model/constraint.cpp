@@ -107,6 +107,11 @@ void check_representable(const Constraint& c, const std::vector<double>& u, DTyp
 }
 
 Tensor unconstrain(const Constraint& c, const Tensor& value, const std::string& pointer) {
+  if (is_complex(value.dtype())) {  // complex parameters take no constraint (the parser checks)
+    for (const std::complex<double>& z : value.to_complex_vector())
+      if (!std::isfinite(z.real()) || !std::isfinite(z.imag())) violated(pointer, c, "it holds a non-finite number");
+    return value;
+  }
   std::vector<double> v = value.to_vector();
   for (double x : v)
     if (!std::isfinite(x)) violated(pointer, c, "it holds a non-finite number");

@@ -35,7 +35,7 @@ struct Parameter {
   Axes axes;
   bool trainable = true;
   Constraint constraint;
-  Tensor u;  ///< unconstrained coordinates (float, model dtype)
+  Tensor u;  ///< unconstrained coordinates (model dtype, or its complex dtype: "complex": true)
 };
 
 struct InputDecl {
@@ -44,6 +44,7 @@ struct InputDecl {
   Axes axes;
   Tensor data;                  ///< undefined when the caller must supply it
   std::filesystem::path file;   ///< absolute path when the data came from a file
+  DType dtype = DType::f64;     ///< the model's dtype, or its complex dtype ("complex": true)
 };
 
 enum class NodeKind { op, scan, nmap, map };

@@ -84,8 +84,8 @@ std::vector<std::pair<std::string, Tensor>> checked_inputs(const Definition& d, 
     if (!v.axes().same_set(local_axes(d, decl->axes)))
       throw ModelError(decl->pointer + ": input '" + name + "' is declared with axes " + decl->axes.describe() +
                        ", got " + t.axes().describe());
-    if (t.dtype() != d.dtype)
-      throw ModelError(decl->pointer + ": input '" + name + "' must be " + dtype_name(d.dtype) + " like the model, got " +
+    if (t.dtype() != decl->dtype)
+      throw ModelError(decl->pointer + ": input '" + name + "' must be " + dtype_name(decl->dtype) + " as declared, got " +
                        dtype_name(t.dtype()) + " (convert it with astype)");
     if (!(t.device() == d.device))
       throw ModelError(decl->pointer + ": input '" + name + "' is on " + t.device().str() +
@@ -110,7 +110,8 @@ std::vector<Tensor> all_u(const Definition& d) {
   return u;
 }
 
-void check_like(const model_detail::Parameter& p, const Tensor& v, DType dtype) {
+void check_like(const model_detail::Parameter& p, const Tensor& v) {
+  const DType dtype = p.u.dtype();
   if (!v.defined() || !v.axes().same_set(p.axes))
     throw ModelError(p.pointer + ": parameter '" + p.name + "' has axes " + p.axes.describe() + ", got " +
                      (v.defined() ? v.axes().describe() : std::string("an undefined tensor")));
@@ -193,7 +194,7 @@ ModelGradient Model::value_and_grad_here(const std::string& output, const Tensor
   };
   auto [value, grads] = tenax::value_and_grad(f, args);
   for (size_t q = 0; q < grads.size(); ++q)
-    if (!grads[q].defined()) grads[q] = zeros(def_->params[train[q]].u.axes(), def_->dtype, def_->device);
+    if (!grads[q].defined()) grads[q] = zeros(def_->params[train[q]].u.axes(), def_->params[train[q]].u.dtype(), def_->device);
   return {value, grads};
 }
 
@@ -250,7 +251,7 @@ Tensor Model::parameter(const std::string& name) const {
 void Model::set_parameter(const std::string& name, const Tensor& value) {
   size_t k = 0;
   const auto& p = find_param(*def_, name, &k);
-  check_like(p, value, def_->dtype);
+  check_like(p, value);
   Tensor u = model_detail::unconstrain(p.constraint, owned(value, p.axes), p.pointer);
   def_->params[k].u = owned(u, p.axes);
 }
@@ -261,12 +262,12 @@ std::string Model::constraint(const std::string& name) const {
 void Model::set_unconstrained(const std::string& name, const Tensor& value) {
   size_t k = 0;
   const auto& p = find_param(*def_, name, &k);
-  check_like(p, value, def_->dtype);
+  check_like(p, value);
   Tensor u = owned(value, p.axes);
-  const std::vector<double> v = u.to_vector();
+  const std::vector<double> v = model_detail::real_coordinates(u);
   for (double x : v)
     if (!std::isfinite(x)) throw ModelError(p.pointer + ": the unconstrained value of '" + name + "' holds a non-finite number");
-  model_detail::check_representable(p.constraint, v, def_->dtype, p.pointer);
+  model_detail::check_representable(p.constraint, v, real_dtype(p.u.dtype()), p.pointer);
   def_->params[k].u = u;
 }
 
@@ -274,15 +275,17 @@ std::vector<double> Model::unconstrained_vector() const {
   std::vector<double> out;
   for (const auto& p : def_->params)
     if (p.trainable) {
-      const std::vector<double> v = p.u.to_vector(p.axes.names());
+      const std::vector<double> v = model_detail::real_coordinates(transpose(p.u, p.axes.names()));
       out.insert(out.end(), v.begin(), v.end());
     }
   return out;
 }
 void Model::set_unconstrained_vector(std::span<const double> values) {
+  // A complex parameter's element takes two coordinates: its real and imaginary parts.
+  auto count = [](const model_detail::Parameter& p) { return size_t(p.axes.numel()) * (is_complex(p.u.dtype()) ? 2 : 1); };
   size_t need = 0;
   for (const auto& p : def_->params)
-    if (p.trainable) need += size_t(p.axes.numel());
+    if (p.trainable) need += count(p);
   if (values.size() != need)
     throw ModelError("/parameters: expected " + std::to_string(need) + " unconstrained values (the trainable parameters), got " +
                      std::to_string(values.size()));
@@ -291,26 +294,25 @@ void Model::set_unconstrained_vector(std::span<const double> values) {
   size_t at = 0;
   for (const auto& p : def_->params)  // every value checked before any changes
     if (p.trainable) {
-      const auto n = size_t(p.axes.numel());
+      const size_t n = count(p);
       model_detail::check_representable(p.constraint, std::vector<double>(values.begin() + long(at), values.begin() + long(at + n)),
-                                        def_->dtype, p.pointer);
+                                        real_dtype(p.u.dtype()), p.pointer);
       at += n;
     }
   at = 0;
   for (auto& p : def_->params)
     if (p.trainable) {
-      const auto n = size_t(p.axes.numel());
-      std::vector<double> v(values.begin() + long(at), values.begin() + long(at + n));
-      Tensor t = tensor(v, p.axes);
-      p.u = def_->dtype == DType::f64 ? t : astype(t, def_->dtype);
+      const size_t n = count(p);
+      p.u = model_detail::from_real_coordinates(values.subspan(at, n), p.axes, p.u.dtype());
       at += n;
     }
 }
 std::vector<double> Model::flatten(const std::vector<Tensor>& grads) {
   std::vector<double> out;
   for (const Tensor& g : grads) {
-    // Row-major in the parameter's declared order, which value_and_grad keeps (grads have u's axes).
-    const std::vector<double> v = to(g, Device::cpu()).to_vector();
+    // Row-major in the parameter's declared order, which value_and_grad keeps (grads have u's axes);
+    // a complex gradient as (real, imaginary) pairs, the coordinates of unconstrained_vector().
+    const std::vector<double> v = model_detail::real_coordinates(to(g, Device::cpu()));
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
@@ -363,7 +365,7 @@ Model load_model_json(const json& doc, const std::filesystem::path& base_dir, co
     TensorMap placeholders;
     for (const auto& in : m.def_->inputs)
       if (!in.data.defined()) {
-        Tensor z = zeros(local_axes(*m.def_, in.axes), m.def_->dtype);
+        Tensor z = zeros(local_axes(*m.def_, in.axes), in.dtype);
         placeholders[in.name] = m.def_->shard != 0 && in.axes.contains(*m.def_->sharded) ? detail::with_shard(z, m.def_->shard) : z;
       }
     try {

@@ -67,11 +67,14 @@ struct Scope {
   }
 };
 
-/// A reference in a node: a name (resolved later) or a literal number.
+/// A reference in a node: a name (resolved later) or a literal number ({"re": x, "im": y}: a
+/// complex one, of the model's complex dtype).
 struct Ref {
   std::string name;
   double number = 0.0;
+  double imag = 0.0;
   bool literal = false;
+  bool complex = false;
   std::string pointer;
 };
 
@@ -208,7 +211,9 @@ class Parser {
     fail(at, "unknown constraint '" + type + "' (expected unconstrained, positive, interval or spd)");
   }
 
-  Tensor init_rule(const json& r, const std::string& at, const Axes& axes) {
+  // The unconstrained coordinates from an init rule, of `dtype` (complex: each part drawn by the
+  // random rules; "value" may be a complex number).
+  Tensor init_rule(const json& r, const std::string& at, const Axes& axes, DType dtype) {
     if (!r.is_object()) fail(at, "expected an init rule object, got " + brief(r));
     only_keys(r, at, {"rule", "seed", "mean", "scale", "lower", "upper", "value"});
     const std::string rule = string_at(need(r, "rule", at, "normal | uniform | constant | identity"), at + "/rule", "a rule");
@@ -222,24 +227,26 @@ class Parser {
       if (!s.is_number_unsigned()) fail(at + "/seed", "expected a non-negative integer, got " + brief(s));
       return s.get<uint64_t>();
     };
+    const DType draw = is_complex(dtype) ? DType::c128 : DType::f64;
     Tensor t;
     if (rule == "normal") {
-      t = number("mean", 0.0) + number("scale", 1.0) * randn(axes, seed());
+      t = number("mean", 0.0) + number("scale", 1.0) * randn(axes, seed(), draw);
     } else if (rule == "uniform") {
       const double lo = number("lower", 0.0), hi = number("upper", 1.0);
       if (!(lo < hi)) fail(at, "uniform needs lower < upper");
-      t = uniform(axes, seed(), lo, hi);
+      t = uniform(axes, seed(), lo, hi, draw);
     } else if (rule == "constant") {
-      t = full(axes, number("value", 0.0));
+      t = r.contains("value") && r["value"].is_object() ? values_from_json(r["value"], axes, draw, at + "/value")
+                                                         : full(axes, number("value", 0.0), draw);
     } else if (rule == "identity") {
       if (axes.rank() != 2 || axes.size(0) != axes.size(1)) fail(at, "identity needs two axes of one size, got " + axes.describe());
       std::vector<double> v(size_t(axes.numel()), 0.0);
       for (int64_t k = 0; k < axes.size(0); ++k) v[size_t(k * axes.size(0) + k)] = 1.0;
-      t = tensor(v, axes);
+      t = astype(tensor(v, axes), draw);
     } else {
       fail(at + "/rule", "unknown rule '" + rule + "' (expected normal, uniform, constant or identity)");
     }
-    return d_.dtype == DType::f64 ? contiguous(t) : astype(t, d_.dtype);
+    return t.dtype() == dtype ? contiguous(t) : astype(t, dtype);
   }
 
   // The axis split across the ranks of the communicator the model is loaded with: this rank's block.
@@ -267,19 +274,27 @@ class Parser {
       Axes block = in.axes;
       block.set_size(0, s->block.size);
       const int64_t inner = in.axes.numel() / s->global;
-      return detail::with_shard(values_from_csv_block(in.file, block, d_.dtype, at + "/csv", missing,
+      return detail::with_shard(values_from_csv_block(in.file, block, in.dtype, at + "/csv", missing,
                                                       s->block.offset * inner, in.axes.numel()),
                                 d_.shard);
     }
     if (spec.contains("value"))
-      data = values_from_json(spec["value"], in.axes, d_.dtype, at + "/value", missing);
+      data = values_from_json(spec["value"], in.axes, in.dtype, at + "/value", missing);
     else if (spec.contains("csv"))
-      data = values_from_csv(in.file, in.axes, d_.dtype, at + "/csv", missing);
+      data = values_from_csv(in.file, in.axes, in.dtype, at + "/csv", missing);
     else
-      data = values_from_json_file(in.file, in.axes, d_.dtype, at + "/json", missing);
+      data = values_from_json_file(in.file, in.axes, in.dtype, at + "/json", missing);
     if (!sharded) return data;
     return detail::with_shard(contiguous(slice(data, s->axis, s->block.offset, s->block.offset + s->block.size)),
                               d_.shard);
+  }
+
+  // "complex": true makes a parameter or input complex (complex128 in a float64 model, complex64 in
+  // a float32 one).
+  static bool complex_flag(const json& spec, const std::string& at) {
+    if (!spec.contains("complex")) return false;
+    if (!spec["complex"].is_boolean()) fail(at + "/complex", "expected true or false, got " + brief(spec["complex"]));
+    return spec["complex"].get<bool>();
   }
 
   void parameters(const json& ps, Scope& top) {
@@ -287,8 +302,9 @@ class Parser {
     for (const auto& [name, p] : ps.items()) {
       const std::string at = pointer_join("/parameters", name);
       if (!p.is_object()) fail(at, "expected a parameter object, got " + brief(p));
-      only_keys(p, at, {"axes", "value", "unconstrained", "init", "trainable", "constraint", "description"});
+      only_keys(p, at, {"axes", "value", "unconstrained", "init", "trainable", "constraint", "complex", "description"});
       Parameter par;
+      const DType dtype = complex_flag(p, at) ? complex_dtype(d_.dtype) : d_.dtype;
       par.name = name;
       par.pointer = at;
       par.axes = axes_of(p.contains("axes") ? p["axes"] : json::array(), at + "/axes");
@@ -301,28 +317,30 @@ class Parser {
         par.trainable = p["trainable"].get<bool>();
       }
       if (p.contains("constraint")) par.constraint = constraint(p["constraint"], at + "/constraint", par.axes);
+      if (is_complex(dtype) && par.constraint.kind != ConstraintKind::none)
+        fail(at + "/constraint", "a complex parameter takes no constraint (its coordinates are its real and imaginary parts)");
       const int given = int(p.contains("value")) + int(p.contains("init"));
       if (given != 1 && !p.contains("unconstrained"))
         fail(at, "give exactly one of \"value\" (the constrained value) or \"init\" (a rule for the unconstrained coordinates)");
       if (p.contains("init") && (p.contains("value") || p.contains("unconstrained")))
         fail(at, "\"init\" cannot be combined with \"value\" or \"unconstrained\"");
       if (p.contains("unconstrained")) {
-        par.u = values_from_json(p["unconstrained"], par.axes, d_.dtype, at + "/unconstrained");
+        par.u = values_from_json(p["unconstrained"], par.axes, dtype, at + "/unconstrained");
         if (p.contains("value")) {
           // A saved model carries both; an edited value must not be silently overridden.
-          Tensor v = values_from_json(p["value"], par.axes, d_.dtype, at + "/value");
-          const std::vector<double> a = v.to_vector(par.axes.names());
-          const std::vector<double> b = constrain(par.constraint, par.u).to_vector(par.axes.names());
+          Tensor v = values_from_json(p["value"], par.axes, dtype, at + "/value");
+          const std::vector<std::complex<double>> a = v.to_complex_vector(par.axes.names());
+          const std::vector<std::complex<double>> b = constrain(par.constraint, par.u).to_complex_vector(par.axes.names());
           for (size_t k = 0; k < a.size(); ++k)
             if (std::abs(a[k] - b[k]) > 1e-9 * (1.0 + std::abs(a[k])))
               fail(at, "\"value\" and \"unconstrained\" disagree (element " + std::to_string(k) +
                            "); edit one of them and delete the other");
         }
       } else if (p.contains("value")) {
-        Tensor v = values_from_json(p["value"], par.axes, d_.dtype, at + "/value");
+        Tensor v = values_from_json(p["value"], par.axes, dtype, at + "/value");
         par.u = unconstrain(par.constraint, v, at + "/value");
       } else {
-        par.u = init_rule(p["init"], at + "/init", par.axes);
+        par.u = init_rule(p["init"], at + "/init", par.axes, dtype);
       }
       par.u = contiguous(transpose(par.u, par.axes.names()));  // stored in the declared order
       const int slot = d_.slots++;
@@ -337,10 +355,11 @@ class Parser {
     for (const auto& [name, spec] : is.items()) {
       const std::string at = pointer_join("/inputs", name);
       if (!spec.is_object()) fail(at, "expected an input object, got " + brief(spec));
-      only_keys(spec, at, {"axes", "value", "csv", "json", "missing", "description"});
+      only_keys(spec, at, {"axes", "value", "csv", "json", "missing", "complex", "description"});
       InputDecl in;
       in.name = name;
       in.pointer = at;
+      in.dtype = complex_flag(spec, at) ? complex_dtype(d_.dtype) : d_.dtype;
       in.axes = axes_of(spec.contains("axes") ? spec["axes"] : json::array(), at + "/axes");
       if (int(spec.contains("value")) + int(spec.contains("csv")) + int(spec.contains("json")) > 1)
         fail(at, "give at most one of \"value\", \"csv\" and \"json\"");
@@ -380,8 +399,14 @@ class Parser {
         r.number = list[k].get<double>();
       } else if (list[k].is_string()) {
         r.name = list[k].get<std::string>();
+      } else if (list[k].is_object()) {
+        const Tensor z = values_from_json(list[k], Axes{}, DType::c128, r.pointer);
+        r.literal = r.complex = true;
+        r.number = z.item_complex().real();
+        r.imag = z.item_complex().imag();
       } else {
-        fail(r.pointer, "expected a name (string) or a number, got " + brief(list[k]));
+        fail(r.pointer, "expected a name (string), a number or a complex number {\"re\": x, \"im\": y}, got " +
+                            brief(list[k]));
       }
       out.push_back(std::move(r));
     }
@@ -491,7 +516,8 @@ class Parser {
   int resolve(const Ref& r, const Scope& scope) {
     if (r.literal) {
       const int slot = d_.slots++;
-      Tensor c = scalar(r.number, d_.dtype);
+      Tensor c = r.complex ? scalar(std::complex<double>(r.number, r.imag), complex_dtype(d_.dtype))
+                           : scalar(r.number, d_.dtype);
       d_.constants.emplace_back(slot, c);
       return slot;
     }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <complex>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -26,33 +27,67 @@ Tensor finish(const std::vector<double>& v, const Axes& axes, DType dtype) {
   return dtype == DType::f64 ? t : astype(t, dtype);
 }
 
+// Real parts `re` and imaginary parts `im` into a complex tensor of `dtype`.
+Tensor finish_complex(const std::vector<double>& re, const std::vector<double>& im, const Axes& axes, DType dtype) {
+  std::vector<std::complex<double>> v(re.size());
+  for (size_t k = 0; k < re.size(); ++k) v[k] = {re[k], im[k]};
+  Tensor t = tensor(v, axes);
+  return dtype == DType::c128 ? t : astype(t, dtype);
+}
+
 void check_finite(double x, const std::string& where) {
   if (!std::isfinite(x)) throw ModelError(where + ": holds a non-finite number (" + std::to_string(x) + ")");
 }
 
 constexpr const char* kMissingHint = " (an input declared with \"missing\": true reads null as a missing value)";
 
-void walk(const json& v, const Axes& axes, int depth, std::vector<double>& out, const std::string& pointer,
-          bool missing) {
-  if (depth == axes.rank()) {
-    if (missing && v.is_null()) {
-      out.push_back(std::numeric_limits<double>::quiet_NaN());
-      return;
-    }
-    if (!v.is_number())
-      throw ModelError(pointer + ": expected a number, got " + brief(v) + (v.is_null() ? kMissingHint : ""));
-    const double x = v.get<double>();
-    check_finite(x, pointer);
-    out.push_back(x);
+// A complex literal {"re": x, "im": y} (both numbers, finite, no other key).
+bool is_complex_literal(const json& v) { return v.is_object() && (v.contains("re") || v.contains("im")); }
+std::pair<double, double> complex_literal(const json& v, const std::string& pointer) {
+  for (const auto& [key, part] : v.items()) {
+    if (key != "re" && key != "im")
+      throw ModelError(pointer + "/" + key + ": unknown key of a complex number (expected {\"re\": x, \"im\": y})");
+    if (!part.is_number()) throw ModelError(pointer + "/" + key + ": expected a number, got " + brief(part));
+    check_finite(part.get<double>(), pointer + "/" + key);
+  }
+  if (!v.contains("re") || !v.contains("im"))
+    throw ModelError(pointer + ": a complex number needs both \"re\" and \"im\"");
+  return {v["re"].get<double>(), v["im"].get<double>()};
+}
+
+// One leaf: a number (imaginary part 0), for complex values also {"re": x, "im": y}; `im` is null
+// for real values.
+void leaf(const json& v, std::vector<double>& out, std::vector<double>* im, const std::string& pointer, bool missing) {
+  if (missing && v.is_null()) {
+    out.push_back(std::numeric_limits<double>::quiet_NaN());
+    if (im) im->push_back(std::numeric_limits<double>::quiet_NaN());
     return;
   }
+  if (im && is_complex_literal(v)) {
+    const auto [re, imag] = complex_literal(v, pointer);
+    out.push_back(re);
+    im->push_back(imag);
+    return;
+  }
+  if (!v.is_number())
+    throw ModelError(pointer + ": expected a number" + std::string(im ? " or {\"re\": x, \"im\": y}" : "") + ", got " +
+                     brief(v) + (v.is_null() ? kMissingHint : ""));
+  const double x = v.get<double>();
+  check_finite(x, pointer);
+  out.push_back(x);
+  if (im) im->push_back(0.0);
+}
+
+void walk(const json& v, const Axes& axes, int depth, std::vector<double>& out, std::vector<double>* im,
+          const std::string& pointer, bool missing) {
+  if (depth == axes.rank()) return leaf(v, out, im, pointer, missing);
   const int64_t n = axes.size(depth);
   if (!v.is_array() || static_cast<int64_t>(v.size()) != n)
     throw ModelError(pointer + ": expected a list of " + std::to_string(n) + " entries along axis '" +
                      axes.name(depth).str() + "' (axes " + axes.describe() + "), got " +
                      (v.is_array() ? std::to_string(v.size()) + " entries" : v.type_name()));
   for (int64_t k = 0; k < n; ++k)
-    walk(v[size_t(k)], axes, depth + 1, out, pointer + "/" + std::to_string(k), missing);
+    walk(v[size_t(k)], axes, depth + 1, out, im, pointer + "/" + std::to_string(k), missing);
 }
 
 std::string read_file(const std::filesystem::path& file, const std::string& pointer) {
@@ -123,6 +158,15 @@ std::vector<double> csv_numbers(const std::string& line, const std::string& at, 
 }  // namespace
 
 Tensor values_from_json(const json& v, const Axes& axes, DType dtype, const std::string& pointer, bool missing) {
+  if (is_complex(dtype)) {
+    std::vector<double> re, im;
+    if (v.is_number() || is_complex_literal(v)) {  // one value for every element
+      leaf(v, re, &im, pointer, false);
+      return full(axes, std::complex<double>(re[0], im[0]), dtype);
+    }
+    walk(v, axes, 0, re, &im, pointer, missing);
+    return finish_complex(re, im, axes, dtype);
+  }
   if (v.is_number()) {
     // One number for the whole array: straight into the tensor (no host vector first), so that
     // the memory budget sees the one allocation before anything is written.
@@ -134,7 +178,7 @@ Tensor values_from_json(const json& v, const Axes& axes, DType dtype, const std:
   // reservation is capped because the axes, not yet checked against the list, may be huge.
   std::vector<double> out;
   out.reserve(static_cast<size_t>(std::min<int64_t>(axes.numel(), int64_t{1} << 20)));
-  walk(v, axes, 0, out, pointer, missing);
+  walk(v, axes, 0, out, nullptr, pointer, missing);
   return finish(out, axes, dtype);
 }
 
@@ -147,6 +191,9 @@ Tensor values_from_csv(const std::filesystem::path& file, const Axes& axes, DTyp
 // own values only.
 Tensor values_from_csv_block(const std::filesystem::path& file, const Axes& block, DType dtype,
                              const std::string& pointer, bool missing, int64_t first, int64_t total) {
+  if (is_complex(dtype))
+    throw ModelError(pointer + ": a CSV file holds real numbers; give complex values in \"value\" or a \"json\" file "
+                     "({\"re\": x, \"im\": y} per element)");
   const std::string text = read_file(file, pointer);
   const int64_t last = first + block.numel();
   std::vector<double> out;
@@ -191,14 +238,37 @@ Tensor values_from_json_file(const std::filesystem::path& file, const Axes& axes
   return values_from_json(v, axes, dtype, pointer + " (" + file.string() + ")", missing);
 }
 
+std::vector<double> real_coordinates(const Tensor& t) {
+  if (!is_complex(t.dtype())) return t.to_vector();
+  std::vector<double> out;
+  for (const std::complex<double>& z : t.to_complex_vector()) {
+    out.push_back(z.real());
+    out.push_back(z.imag());
+  }
+  return out;
+}
+
+Tensor from_real_coordinates(std::span<const double> v, const Axes& axes, DType dtype) {
+  if (!is_complex(dtype)) return finish(std::vector<double>(v.begin(), v.end()), axes, dtype);
+  std::vector<double> re, im;
+  for (size_t k = 0; k + 1 < v.size(); k += 2) {
+    re.push_back(v[k]);
+    im.push_back(v[k + 1]);
+  }
+  return finish_complex(re, im, axes, dtype);
+}
+
 json values_to_json(const Tensor& t) {
-  const std::vector<double> v = t.to_vector();
   const Axes& axes = t.axes();
-  if (axes.rank() == 0) return v.at(0);
-  // Build nested arrays from the innermost axis outwards.
+  // Leaves: numbers, or {"re": x, "im": y} for complex values.
   std::vector<json> level;
-  level.reserve(v.size());
-  for (double x : v) level.emplace_back(x);
+  if (is_complex(t.dtype())) {
+    for (const std::complex<double>& z : t.to_complex_vector()) level.push_back(json{{"re", z.real()}, {"im", z.imag()}});
+  } else {
+    for (double x : t.to_vector()) level.emplace_back(x);
+  }
+  if (axes.rank() == 0) return level.at(0);
+  // Build nested arrays from the innermost axis outwards.
   for (int d = axes.rank() - 1; d >= 0; --d) {
     const auto n = static_cast<size_t>(axes.size(d));
     std::vector<json> up;

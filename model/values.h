@@ -4,6 +4,7 @@
 // An input declared with "missing": true reads missing values as NaN (JSON null; in CSV an empty
 // cell, NA or nan in any case); nothing else that is not a finite number is accepted.
 #include <filesystem>
+#include <span>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
@@ -27,6 +28,11 @@ Tensor values_from_csv_block(const std::filesystem::path& file, const Axes& bloc
 /// A JSON file holding a nested array as values_from_json reads it.
 Tensor values_from_json_file(const std::filesystem::path& file, const Axes& axes, DType dtype,
                              const std::string& pointer, bool missing = false);
+
+/// A tensor's values row-major as real numbers: a complex element as its (real, imaginary) pair.
+std::vector<double> real_coordinates(const Tensor& t);
+/// The inverse: a tensor of `dtype` over `axes` from those coordinates.
+Tensor from_real_coordinates(std::span<const double> v, const Axes& axes, DType dtype);
 
 /// Nested array of a tensor's values (outermost axis first), numbers written so they read back
 /// bit for bit.

@@ -320,4 +320,87 @@ TEST(ModelErrors, RuntimeFailuresNameTheNode) {
   }
 }
 
+// ---- complex parameters and inputs ("complex": true; docs/complex.md) ----
+json s5_doc() {
+  return json::parse(R"({
+    "format": 1,
+    "axes": {"t": 5, "n": 2, "m": 2},
+    "parameters": {
+      "lambda": {"axes": ["n"], "complex": true, "value": [{"re": 0.8, "im": 0.3}, {"re": -0.5, "im": 0.1}]},
+      "B": {"axes": ["n", "m"], "complex": true, "init": {"rule": "normal", "seed": 3, "scale": 0.5}}
+    },
+    "inputs": {"u": {"axes": ["t", "m"]}},
+    "graph": [
+      {"name": "uc", "op": "astype", "inputs": ["u"], "attrs": {"dtype": "complex128"}},
+      {"name": "bu", "op": "dot", "inputs": ["B", "uc"], "attrs": {"over": ["m"]}},
+      {"name": "x", "op": "linear_recurrence", "inputs": ["lambda", "bu"], "attrs": {"over": "t"}},
+      {"name": "shifted", "op": "mul", "inputs": ["x", {"re": 0.0, "im": 1.0}]},
+      {"name": "power", "op": "mul", "inputs": ["shifted", "shifted_conj"]},
+      {"name": "shifted_conj", "op": "conj", "inputs": ["shifted"]},
+      {"name": "re", "op": "real", "inputs": ["power"]},
+      {"name": "loss", "op": "sum", "inputs": ["re"]}
+    ],
+    "outputs": {"loss": "loss", "x": "x"}
+  })");
+}
+
+TEST(ModelData, ComplexParametersFitLikeRealOnes) {
+  Model m = load_model_json(s5_doc(), ".");
+  const Tensor u = randn(Axes{{"t", 5}, {"m", 2}}, 7);
+  const Tensor lambda = m.parameter("lambda"), B = m.parameter("B");
+  EXPECT_EQ(lambda.dtype(), DType::c128);
+  EXPECT_EQ(lambda.at_complex({{"n", 0}}), std::complex<double>(0.8, 0.3));
+  // The graph against the same computation in C++ (|i x|^2 = |x|^2), value and gradients.
+  auto direct = [&](const std::vector<Tensor>& p) {
+    const Tensor x = linear_recurrence(p[0], dot(p[1], astype(u, DType::c128), {"m"}), "t");
+    return sum(real(mul(x, conj(x))));
+  };
+  const ModelGradient g = m.value_and_grad("loss", {{"u", u}});
+  const auto [value, want] = value_and_grad(direct, {lambda, B});
+  EXPECT_NEAR(g.value.item(), value.item(), 1e-12 * value.item());
+  ASSERT_EQ(m.trainable(), (std::vector<std::string>{"B", "lambda"}));
+  EXPECT_LE(std::abs(g.grads[1].at_complex({{"n", 1}}) - want[0].at_complex({{"n", 1}})), 1e-12);
+  // The optimiser's coordinates: (real, imaginary) per element, gradients in the same order.
+  const std::vector<double> v = m.unconstrained_vector(), flat = Model::flatten(g.grads);
+  ASSERT_EQ(v.size(), 2u * (4 + 2));
+  ASSERT_EQ(flat.size(), v.size());
+  EXPECT_EQ(v[8], 0.8);
+  EXPECT_EQ(v[9], 0.3);
+  EXPECT_EQ(flat[10], want[0].at_complex({{"n", 1}}).real());
+  EXPECT_EQ(flat[11], want[0].at_complex({{"n", 1}}).imag());
+  std::vector<double> moved = v;
+  moved[9] = -0.25;
+  m.set_unconstrained_vector(moved);
+  EXPECT_EQ(m.parameter("lambda").at_complex({{"n", 0}}), std::complex<double>(0.8, -0.25));
+  // Saved and loaded again: the same values, bit for bit ({"re": x, "im": y} leaves).
+  const Model again = load_model_json(m.to_json("."), ".");
+  EXPECT_EQ(again.parameter("B").to_complex_vector(), m.parameter("B").to_complex_vector());
+  EXPECT_EQ(again.parameter("lambda").to_complex_vector(), m.parameter("lambda").to_complex_vector());
+}
+
+TEST(ModelErrors, ComplexValuesAndDeclarations) {
+  json d = s5_doc();
+  d["parameters"]["lambda"]["constraint"] = "positive";
+  EXPECT_MESSAGE(load_error(d), "/parameters/lambda/constraint: a complex parameter takes no constraint");
+  d = s5_doc();
+  d["parameters"]["lambda"]["value"][1] = json::parse(R"({"re": 1, "imag": 2})");
+  EXPECT_MESSAGE(load_error(d), "/parameters/lambda/value/1/imag: unknown key of a complex number");
+  d = s5_doc();
+  d["parameters"]["lambda"]["value"][1] = json::parse(R"({"re": 1})");
+  EXPECT_MESSAGE(load_error(d), "/parameters/lambda/value/1: a complex number needs both \"re\" and \"im\"");
+  d = s5_doc();
+  d["parameters"]["lambda"].erase("complex");
+  EXPECT_MESSAGE(load_error(d), "/parameters/lambda/value/0: expected a number, got");
+  d = s5_doc();
+  d["inputs"]["u"] = json::parse(R"({"axes": ["t", "m"], "complex": true, "csv": "u.csv"})");
+  EXPECT_MESSAGE(load_error(d), "/inputs/u/csv: a CSV file holds real numbers");
+  d = s5_doc();
+  d["graph"][2]["inputs"][0] = "bu";  // x = recurrence(bu, bu): fine; now a real-only op on complex
+  d["graph"][3] = json::parse(R"({"name": "shifted", "op": "maximum", "inputs": ["x", "x"]})");
+  EXPECT_MESSAGE(load_error(d), "/graph/3 (maximum): [maximum] is not defined for complex128");
+  Model m = load_model_json(s5_doc(), ".");
+  EXPECT_MESSAGE(tenax::testing::error_message<ModelError>([&] { (void)m.run("loss", {{"u", astype(randn(Axes{{"t", 5}, {"m", 2}}, 1), DType::c128)}}); }),
+                 "/inputs/u: input 'u' must be float64 as declared, got complex128 (convert it with astype)");
+}
+
 }  // namespace
