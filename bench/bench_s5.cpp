@@ -6,9 +6,19 @@
 // one reverse sweep each with the 64-vector basis as batch axes (or, "/forward_mode", one forward
 // sweep with the argument's basis as batch axes of the tangent); the 16 sequences run in a loop.
 // Complexity(oN) fits time = slope * T and reports the slope and the RMS of the fit.
+// complex128: the seed's own model (λ, W = B, b and x0 complex, λ = ρ e^{iθ} with |λ| < 1; the
+// inputs u real, lifted to complex before the product), Jacobians under docs/complex.md (the
+// holomorphic derivative w.r.t. λ, W, b, x0; ∂x/∂u for the real u).
+// `bench_s5 --s5_values=T` prints, instead of timing, one sequence's inputs and its complex128
+// Jacobians (one layer, both implementations) as JSON for bench/compare_jax_s5.py.
 #include <benchmark/benchmark.h>
 
 #include <tenax/tenax.h>
+
+#include <complex>
+#include <cstdlib>
+#include <iostream>
+#include <string_view>
 
 namespace {
 
@@ -28,24 +38,40 @@ struct Model {
   Tensor u;  // (s, t, i)
 };
 
+// A real parameter of dt's precision, or for a complex dt the complex one with `imag` as its
+// imaginary part.
+Tensor param(const Tensor& real_part, const Tensor& imag, DType dt) {
+  if (!is_complex(dt)) return astype(real_part, dt);
+  return astype(complex(real_part, imag), dt);
+}
+
 Model make_model(int64_t steps, int n_layers, DType dt) {
   Model m;
   for (int l = 0; l < n_layers; ++l) {
     const int64_t in = l == 0 ? kInput : kState;
     const Name i = l == 0 ? Name("i") : Name("h_prev");
+    const auto seed = uint64_t(l);
+    const Axes h{{"h", kState}}, hi{{"h", kState}, {i, in}};
     Layer layer;
-    layer.lambda = astype(sigmoid(randn(Axes{{"h", kState}}, 10 + uint64_t(l)) + 2.0), dt);
-    layer.w = astype(randn(Axes{{"h", kState}, {i, in}}, 20 + uint64_t(l)) * (1.0 / double(in)), dt);
-    layer.b = astype(randn(Axes{{"h", kState}}, 30 + uint64_t(l)) * 0.1, dt);
-    layer.x0 = astype(randn(Axes{{"h", kState}}, 40 + uint64_t(l)), dt);
+    const Tensor rho = sigmoid(randn(h, 10 + seed) + 2.0);
+    if (is_complex(dt)) {  // λ = ρ e^{iθ} = exp(log ρ + iθ), θ in (-π/4, π/4)
+      layer.lambda = astype(exp(complex(log(rho), uniform(h, 11 + seed, -0.785, 0.785))), dt);
+    } else {
+      layer.lambda = astype(rho, dt);
+    }
+    layer.w = param(randn(hi, 20 + seed) * (1.0 / double(in)), randn(hi, 21 + seed) * (1.0 / double(in)), dt);
+    layer.b = param(randn(h, 30 + seed) * 0.1, randn(h, 31 + seed) * 0.1, dt);
+    layer.x0 = param(randn(h, 40 + seed), randn(h, 41 + seed), dt);
     m.layers.push_back(layer);
   }
-  m.u = astype(randn(Axes{{"s", kBatch}, {"t", steps}, {"i", kInput}}, 50), dt);
+  m.u = astype(randn(Axes{{"s", kBatch}, {"t", steps}, {"i", kInput}}, 50), real_dtype(dt));
   return m;
 }
 
-// One layer over one sequence: inputs (t, in) -> states (t, h).
-Tensor layer_states(Impl impl, const Layer& p, const Tensor& inputs, Name in) {
+// One layer over one sequence: inputs (t, in) -> states (t, h). Real inputs of a complex layer are
+// lifted to complex first (the seed's B u_t with complex B, real u).
+Tensor layer_states(Impl impl, const Layer& p, const Tensor& raw_inputs, Name in) {
+  const Tensor inputs = raw_inputs.dtype() == p.w.dtype() ? raw_inputs : astype(raw_inputs, p.w.dtype());
   if (impl == Impl::recurrence) {
     Tensor drive = dot(p.w, inputs, {in}) + p.b;  // (h, t)
     const int64_t n = inputs.size("t");
@@ -109,12 +135,68 @@ void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt, Ja
   state.SetComplexityN(steps);
 }
 
+// ---- --s5_values=T: values for bench/compare_jax_s5.py ----
+// {"axes": [...], "shape": [...], "re": [...], "im": [...]}, row-major in `order`.
+void print_tensor(std::ostream& out, const Tensor& t, const AxisList& order) {
+  const std::vector<std::complex<double>> v = t.to_complex_vector(order);
+  out << "{\"axes\": [";
+  for (int k = 0; k < order.size(); ++k) out << (k ? ", " : "") << '"' << order[k].str() << '"';
+  out << "], \"shape\": [";
+  for (int k = 0; k < order.size(); ++k) out << (k ? ", " : "") << t.size(order[k]);
+  out.precision(17);
+  for (const char* part : {"re", "im"}) {
+    out << "], \"" << part << "\": [";
+    for (size_t k = 0; k < v.size(); ++k) out << (k ? ", " : "") << (part[0] == 'r' ? v[k].real() : v[k].imag());
+  }
+  out << "]}";
+}
+
+// One layer, complex128, sequence 0: the inputs and the Jacobians of the final state w.r.t. λ, W
+// and u by both implementations and both modes.
+int print_values(int64_t steps) {
+  const Model m = make_model(steps, 1, DType::c128);
+  const Layer& p = m.layers[0];
+  const Tensor u = select(m.u, "s", 0);
+  std::cout << "{\"T\": " << steps << ",\n\"lambda\": ";
+  print_tensor(std::cout, p.lambda, {"h"});
+  std::cout << ",\n\"W\": ";
+  print_tensor(std::cout, p.w, {"h", "i"});
+  std::cout << ",\n\"b\": ";
+  print_tensor(std::cout, p.b, {"h"});
+  std::cout << ",\n\"x0\": ";
+  print_tensor(std::cout, p.x0, {"h"});
+  std::cout << ",\n\"u\": ";
+  print_tensor(std::cout, u, {"t", "i"});
+  for (Impl impl : {Impl::scan, Impl::recurrence})
+    for (auto mode : {JacobianOptions::Mode::reverse, JacobianOptions::Mode::forward})
+      for (Wrt wrt : {Wrt::lambda, Wrt::w, Wrt::u}) {
+        const Tensor arg = wrt == Wrt::lambda ? p.lambda : wrt == Wrt::w ? p.w : u;
+        Function f = [&](const std::vector<Tensor>& a) {
+          std::vector<Layer> layers = m.layers;
+          Tensor input = u;
+          if (wrt == Wrt::lambda) layers[0].lambda = a[0];
+          else if (wrt == Wrt::w) layers[0].w = a[0];
+          else input = a[0];
+          return final_state(impl, layers, input);
+        };
+        const Tensor j = jacobian(f, {arg}, {mode})[0];
+        AxisList order{"h"};
+        for (Name n : arg.axes().names()) order.push_back(n == Name("h") ? Name("h_in") : n);
+        std::cout << ",\n\"" << (impl == Impl::scan ? "scan" : "linear_recurrence") << "/"
+                  << (mode == JacobianOptions::Mode::reverse ? "reverse" : "forward") << "/"
+                  << (wrt == Wrt::lambda ? "lambda" : wrt == Wrt::w ? "W" : "u") << "\": ";
+        print_tensor(std::cout, j, order);
+      }
+  std::cout << "}\n";
+  return 0;
+}
+
 void register_all() {
   const char* impls[] = {"scan", "linear_recurrence"};
   const char* wrts[] = {"forward", "jac_lambda", "jac_W", "jac_b", "jac_x0", "jac_u"};
   for (int impl = 0; impl < 2; ++impl)
     for (int layers = 1; layers <= 2; ++layers)
-      for (DType dt : {DType::f64, DType::f32})
+      for (DType dt : {DType::f64, DType::f32, DType::c128})
         for (int w = 0; w < 6; ++w) {
           std::string name = std::string("S5/") + impls[impl] + "/layers:" + std::to_string(layers) + "/" +
                              dtype_name(dt) + "/" + wrts[w];
@@ -132,6 +214,8 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int k = 1; k < argc; ++k)
+    if (std::string_view(argv[k]).starts_with("--s5_values=")) return print_values(std::atoll(argv[k] + 12));
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
