@@ -316,11 +316,11 @@ struct KernelTable {
   ComplexKernels complex;
   ContractFn contract[kNumeric] = {};
   ContractPlanFn contract_plan[2] = {};  ///< optional (host: contractions of sizes <= 4)
-  CholeskyFn cholesky[2] = {};
+  CholeskyFn cholesky[kNumeric] = {};  ///< complex: Hermitian (A = L L^H)
   CholeskyVjpFn cholesky_vjp[2] = {};
-  TriSolveFn tri_solve[2] = {};
+  TriSolveFn tri_solve[kNumeric] = {};
   MatPlanFn mat_plan[2] = {};  ///< optional (host: Cholesky and triangular solves of sizes <= 4)
-  SolveFn solve[2] = {};
+  SolveFn solve[kNumeric] = {};
   LogdetFn logdet[2] = {};
   RecurrenceFn recurrence[kNumeric] = {};
   RecurrenceVjpFn recurrence_vjp[kNumeric] = {};

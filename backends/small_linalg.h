@@ -5,6 +5,7 @@
 // operator()(i, j) returning T&; no allocation, no library calls. The size n may be a compile-time
 // constant (std::integral_constant), which the host uses to run sizes up to 4 unrolled.
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <type_traits>
 
@@ -25,27 +26,46 @@ TENAX_HOST_DEVICE inline T square_root(T v) {
 #endif
 }
 template <class T>
+inline constexpr bool is_std_complex = false;
+template <class R>
+inline constexpr bool is_std_complex<std::complex<R>> = true;
+
+template <class T>
 TENAX_HOST_DEVICE inline bool finite(T v) {
 #if defined(__CUDA_ARCH__)
   return isfinite(v);
 #else
-  return std::isfinite(v);
+  if constexpr (is_std_complex<T>) return std::isfinite(v.real()) && std::isfinite(v.imag());
+  else return std::isfinite(v);
 #endif
+}
+/// conj(v) for a complex T (host only), v itself for a real one.
+template <class T>
+TENAX_HOST_DEVICE inline T conj_value(T v) {
+  if constexpr (is_std_complex<T>) return std::conj(v);
+  else return v;
+}
+/// The real part (the value itself for a real T).
+template <class T>
+TENAX_HOST_DEVICE inline auto real_value(T v) {
+  if constexpr (is_std_complex<T>) return v.real();
+  else return v;
 }
 
 /// L = chol(A) from A's lower triangle, zeros written above the diagonal; false when A is not
-/// positive definite (a pivot <= 0 or not finite: the numeric policy of docs/robustness.md).
+/// positive definite (a pivot <= 0 or not finite: the numeric policy of docs/robustness.md). A
+/// complex A is Hermitian (A = L L^H; the imaginary parts of its diagonal are not read).
 template <class T, class M, class N = int64_t>
 TENAX_HOST_DEVICE bool cholesky(const M& A, const M& L, N n) {
   for (int64_t j = 0; j < n; ++j) {
-    T s = A(j, j);
-    for (int64_t k = 0; k < j; ++k) s -= L(j, k) * L(j, k);
-    if (!(s > T(0)) || !finite(s)) return false;
-    const T d = square_root(s);
+    auto s = real_value(A(j, j));
+    for (int64_t k = 0; k < j; ++k) s -= real_value(L(j, k) * conj_value(L(j, k)));
+    if (!(s > 0) || !finite(s)) return false;
+    const T d = T(square_root(s));
     L(j, j) = d;
     for (int64_t i = j + 1; i < n; ++i) {
       T t = A(i, j);
-      for (int64_t k = 0; k < j; ++k) t -= L(i, k) * L(j, k);
+      for (int64_t k = 0; k < j; ++k) t -= L(i, k) * conj_value(L(j, k));
       L(i, j) = t / d;
     }
     for (int64_t i = 0; i < j; ++i) L(i, j) = T(0);

@@ -77,10 +77,16 @@ double sum_over(const Dense& x, const AxisList& over, const Index& at,
   return total;
 }
 
-using Matrix = std::vector<std::vector<double>>;
+template <class V>
+using MatrixOf = std::vector<std::vector<V>>;
+using Matrix = MatrixOf<double>;
+
+inline double conj_of(double v) { return v; }
+inline std::complex<double> conj_of(std::complex<double> v) { return std::conj(v); }
 
 // Row-reduces [A | b] with partial pivoting and back-substitutes: A^-1 b.
-std::vector<double> gauss(Matrix a, std::vector<double> b) {
+template <class V>
+std::vector<V> gauss(MatrixOf<V> a, std::vector<V> b) {
   const size_t n = b.size();
   for (size_t c = 0; c < n; ++c) {
     size_t p = c;
@@ -89,74 +95,80 @@ std::vector<double> gauss(Matrix a, std::vector<double> b) {
     std::swap(a[c], a[p]);
     std::swap(b[c], b[p]);
     for (size_t r = c + 1; r < n; ++r) {
-      const double m = a[r][c] / a[c][c];
+      const V m = a[r][c] / a[c][c];
       for (size_t k = c; k < n; ++k) a[r][k] -= m * a[c][k];
       b[r] -= m * b[c];
     }
   }
-  std::vector<double> x(n);
+  std::vector<V> x(n);
   for (size_t i = n; i-- > 0;) {
-    double s = b[i];
+    V s = b[i];
     for (size_t k = i + 1; k < n; ++k) s -= a[i][k] * x[k];
     x[i] = s / a[i][i];
   }
   return x;
 }
 
-// The matrix over (row, col) of x at the other indices of `at`.
-Matrix matrix(const Dense& x, const std::string& row, const std::string& col, const Index& at) {
-  const int64_t n = x.size(row);
-  Matrix m(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(x.size(col))));
+// The matrix over (row, col) of x at the other indices of `at` (D: Dense or CDense, V its values).
+template <class V, class D>
+MatrixOf<V> matrix(const D& x, const std::string& row, const std::string& col, const Index& at, int64_t n) {
+  MatrixOf<V> m(static_cast<size_t>(n), std::vector<V>(static_cast<size_t>(n)));
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < x.size(col); ++j) m[size_t(i)][size_t(j)] = x(with(with(at, row, i), col, j));
+    for (int64_t j = 0; j < n; ++j) m[size_t(i)][size_t(j)] = x(with(with(at, row, i), col, j));
   return m;
 }
 
 // A z = b (A^T z = b when transposed) by Gaussian elimination, component `k` of z; the triangular
-// solve reads only its triangle.
-double linear_solve(const Ref& s, const Index& at, bool triangular) {
-  const Dense& a = s.inputs[0];
-  const Dense& b = s.inputs[1];
-  const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
-  const bool transposed = s.attrs.i[1] != 0, lower = s.attrs.i[0] != 0;
-  Matrix m = matrix(a, row, col, at);
+// solve reads only its triangle. `n` is the matrices' size.
+template <class V, class D>
+V linear_solve(const std::vector<D>& in, const Attrs& attrs, const Index& at, bool triangular, int64_t size) {
+  const std::string row = attrs.axes[0].str(), col = attrs.axes[1].str();
+  const bool transposed = attrs.i[1] != 0, lower = attrs.i[0] != 0;
+  MatrixOf<V> m = matrix<V>(in[0], row, col, at, size);
   const size_t n = m.size();
   if (triangular)
     for (size_t i = 0; i < n; ++i)
       for (size_t j = 0; j < n; ++j)
-        if (lower ? j > i : j < i) m[i][j] = 0.0;
+        if (lower ? j > i : j < i) m[i][j] = V(0);
   if (transposed)
     for (size_t i = 0; i < n; ++i)
       for (size_t j = 0; j < i; ++j) std::swap(m[i][j], m[j][i]);
   const std::string eq = transposed ? col : row, unknown = transposed ? row : col;
-  std::vector<double> rhs(n);
-  for (size_t i = 0; i < n; ++i) rhs[i] = b(with(at, eq, int64_t(i)));
+  std::vector<V> rhs(n);
+  for (size_t i = 0; i < n; ++i) rhs[i] = in[1](with(at, eq, int64_t(i)));
   return gauss(m, rhs)[size_t(at.at(unknown))];
 }
+double linear_solve(const Ref& s, const Index& at, bool triangular) {
+  return linear_solve<double>(s.inputs, s.attrs, at, triangular, s.inputs[0].size(s.attrs.axes[0].str()));
+}
 
-double cholesky_at(const Ref& s, const Index& at) {
-  const Dense& a = s.inputs[0];
-  const std::string row = s.attrs.axes[0].str(), col = s.attrs.axes[1].str();
-  const Matrix m = matrix(a, row, col, at);
+// L with A = L L^H (L L^T for real A), from A's lower triangle (a complex diagonal's real part).
+template <class V, class D>
+V cholesky_at(const D& a, const Attrs& attrs, const Index& at, int64_t size) {
+  const std::string row = attrs.axes[0].str(), col = attrs.axes[1].str();
+  const MatrixOf<V> m = matrix<V>(a, row, col, at, size);
   const size_t n = m.size();
-  Matrix l(n, std::vector<double>(n, 0.0));
+  MatrixOf<V> l(n, std::vector<V>(n, V(0)));
   for (size_t j = 0; j < n; ++j) {
-    double d = m[j][j];
-    for (size_t k = 0; k < j; ++k) d -= l[j][k] * l[j][k];
+    double d = std::real(m[j][j]);
+    for (size_t k = 0; k < j; ++k) d -= std::norm(l[j][k]);
     l[j][j] = std::sqrt(d);
     for (size_t i = j + 1; i < n; ++i) {
-      double v = m[i][j];
-      for (size_t k = 0; k < j; ++k) v -= l[i][k] * l[j][k];
+      V v = m[i][j];
+      for (size_t k = 0; k < j; ++k) v -= l[i][k] * conj_of(l[j][k]);
       l[i][j] = v / l[j][j];
     }
   }
   return l[size_t(at.at(row))][size_t(at.at(col))];
 }
+double cholesky_at(const Ref& s, const Index& at) {
+  return cholesky_at<double>(s.inputs[0], s.attrs, at, s.inputs[0].size(s.attrs.axes[0].str()));
+}
 
 // log |det A| by Gaussian elimination with partial pivoting.
 double logdet_at(const Ref& s, const Index& at) {
   const Dense& a = s.inputs[0];
-  Matrix m = matrix(a, s.attrs.axes[0].str(), s.attrs.axes[1].str(), at);
+  Matrix m = matrix<double>(a, s.attrs.axes[0].str(), s.attrs.axes[1].str(), at, a.size(s.attrs.axes[0].str()));
   const size_t n = m.size();
   double total = 0;
   for (size_t c = 0; c < n; ++c) {
@@ -444,7 +456,12 @@ std::vector<std::complex<double>> reference_complex_values(const OpDef& op, cons
   bool direct = true;
   each(names, sizes, {}, [&](const Index& at) {
     C v;
+    const int64_t n = name == "cholesky" || name.find("solve") != std::string::npos
+                          ? sample.inputs[0].size(sample.attrs.axes[0])
+                          : 0;
     if (name == "linear_recurrence") v = complex_recurrence_at(in, sample.attrs, at);
+    else if (name == "cholesky") v = cholesky_at<C>(in[0], sample.attrs, at, n);
+    else if (name == "triangular_solve" || name == "solve") v = linear_solve<C>(in, sample.attrs, at, name[0] == 't', n);
     else direct = direct && elementwise_complex(name, in, at, v);
     out.push_back(v);
   });

@@ -3,6 +3,7 @@
 // sizes of state-space models; the CUDA backend runs the same loops); LU solve and log-determinant
 // call LAPACK getrf/getrs on a packed column-major copy.
 #include <cmath>
+#include <complex>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -18,6 +19,12 @@ void dgetrs_(const char* trans, const int* n, const int* nrhs, const double* a, 
              const int* ipiv, double* b, const int* ldb, int* info, std::size_t trans_len);
 void sgetrs_(const char* trans, const int* n, const int* nrhs, const float* a, const int* lda,
              const int* ipiv, float* b, const int* ldb, int* info, std::size_t trans_len);
+void zgetrf_(const int* m, const int* n, std::complex<double>* a, const int* lda, int* ipiv, int* info);
+void cgetrf_(const int* m, const int* n, std::complex<float>* a, const int* lda, int* ipiv, int* info);
+void zgetrs_(const char* trans, const int* n, const int* nrhs, const std::complex<double>* a, const int* lda,
+             const int* ipiv, std::complex<double>* b, const int* ldb, int* info, std::size_t trans_len);
+void cgetrs_(const char* trans, const int* n, const int* nrhs, const std::complex<float>* a, const int* lda,
+             const int* ipiv, std::complex<float>* b, const int* ldb, int* info, std::size_t trans_len);
 }
 
 namespace tenax::cpu {
@@ -164,13 +171,17 @@ bool mat_plan(detail::MatKind kind, detail::MatPlan& p) {
 
 template <class T>
 void getrf(int n, T* a, int* ipiv, int* info) {
-  if constexpr (sizeof(T) == 8) dgetrf_(&n, &n, a, &n, ipiv, info);
+  if constexpr (std::is_same_v<T, std::complex<double>>) zgetrf_(&n, &n, a, &n, ipiv, info);
+  else if constexpr (std::is_same_v<T, std::complex<float>>) cgetrf_(&n, &n, a, &n, ipiv, info);
+  else if constexpr (sizeof(T) == 8) dgetrf_(&n, &n, a, &n, ipiv, info);
   else sgetrf_(&n, &n, a, &n, ipiv, info);
 }
 template <class T>
 void getrs(int n, int nrhs, const T* a, const int* ipiv, T* b, int* info) {
   const char tr = 'N';
-  if constexpr (sizeof(T) == 8) dgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
+  if constexpr (std::is_same_v<T, std::complex<double>>) zgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
+  else if constexpr (std::is_same_v<T, std::complex<float>>) cgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
+  else if constexpr (sizeof(T) == 8) dgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
   else sgetrs_(&tr, &n, &nrhs, a, &n, ipiv, b, &n, info, 1);
 }
 
@@ -190,7 +201,7 @@ bool lu(MatView a, const int64_t* offsets, int64_t b, std::vector<T>& lu_buf, st
   // A NaN or infinity in A reaches U's diagonal: a failure, as on the GPU and in the other
   // factorisations (docs/robustness.md), not a solution of NaNs.
   for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(lu_buf[i * n + i])) return false;
+    if (!small::finite(lu_buf[i * n + i])) return false;
   return true;
 }
 
@@ -249,6 +260,13 @@ void register_linalg(detail::KernelTable& t) {
   t.mat_plan[1] = mat_plan<float>;
   t.solve[0] = solve<double>;
   t.solve[1] = solve<float>;
+  // Complex: Hermitian Cholesky, triangular solves, LU solves (zgetrf / cgetrf).
+  t.cholesky[2] = cholesky<std::complex<double>>;
+  t.cholesky[3] = cholesky<std::complex<float>>;
+  t.tri_solve[2] = tri_solve<std::complex<double>>;
+  t.tri_solve[3] = tri_solve<std::complex<float>>;
+  t.solve[2] = solve<std::complex<double>>;
+  t.solve[3] = solve<std::complex<float>>;
   t.logdet[0] = logdet<double>;
   t.logdet[1] = logdet<float>;
 }

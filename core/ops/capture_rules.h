@@ -89,7 +89,7 @@ int64_t record_matrix_call(const MatBatch& b, const void* near, const char* kern
 template <int Dev, int Dt>
 bool record_matrix_plan(MatKind kind, MatPlan p, const MatBatch& b, const char* kernel,
                         std::initializer_list<const void*> touched, int64_t& result) {
-  if constexpr (Dev == 1) {
+  if constexpr (Dev == 1 || Dt >= 2) {  // no resolved forms on devices or for complex matrices
     return false;
   } else {
     const MatPlanFn plan_of = real_kernels(0).mat_plan[Dt];

@@ -54,7 +54,7 @@ Tensor triangle_mask(Name row, Name col, int64_t n, bool lower, double inside, d
 // The linear-algebra VJP rules loop over the batch axes of their primal values, so they are
 // registered with batched_vjp = false (a batched cotangent raises AutodiffError).
 Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
-  check_float_operands("cholesky", in);
+  check_numeric_operands("cholesky", in);
   const Tensor& a = in[0];
   Square sq = square_axes(a, attrs, "cholesky");
   Tensor out = empty(a.axes(), a.dtype(), a.device());
@@ -62,7 +62,7 @@ Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
   batch_offsets(a, sq.batch, oa);
   batch_offsets(out, sq.batch, ol);
   MatBatch mb{static_cast<int64_t>(oa.size()), oa.data(), ol.data(), nullptr};
-  int64_t bad = need(kernels(a.device()).cholesky[float_index(a.dtype(), "cholesky")], "cholesky", a.device())(
+  int64_t bad = need(kernels(a.device()).cholesky[numeric_index(a.dtype(), "cholesky")], "cholesky", a.device())(
       mat(a, sq.row, sq.col), mat(out, sq.row, sq.col), mb);
   if (bad >= 0)
     throw NumericError("[cholesky] the matrix over ('" + sq.row.str() + "', '" + sq.col.str() + "') at batch index " +
@@ -70,8 +70,54 @@ Tensor cholesky_forward(Inputs in, const Attrs& attrs) {
   return out;
 }
 
+// ---- complex (Hermitian) Cholesky's rules, written with ops over the (row, col) axes ----
+struct MatrixOps {
+  Name r, k;
+  const Name c = "__tenax_c", m = "__tenax_m";
+  // A B
+  [[nodiscard]] Tensor matmul(const Tensor& a, const Tensor& b) const {
+    return dot(rename(a, k, m), rename(b, r, m), AxisList{m});
+  }
+  // A^H
+  [[nodiscard]] Tensor herm(const Tensor& a) const { return conj(rename(a, AxisList{r, k}, AxisList{k, r})); }
+  // L^{-1} B
+  [[nodiscard]] Tensor solve_lower(const Tensor& l, const Tensor& b) const {
+    return rename(triangular_solve(l, rename(b, k, c), r, k), AxisList{k, c}, AxisList{r, k});
+  }
+  // L^{-H} B = conj(L^{-T} conj(B))
+  [[nodiscard]] Tensor solve_lower_h(const Tensor& l, const Tensor& b) const {
+    const Tensor z = triangular_solve(l, rename(conj(b), AxisList{r, k}, AxisList{k, c}), r, k, Triangle::lower,
+                                      Transpose::yes);
+    return conj(rename(z, c, k));
+  }
+};
+
+// Ā = (G + G^H) on the lower triangle with the diagonal halved (its real part), G = L^{-H} Φ(L^H L̄) L^{-1}
+// (Φ: the lower triangle, diagonal halved): the adjoint of the JVP below for A read through its lower
+// triangle as a Hermitian matrix.
+void complex_cholesky_vjp(VjpContext& c, const Square& sq) {
+  const MatrixOps o{sq.row, sq.col};
+  const Tensor& l = c.output();
+  const Tensor half = triangle_mask(sq.row, sq.col, sq.n, true, 1.0, 0.5, l.dtype(), l.device());
+  const Tensor p = o.matmul(o.herm(l), c.cotangent()) * half;
+  const Tensor g = o.solve_lower_h(l, o.herm(o.solve_lower_h(l, o.herm(p))));
+  add_to_adjoint(c, 0, (g + o.herm(g)) * half);
+}
+
+// tL = L Φ(L^{-1} tS L^{-H}), tS = D + D^H with D tA's lower triangle, diagonal halved (so tS is
+// Hermitian with tA's strict lower triangle and the real part of its diagonal).
+Tensor complex_cholesky_jvp(JvpContext& c, const Square& sq) {
+  const MatrixOps o{sq.row, sq.col};
+  const Tensor& l = c.output();
+  const Tensor half = triangle_mask(sq.row, sq.col, sq.n, true, 1.0, 0.5, l.dtype(), l.device());
+  const Tensor d = c.tangent(0) * half;
+  const Tensor m = o.solve_lower(l, o.herm(o.solve_lower(l, d + o.herm(d))));
+  return o.matmul(l, m * half);
+}
+
 void cholesky_vjp(VjpContext& c) {
   if (!c.needs_grad(0)) return;
+  if (is_complex(c.output().dtype())) return complex_cholesky_vjp(c, square_axes(c.output(), c.attrs(), "cholesky vjp"));
   const Tensor& l = c.output();
   const Tensor& g = c.cotangent();
   const Tensor& dst = c.adjoint(0);
@@ -90,6 +136,7 @@ Tensor cholesky_jvp(JvpContext& c) {
   const Tensor& l = c.output();
   const Tensor& ta = c.tangent(0);
   Square sq = square_axes(l, c.attrs(), "cholesky jvp");
+  if (is_complex(l.dtype())) return complex_cholesky_jvp(c, sq);
   const Name r = sq.row, k = sq.col, tj = "__tenax_j", tk = "__tenax_k";
   const DType dt = l.dtype();
   Tensor low = ta * triangle_mask(r, k, sq.n, true, 1.0, 1.0, dt, l.device());
@@ -112,7 +159,7 @@ struct SolveAxes {
 
 SolveAxes solve_axes(const Tensor& t, const Tensor& b, const Attrs& attrs, const char* op) {
   const Tensor* operands[2] = {&t, &b};
-  check_float_operands(op, Inputs{operands, 2});
+  check_numeric_operands(op, Inputs{operands, 2});
   SolveAxes s{square_axes(t, attrs, op), {}, {}, {}};
   const bool tr = attrs.i[1] != 0;
   s.in_axis = tr ? s.sq.col : s.sq.row;
@@ -138,7 +185,7 @@ Tensor rhs_copy(const Tensor& b, const SolveAxes& s) {
   Tensor z = empty(s.z_axes, b.dtype(), b.device());
   Tensor bv = rename(b, s.in_axis, s.out_axis);
   LoopArg args[2] = {loop_arg(z, s.z_axes), loop_arg(bv, s.z_axes)};
-  kernels(z.device()).copy[float_index(z.dtype(), "copy")](loop_dims(s.z_axes), args);
+  kernels(z.device()).copy[copy_index(z.dtype())](loop_dims(s.z_axes), args);
   return z;
 }
 
@@ -175,7 +222,7 @@ Tensor solve_forward(Inputs in, const Attrs& attrs) {
   batch_offsets(z, batch, oz);
   MatBatch mb{static_cast<int64_t>(oz.size()), ot.data(), oz.data(), nullptr};
   const KernelTable& k = kernels(t.device());
-  const int fi = float_index(t.dtype(), op);
+  const int fi = numeric_index(t.dtype(), op);
   int64_t bad = Triangular ? need(k.tri_solve[fi], op, t.device())(a, r, (attrs.i[0] != 0) != tr, mb)
                            : need(k.solve[fi], op, t.device())(a, r, mb);
   if (bad >= 0)
@@ -205,18 +252,22 @@ void solve_vjp(VjpContext& c) {
   const Attrs& a = c.attrs();
   const Tensor& t = c.input(0);
   const Tensor& z = c.output();
-  Tensor bbar = solve_again(Triangular, t, c.cotangent(), a, true);
+  // Complex: b̄ = T^{-H} z̄ = conj(T^{-T} conj(z̄)) and Ā = -(b̄ ⊗ conj(z)) (docs/complex.md).
+  const bool cx = is_complex(t.dtype());
+  Tensor bbar = cx ? conj(solve_again(Triangular, t, conj(c.cotangent()), a, true))
+                   : solve_again(Triangular, t, c.cotangent(), a, true);
   if (c.needs_grad(1)) add_to_adjoint(c, 1, bbar);  // a fresh adjoint is a copy, not zeros + bbar
   if (c.needs_grad(0)) {
     // Ā (+)= -(b̄ ⊗ z), on the triangle for a triangular matrix: one pass of the mul rule's reverse
     // kernel (dst (+)= g · mask) or of sub's (dst (+)= -g), not a product, then zeros, then a sum.
-    Tensor outer = dot(bbar, z, summed_for_matrix(bbar, z, t.axes()));
+    const Tensor zc = cx ? conj(z) : z;
+    Tensor outer = dot(bbar, zc, summed_for_matrix(bbar, zc, t.axes()));
     const Axes& ax = outer.axes();
     bool assign = false;
     const Tensor& dst = adjoint_for_pass(c, 0, outer.numel(), assign);
     const KernelTable& k = kernels(outer.device());
     const auto& rule = assign ? k.deriv_set : k.deriv_acc;
-    const int fi = float_index(outer.dtype(), Triangular ? "triangular_solve vjp" : "solve vjp");
+    const int fi = numeric_index(outer.dtype(), Triangular ? "triangular_solve vjp" : "solve vjp");
     if constexpr (Triangular) {
       Tensor mask = triangle_mask(a.axes[0], a.axes[1], t.size(a.axes[0]), a.i[0] != 0, -1.0, -1.0, t.dtype(),
                                   t.device());
@@ -337,8 +388,9 @@ const OpDef op_cholesky = {
     .saves = kSaveOutput,
     .sample = cholesky_sample,
     .batched_vjp = false,
+    .complex = true,
     .attrs = kMatrixAttrs,
-    .doc = "lower Cholesky factor of the SPD matrices over (row, col); reads the lower triangle"};
+    .doc = "lower Cholesky factor of the SPD (complex: Hermitian PD, A = L L^H) matrices over (row, col); reads the lower triangle"};
 constexpr AttrSpec kTriSolveAttrs[] = {
     {"row", AttrKind::name, "the matrices' row axis"},
     {"col", AttrKind::name, "their column axis"},
@@ -352,6 +404,7 @@ const OpDef op_triangular_solve = {.name = "triangular_solve",
                                    .saves = 1u | kSaveOutput,
                                    .sample = tri_sample,
                                    .batched_vjp = false,
+                                   .complex = true,
                                    .attrs = kTriSolveAttrs,
                                    .doc = "solves T z = b (or T^T z = b) for triangular T over (row, col)"};
 constexpr AttrSpec kSolveAttrs[] = {
@@ -366,6 +419,7 @@ const OpDef op_solve = {.name = "solve",
                         .saves = 1u | kSaveOutput,
                         .sample = solve_sample,
                         .batched_vjp = false,
+                        .complex = true,
                         .attrs = kSolveAttrs,
                         .doc = "solves A z = b (or A^T z = b) by LU with partial pivoting over (row, col)"};
 const OpDef op_logdet = {.name = "logdet",
@@ -461,6 +515,12 @@ void install_capture(KernelTable& t) {
   swap_in(t.solve[1], &solve_trampoline<Dev, 1>);
   swap_in(t.logdet[0], &logdet_trampoline<Dev, 0>);
   swap_in(t.logdet[1], &logdet_trampoline<Dev, 1>);
+  swap_in(t.cholesky[2], &cholesky_trampoline<Dev, 2>);
+  swap_in(t.cholesky[3], &cholesky_trampoline<Dev, 3>);
+  swap_in(t.tri_solve[2], &tri_solve_trampoline<Dev, 2>);
+  swap_in(t.tri_solve[3], &tri_solve_trampoline<Dev, 3>);
+  swap_in(t.solve[2], &solve_trampoline<Dev, 2>);
+  swap_in(t.solve[3], &solve_trampoline<Dev, 3>);
 }
 
 }  // namespace

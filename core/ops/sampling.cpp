@@ -2,6 +2,7 @@
 #include "tenax/core/ops/sampling.h"
 
 #include <algorithm>
+#include <complex>
 
 #include "tenax/core/ops.h"
 
@@ -51,6 +52,25 @@ Tensor random_signed(SampleRng& rng, const Axes& axes, DType dtype, double lo, d
 }
 
 Tensor random_spd(SampleRng& rng, Name row, Name col, int64_t n, const Axes& batch, DType dtype) {
+  if (is_complex(dtype)) {  // Hermitian: A = n I + G G^H / n with G complex
+    Axes axes = batch;
+    axes.push_back({row, n});
+    axes.push_back({col, n});
+    std::normal_distribution<double> normal;
+    std::vector<std::complex<double>> v(static_cast<size_t>(axes.numel()));
+    std::vector<std::complex<double>> g(static_cast<size_t>(n * n));
+    for (int64_t b = 0; b < batch.numel(); ++b) {
+      for (auto& x : g) x = {normal(rng), normal(rng)};
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          std::complex<double> s = i == j ? double(n) : 0.0;
+          for (int64_t k = 0; k < n; ++k) s += g[size_t(i * n + k)] * std::conj(g[size_t(j * n + k)]) / double(n);
+          v[static_cast<size_t>(b * n * n + i * n + j)] = s;
+        }
+    }
+    const Tensor t = tensor(v, axes);
+    return dtype == DType::c128 ? t : astype(t, dtype);
+  }
   Axes axes = batch;
   axes.push_back({row, n});
   axes.push_back({col, n});
