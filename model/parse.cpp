@@ -399,7 +399,7 @@ class Parser {
         r.number = list[k].get<double>();
       } else if (list[k].is_string()) {
         r.name = list[k].get<std::string>();
-      } else if (list[k].is_object()) {
+      } else if (list[k].is_object() && (list[k].contains("re") || list[k].contains("im"))) {
         const Tensor z = values_from_json(list[k], Axes{}, DType::c128, r.pointer);
         r.literal = r.complex = true;
         r.number = z.item_complex().real();
