@@ -324,7 +324,7 @@ struct KernelTable {
   LogdetFn logdet[2] = {};
   RecurrenceFn recurrence[kNumeric] = {};
   RecurrenceVjpFn recurrence_vjp[kNumeric] = {};
-  TridiagonalFn tridiagonal[2] = {};
+  TridiagonalFn tridiagonal[kNumeric] = {};
   TransferFn transfer = nullptr;  ///< the CUDA table's host <-> device copies
   DeviceProgramFns program;       ///< the CUDA table's support for recorded programs
 

@@ -186,16 +186,17 @@ double logdet_at(const Ref& s, const Index& at) {
 }
 
 // The tridiagonal system along `over` at the other indices of `at`, solved densely.
-double tridiagonal_at(const Ref& s, const Index& at) {
-  const Dense& l = s.inputs[0];
-  const Dense& d = s.inputs[1];
-  const Dense& u = s.inputs[2];
-  const Dense& r = s.inputs[3];
-  const std::string over = s.attrs.axes[0].str();
+template <class V, class D>
+V tridiagonal_at(const std::vector<D>& in, const Attrs& attrs, const Index& at) {
+  const D& l = in[0];
+  const D& d = in[1];
+  const D& u = in[2];
+  const D& r = in[3];
+  const std::string over = attrs.axes[0].str();
   const int64_t n = r.size(over);
-  auto get = [&](const Dense& x, int64_t i) { return x.has(over) ? x(with(at, over, i)) : x(at); };
-  Matrix m(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
-  std::vector<double> rhs(static_cast<size_t>(n));
+  auto get = [&](const D& x, int64_t i) { return x.has(over) ? x(with(at, over, i)) : x(at); };
+  MatrixOf<V> m(static_cast<size_t>(n), std::vector<V>(static_cast<size_t>(n), V(0)));
+  std::vector<V> rhs(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     m[size_t(i)][size_t(i)] = get(d, i);
     if (i > 0) m[size_t(i)][size_t(i - 1)] = get(l, i);
@@ -204,6 +205,7 @@ double tridiagonal_at(const Ref& s, const Index& at) {
   }
   return gauss(m, rhs)[size_t(at.at(over))];
 }
+double tridiagonal_at(const Ref& s, const Index& at) { return tridiagonal_at<double>(s.inputs, s.attrs, at); }
 
 double recurrence_at(const Ref& s, const Index& at) {
   const Dense& a = s.inputs[0];
@@ -375,6 +377,16 @@ struct CDense {
     for (size_t k = 0; k < names.size(); ++k) flat = flat * sizes[k] + at.at(names[k]);
     return v[static_cast<size_t>(flat)];
   }
+  [[nodiscard]] bool has(const std::string& n) const {
+    for (const std::string& m : names)
+      if (m == n) return true;
+    return false;
+  }
+  [[nodiscard]] int64_t size(const std::string& n) const {
+    for (size_t k = 0; k < names.size(); ++k)
+      if (names[k] == n) return sizes[k];
+    throw std::logic_error("reference: no axis " + n);
+  }
 };
 
 // The sample with each complex input replaced by its real (part 0) or imaginary (part 1) part, as
@@ -456,12 +468,13 @@ std::vector<std::complex<double>> reference_complex_values(const OpDef& op, cons
   bool direct = true;
   each(names, sizes, {}, [&](const Index& at) {
     C v;
-    const int64_t n = name == "cholesky" || name.find("solve") != std::string::npos
+    const int64_t n = name == "cholesky" || name == "solve" || name == "triangular_solve"
                           ? sample.inputs[0].size(sample.attrs.axes[0])
                           : 0;
     if (name == "linear_recurrence") v = complex_recurrence_at(in, sample.attrs, at);
     else if (name == "cholesky") v = cholesky_at<C>(in[0], sample.attrs, at, n);
     else if (name == "triangular_solve" || name == "solve") v = linear_solve<C>(in, sample.attrs, at, name[0] == 't', n);
+    else if (name == "tridiagonal_solve") v = tridiagonal_at<C>(in, sample.attrs, at);
     else direct = direct && elementwise_complex(name, in, at, v);
     out.push_back(v);
   });

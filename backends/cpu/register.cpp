@@ -11,6 +11,7 @@ void register_cpu_kernels(KernelTable& t) {
   cpu::register_recurrence(t);
   cpu::register_tridiagonal(t);
   cpu::register_complex(t);
+  cpu::register_tridiagonal_complex(t);
 }
 
 }  // namespace tenax::detail

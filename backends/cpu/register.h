@@ -13,5 +13,7 @@ void register_recurrence(detail::KernelTable& t);
 void register_tridiagonal(detail::KernelTable& t);
 /// The complex dtypes' kernels (backends/cpu/complex.cpp).
 void register_complex(detail::KernelTable& t);
+/// Complex tridiagonal solves (backends/cpu/tridiagonal_complex.cpp).
+void register_tridiagonal_complex(detail::KernelTable& t);
 
 }  // namespace tenax::cpu

@@ -70,7 +70,7 @@ struct KernelCall {
   // Runs the kernel of `d`; a failed system is a NumericError naming its batch index.
   void run(Device d, DType dt, Tridiagonal alg) {
     args.pivoting = alg == Tridiagonal::pivoting;
-    const int64_t bad = need(kernels(d).tridiagonal[float_index(dt, kOp)], kOp, d)(args);
+    const int64_t bad = need(kernels(d).tridiagonal[numeric_index(dt, kOp)], kOp, d)(args);
     if (bad < 0) return;
     const std::string where = std::string("[tridiagonal_solve] the ") +
                               (args.transpose ? "transposed " : "") + "system along '" + over.str() + "' (" +
@@ -96,7 +96,7 @@ Tensor solve_into(const Tensor& lower, const Tensor& diag, const Tensor& upper, 
 }
 
 Tensor tridiagonal_forward(Inputs in, const Attrs& attrs) {
-  check_float_operands(kOp, in);
+  check_numeric_operands(kOp, in);
   const Name over = attrs.axes[0];
   const Tridiagonal alg = algorithm_of(attrs);
   // x follows rhs's axis order; the others' extra batch axes come after.
@@ -126,7 +126,7 @@ Tensor shifted(const Tensor& x, Name over, int by) {
 // diag and upper without a batch axis), whose adjoints along `over` the kernel sums over the
 // systems itself (TridiagonalArgs::Adjoints).
 bool fused_vjp(VjpContext& c, const Axes& lam_axes, Name over) {
-  if (algorithm_of(c.attrs()) != Tridiagonal::thomas) return false;
+  if (algorithm_of(c.attrs()) != Tridiagonal::thomas || is_complex(c.output().dtype())) return false;
   auto along_rows_only = [&](int i) { return c.input_axes(i).rank() == 1 && c.input_axes(i).contains(over); };
   bool shared = c.output().device() == Device::cpu();
   for (int i = 0; i < 3; ++i) shared = shared && (c.input_axes(i).rank() == 0 || along_rows_only(i));
@@ -156,7 +156,12 @@ void tridiagonal_vjp(VjpContext& c) {
   // λ over the cotangent's axes: a batched cotangent (several VJPs at once) adds batch axes.
   Axes lam_axes = align_axes(g.axes(), x.axes(), kOp);
   if (fused_vjp(c, lam_axes, over)) return;
-  Tensor lam = solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
+  // Complex systems (docs/complex.md): λ = A^{-H} x̄ = conj(A^{-T} conj(x̄)), and the products below
+  // take conj(x).
+  const bool cx = is_complex(x.dtype());
+  const Tensor lam = cx ? conj(solve_into(lower, diag, upper, conj(g), lam_axes, over, algorithm_of(c.attrs()), true))
+                        : solve_into(lower, diag, upper, g, lam_axes, over, algorithm_of(c.attrs()), true);
+  const Tensor xc = cx ? conj(x) : x;
   if (c.needs_grad(3)) add_to_adjoint(c, 3, lam);
   // -Σ l·y over the axes input k lacks (a shared coefficient, a constant row), into input k's
   // adjoint, or into its rows from `row` on when it has `over` and l, y are row slices. The
@@ -172,11 +177,11 @@ void tridiagonal_vjp(VjpContext& c) {
       accumulate(slice(c.adjoint(k), over, row, row + v.size(over)), v);
   };
   const int64_t n = x.size(over);
-  if (c.needs_grad(1)) product_into(1, lam, x, 0);
+  if (c.needs_grad(1)) product_into(1, lam, xc, 0);
   if (n < 2) return;  // a 1x1 system has no off-diagonal entries
   // lower̄_i = -λ_i x_{i-1} (i >= 1), upper̄_i = -λ_i x_{i+1} (i <= n - 2); the others stay zero.
-  if (c.needs_grad(0)) product_into(0, slice(lam, over, 1, n), slice(x, over, 0, n - 1), 1);
-  if (c.needs_grad(2)) product_into(2, slice(lam, over, 0, n - 1), slice(x, over, 1, n), 0);
+  if (c.needs_grad(0)) product_into(0, slice(lam, over, 1, n), slice(xc, over, 0, n - 1), 1);
+  if (c.needs_grad(2)) product_into(2, slice(lam, over, 0, n - 1), slice(xc, over, 1, n), 0);
 }
 
 Tensor tridiagonal_jvp(JvpContext& c) {
@@ -205,7 +210,8 @@ OpSample tridiagonal_sample(SampleRng& rng, DType dt) {
     return a;
   };
   Tensor lower = random_values(rng, axes_of(true), dt, -1, 1);
-  Tensor diag = random_values(rng, axes_of(true), dt, 2.5, 4);
+  // Complex entries carry imaginary parts up to the real parts' width: a larger diagonal keeps it dominant.
+  Tensor diag = random_values(rng, axes_of(true), dt, is_complex(dt) ? 3.5 : 2.5, is_complex(dt) ? 5 : 4);
   Tensor upper = random_values(rng, axes_of(true), dt, -1, 1);
   Axes rhs_axes;  // rows innermost or outermost
   const bool rows_first = rng() % 2 == 0;
@@ -229,6 +235,7 @@ const OpDef op_tridiagonal_solve = {
     .jvp = tridiagonal_jvp,
     .saves = 1u | 2u | 4u | kSaveOutput,
     .sample = tridiagonal_sample,
+    .complex = true,
     .attrs = kTridiagonalAttrs,
     .doc = "solves the tridiagonal systems (lower, diag, upper) x = rhs along `over`"};
 
@@ -279,6 +286,8 @@ template <int Dev>
 void install_capture(KernelTable& t) {
   swap_in(t.tridiagonal[0], &tridiagonal_trampoline<Dev, 0>);
   swap_in(t.tridiagonal[1], &tridiagonal_trampoline<Dev, 1>);
+  swap_in(t.tridiagonal[2], &tridiagonal_trampoline<Dev, 2>);
+  swap_in(t.tridiagonal[3], &tridiagonal_trampoline<Dev, 3>);
 }
 
 }  // namespace
