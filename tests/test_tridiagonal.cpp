@@ -607,7 +607,7 @@ TEST(Tridiagonal, MisuseErrors) {
   EXPECT_MESSAGE(testing::error_message<DTypeError>([&] {
                    (void)tridiagonal_solve(a, a, a, full(Axes{{"i", 4}}, 1.0, DType::i64), "i");
                  }),
-                 "[tridiagonal_solve] needs float64 or float32, got int64");
+                 "[tridiagonal_solve] needs float64, float32, complex128 or complex64, got int64");
   EXPECT_MESSAGE(testing::error_message<DTypeError>(
                      [&] { (void)tridiagonal_solve(a, a, a, astype(a, DType::f32), "i"); }),
                  "[tridiagonal_solve] input 0 is float64 but input 3 is float32; convert one with astype");
