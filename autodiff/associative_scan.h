@@ -1,6 +1,7 @@
 #pragma once
 // associative_scan: all prefix combinations of a sequence under an associative operator, in
-// log2(T) vectorised levels (a parallel prefix), differentiable like any ops.
+// 2 log2(T) vectorised levels and O(T) combinations (a work-efficient parallel prefix),
+// differentiable like any ops.
 #include <functional>
 #include <vector>
 
@@ -19,9 +20,11 @@ enum class ScanDirection { forward, reverse };
 
 /// result_t = elems_0 ⊕ elems_1 ⊕ ... ⊕ elems_t along `over` (ScanDirection::reverse: elems_t ⊕ ...
 /// ⊕ elems_{T-1}). Every tensor of `elems` has the axis `over` with the same size; results have the
-/// axes of `elems`. Hillis–Steele doubling: ceil(log2 T) levels, each ONE vectorised call of
-/// `combine` over all pairs (large levels run on oneTBB through the kernels), O(T log T) work,
-/// no per-element loop. The operator must be associative; it need not be commutative.
+/// axes of `elems`. Work-efficient: adjacent pairs are combined, their prefixes computed
+/// recursively, and the other positions filled from them, so that T - 1 ... 2T combinations run in
+/// 2 ceil(log2 T) levels, each ONE vectorised call of `combine` over all its pairs (large levels run
+/// on oneTBB through the kernels), joined with `interleave`; no per-element loop. The operator must
+/// be associative; it need not be commutative.
 /// Throws AxisError / ShapeError when an element lacks `over` or sizes disagree, and ShapeError
 /// when `combine` changes the axes of an element.
 std::vector<Tensor> associative_scan(const AssociativeFn& combine, const std::vector<Tensor>& elems, Name over,

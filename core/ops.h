@@ -89,6 +89,9 @@ Tensor contiguous(const Tensor& x);
 Tensor concat(const std::vector<Tensor>& xs, Name axis);
 /// Stacks equal-axes tensors along a new outermost axis `axis`.
 Tensor stack(const std::vector<Tensor>& xs, Name axis);
+/// a at the even and b at the odd positions along `axis` (a has as many elements as b or one
+/// more; their other axes agree): the inverse of slicing with step 2.
+Tensor interleave(const Tensor& a, const Tensor& b, Name axis);
 
 // ---- small dense linear algebra, batched over every other axis ----
 /// Lower Cholesky factor of the SPD matrices over (row, col); reads the lower triangle.

@@ -328,6 +328,11 @@ double value_at(const std::string& op, const Ref& s, const Index& at) {
   if (op == "dot") return dot_at(s, at);
   if (op == "astype") return astype_at(s, at);
   if (op == "concat" || op == "stack") return join_at(op, s, at);
+  if (op == "interleave") {  // position j: a[j / 2] when j is even, b[j / 2] when odd
+    const std::string axis = s.attrs.axes[0].str();
+    const int64_t j = at.at(axis);
+    return s.inputs[size_t(j % 2)](with(at, axis, j / 2));
+  }
   if (op == "cholesky") return cholesky_at(s, at);
   if (op == "triangular_solve") return linear_solve(s, at, true);
   if (op == "solve") return linear_solve(s, at, false);

@@ -32,6 +32,37 @@ TEST(AssociativeScan, PrefixSumsMatchTheLoopForwardsAndInReverse) {
   }
 }
 
+// Every length from 1 to 40 (odd, even, powers of two and their neighbours), both directions, with
+// a non-commutative operator (affine maps composed: order matters) against the serial loop; and the
+// work is O(T): the elements combined over all calls of `combine` number at most 2T.
+TEST(AssociativeScan, EveryLengthMatchesTheLoopWithLinearWork) {
+  int64_t combined = 0;
+  AssociativeFn affine = [&combined](const std::vector<Tensor>& p, const std::vector<Tensor>& q) {
+    combined += p[0].numel();  // (inside nmap: the pairs of this call, the scanned axis mapped)
+    return std::vector<Tensor>{p[0] * q[0], q[0] * p[1] + q[1]};
+  };
+  for (int64_t n = 1; n <= 40; ++n)
+    for (ScanDirection d : {ScanDirection::forward, ScanDirection::reverse}) {
+      const Tensor a = uniform(Axes{{"t", n}}, uint64_t(n), 0.5, 1.5), b = randn(Axes{{"t", n}}, uint64_t(100 + n));
+      combined = 0;
+      const std::vector<Tensor> r = associative_scan(affine, {a, b}, "t", d);
+      EXPECT_LE(combined, 2 * n) << "n = " << n;
+      const std::vector<double> av = a.to_vector(), bv = b.to_vector(), ra = r[0].to_vector(), rb = r[1].to_vector();
+      double pa = 1, pb = 0;  // the composition so far, applied in the scan's order
+      for (int64_t s = 0; s < n; ++s) {
+        const size_t t = size_t(d == ScanDirection::forward ? s : n - 1 - s);
+        if (d == ScanDirection::forward) {
+          pb = av[t] * pb + bv[t];
+        } else {  // x_t ⊕ (the suffix after t): (a_t, b_t) then (pa, pb)
+          pb = pa * bv[t] + pb;
+        }
+        pa *= av[t];
+        EXPECT_NEAR(ra[t], pa, 1e-12 * std::abs(pa)) << "n = " << n << " t = " << t;
+        EXPECT_NEAR(rb[t], pb, 1e-12 * (1 + std::abs(pb))) << "n = " << n << " t = " << t;
+      }
+    }
+}
+
 TEST(AssociativeScan, LinearRecurrencePairsMatchLinearRecurrenceWithGradients) {
   // (a1, b1) then (a2, b2) = (a1 a2, a2 b1 + b2): the prefix's b is x_t = a_t x_{t-1} + b_t. The
   // operator is associative but not commutative, so this also checks the order of the operands.

@@ -1,5 +1,5 @@
-// concat and stack along a named axis: each input is copied into a view of the output, and each
-// input's adjoint receives the matching view of the cotangent.
+// concat, stack and interleave along a named axis: each input is copied into a view of the output,
+// and each input's adjoint receives the matching view of the cotangent.
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/families.h"
@@ -148,6 +148,59 @@ OpSample stack_sample(SampleRng& rng, DType dt) {
   return s;
 }
 
+// ---- interleave: attrs.axes = {axis}; a at the even positions of the result, b at the odd ----
+void check_interleave(Inputs in, Name axis) {
+  check_inputs("interleave", in);
+  for (int k = 0; k < 2; ++k)
+    if (!in[k].has_axis(axis))
+      throw AxisError("[interleave] input " + std::to_string(k) + " " + in[k].axes().describe() + " lacks axis '" +
+                      axis.str() + "'");
+  if (!without(in[1].axes(), axis).same_set(without(in[0].axes(), axis)))
+    throw ShapeError("[interleave] input 1 " + in[1].axes().describe() + " does not match input 0 " +
+                     in[0].axes().describe() + " apart from axis '" + axis.str() + "'");
+  const int64_t na = in[0].size(axis), nb = in[1].size(axis);
+  if (na != nb && na != nb + 1)
+    throw ShapeError("[interleave] along '" + axis.str() + "' input 0 has " + std::to_string(na) + " and input 1 " +
+                     std::to_string(nb) + " elements; input 0 takes the even positions, so it has as many or one more");
+}
+
+Tensor interleave_forward(Inputs in, const Attrs& a) {
+  const Name axis = a.axes[0];
+  check_interleave(in, axis);
+  const int64_t total = in[0].size(axis) + in[1].size(axis);
+  Axes ax = with_mapped(in[0].axes(), in);
+  ax.set_size(ax.index_of(axis), total);
+  Tensor out = empty(ax, in[0].dtype(), in[0].device());
+  copy_into(slice(out, axis, 0, total, 2), in[0]);
+  if (total > 1) copy_into(slice(out, axis, 1, total, 2), in[1]);
+  return out;
+}
+
+void interleave_vjp(VjpContext& c) {
+  const Name axis = c.attrs().axes[0];
+  const Tensor& g = c.cotangent();
+  const int64_t total = g.size(axis);
+  for (int k = 0; k < 2; ++k)
+    if (c.needs_grad(k) && total > k) accumulate(c.adjoint(k), slice(g, axis, k, total, 2));
+}
+
+Tensor interleave_jvp(JvpContext& c) {
+  const std::vector<Tensor> t = dense_tangents(c);
+  return interleave(t[0], t[1], c.attrs().axes[0]);
+}
+
+OpSample interleave_sample(SampleRng& rng, DType dt) {
+  Axes ax = random_axes(rng, 1 + int(rng() % 3));
+  const Name axis = ax.name(int(rng() % ax.rank()));
+  Axes a = ax, b = ax;
+  const int64_t nb = 1 + int64_t(rng() % 3);
+  a.set_size(a.index_of(axis), nb + int64_t(rng() % 2));
+  b.set_size(b.index_of(axis), nb);
+  OpSample s{{random_values(rng, a, dt, -1, 1), random_values(rng, b, dt, -1, 1)}, {}};
+  s.attrs.axes = AxisList{axis};
+  return s;
+}
+
 // Variadic: the JVP needs the inputs for their axes when a tangent is zero; the VJP needs none.
 constexpr AttrSpec kConcatAttrs[] = {{"axis", AttrKind::name, "the axis joined along (every input has it)"}};
 const OpDef op_concat = {.name = "concat",
@@ -170,6 +223,18 @@ const OpDef op_stack = {.name = "stack",
                         .attrs = kStackAttrs,
                         .doc = "stacks inputs with equal axes along a new outermost `axis`"};
 
+constexpr AttrSpec kInterleaveAttrs[] = {{"axis", AttrKind::name, "the axis interleaved along (both inputs have it)"}};
+const OpDef op_interleave = {.name = "interleave",
+                             .arity = 2,
+                             .forward = interleave_forward,
+                             .vjp = interleave_vjp,
+                             .jvp = interleave_jvp,
+                             .sample = interleave_sample,
+                             .complex = true,
+                             .attrs = kInterleaveAttrs,
+                             .doc = "a at the even and b at the odd positions along `axis` (a has as many elements "
+                                    "as b, or one more)"};
+
 Tensor join(const OpDef& op, const std::vector<Tensor>& xs, Name axis) {
   Attrs a;
   a.axes = AxisList{axis};
@@ -181,6 +246,7 @@ Tensor join(const OpDef& op, const std::vector<Tensor>& xs, Name axis) {
 void register_join_ops(std::vector<const OpDef*>& ops) {
   ops.push_back(&op_concat);
   ops.push_back(&op_stack);
+  ops.push_back(&op_interleave);
 }
 
 }  // namespace tenax::detail
@@ -189,5 +255,6 @@ namespace tenax {
 
 Tensor concat(const std::vector<Tensor>& xs, Name axis) { return detail::join(detail::op_concat, xs, axis); }
 Tensor stack(const std::vector<Tensor>& xs, Name axis) { return detail::join(detail::op_stack, xs, axis); }
+Tensor interleave(const Tensor& a, const Tensor& b, Name axis) { return detail::join(detail::op_interleave, {a, b}, axis); }
 
 }  // namespace tenax
