@@ -1,6 +1,7 @@
 // The case of issue 3 that must be fast (the S5 layer of DESIGN's JAX problems): a batch of linear
 // recurrences x_t = λ ⊙ x_{t-1} + W u_t + b, state 64, batch 16, input 8, T = 32..512, one and
-// two stacked layers, float64 and float32, written with scan and with linear_recurrence. Timed:
+// two stacked layers, float64, float32 and complex128, written with scan, with linear_recurrence and
+// with associative_scan over affine pairs (the seed's formulation). Timed:
 // the forward pass, and the Jacobian of the final state w.r.t. λ, W, b, the initial state and the
 // inputs. The Jacobian is per sequence (the final state of sequence s depends on sequence s only),
 // one reverse sweep each with the 64-vector basis as batch axes (or, "/forward_mode", one forward
@@ -26,7 +27,7 @@ using namespace tenax;
 
 constexpr int64_t kState = 64, kBatch = 16, kInput = 8;
 
-enum class Impl { scan, recurrence };
+enum class Impl { scan, recurrence, associative };
 enum class Wrt { forward, lambda, w, b, x0, u };
 
 struct Layer {
@@ -72,13 +73,19 @@ Model make_model(int64_t steps, int n_layers, DType dt) {
 // lifted to complex first (the seed's B u_t with complex B, real u).
 Tensor layer_states(Impl impl, const Layer& p, const Tensor& raw_inputs, Name in) {
   const Tensor inputs = raw_inputs.dtype() == p.w.dtype() ? raw_inputs : astype(raw_inputs, p.w.dtype());
-  if (impl == Impl::recurrence) {
+  if (impl != Impl::scan) {
     Tensor drive = dot(p.w, inputs, {in}) + p.b;  // (h, t)
     const int64_t n = inputs.size("t");
     // x_{-1} = x0 enters as λ x0 added to the first drive.
     Tensor first = select(drive, "t", 0) + p.lambda * p.x0;
     drive = concat({stack({first}, "t"), slice(drive, "t", 1, n)}, "t");
-    return linear_recurrence(p.lambda, drive, "t");
+    if (impl == Impl::recurrence) return linear_recurrence(p.lambda, drive, "t");
+    // The seed's formulation: (a, b) pairs composed as affine maps, λ repeated along t.
+    AssociativeFn affine = [](const std::vector<Tensor>& e1, const std::vector<Tensor>& e2) {
+      return std::vector<Tensor>{e2[0] * e1[0], e2[0] * e1[1] + e2[1]};
+    };
+    const Tensor decay = transpose(broadcast(p.lambda, Axes{{"t", n}}), drive.axes().names());
+    return associative_scan(affine, {decay, drive}, "t")[1];
   }
   ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
     Tensor next = p.lambda * c[0] + dot(p.w, x[0], {in}) + p.b;
@@ -167,7 +174,7 @@ int print_values(int64_t steps) {
   print_tensor(std::cout, p.x0, {"h"});
   std::cout << ",\n\"u\": ";
   print_tensor(std::cout, u, {"t", "i"});
-  for (Impl impl : {Impl::scan, Impl::recurrence})
+  for (Impl impl : {Impl::scan, Impl::recurrence, Impl::associative})
     for (auto mode : {JacobianOptions::Mode::reverse, JacobianOptions::Mode::forward})
       for (Wrt wrt : {Wrt::lambda, Wrt::w, Wrt::u}) {
         const Tensor arg = wrt == Wrt::lambda ? p.lambda : wrt == Wrt::w ? p.w : u;
@@ -182,7 +189,7 @@ int print_values(int64_t steps) {
         const Tensor j = jacobian(f, {arg}, {mode})[0];
         AxisList order{"h"};
         for (Name n : arg.axes().names()) order.push_back(n == Name("h") ? Name("h_in") : n);
-        std::cout << ",\n\"" << (impl == Impl::scan ? "scan" : "linear_recurrence") << "/"
+        std::cout << ",\n\"" << (impl == Impl::scan ? "scan" : impl == Impl::recurrence ? "linear_recurrence" : "associative_scan") << "/"
                   << (mode == JacobianOptions::Mode::reverse ? "reverse" : "forward") << "/"
                   << (wrt == Wrt::lambda ? "lambda" : wrt == Wrt::w ? "W" : "u") << "\": ";
         print_tensor(std::cout, j, order);
@@ -192,9 +199,9 @@ int print_values(int64_t steps) {
 }
 
 void register_all() {
-  const char* impls[] = {"scan", "linear_recurrence"};
+  const char* impls[] = {"scan", "linear_recurrence", "associative_scan"};
   const char* wrts[] = {"forward", "jac_lambda", "jac_W", "jac_b", "jac_x0", "jac_u"};
-  for (int impl = 0; impl < 2; ++impl)
+  for (int impl = 0; impl < 3; ++impl)
     for (int layers = 1; layers <= 2; ++layers)
       for (DType dt : {DType::f64, DType::f32, DType::c128})
         for (int w = 0; w < 6; ++w) {

@@ -1,7 +1,7 @@
 """Seed 000 side by side: the S5 recurrence x_t = λ ⊙ x_{t-1} + W u_t + b in complex128 (state 64,
 input 8, 16 sequences), the Jacobians of the final state w.r.t. λ, W and u, in JAX (jax.lax.scan and
 the seed's jax.lax.associative_scan, jit(vmap(jacrev / jacfwd)) as the seed measures them) and in
-Tenax (bench_s5's complex128 benchmarks, scan and linear_recurrence).
+Tenax (bench_s5's complex128 benchmarks: scan, linear_recurrence and associative_scan).
 
 First the values: bench_s5 --s5_values=T prints one sequence's inputs and Tenax's Jacobians (both
 implementations, both modes); JAX computes its own from the same inputs and every entry must agree
@@ -134,7 +134,7 @@ def time_jax(layer, layers, wrt, mode, steps, reps):
 
 def time_tenax(bench, layers, reps):
     sizes = "|".join(str(t) for t in STEPS)
-    filt = f"S5/(scan|linear_recurrence)/layers:{layers}/complex128/jac_(lambda|W|u)/(forward_mode/)?({sizes})/"
+    filt = f"S5/(scan|linear_recurrence|associative_scan)/layers:{layers}/complex128/jac_(lambda|W|u)/(forward_mode/)?({sizes})/"
     out = subprocess.run([bench, f"--benchmark_filter={filt}", "--benchmark_format=json",
                           f"--benchmark_repetitions={reps}", "--benchmark_report_aggregates_only=true"],
                          check=True, capture_output=True, text=True, env=dict(os.environ, TENAX_NUM_THREADS="1")).stdout
@@ -167,8 +167,8 @@ def main():
         sys.exit(0 if ok else 1)
     tenax = time_tenax(a.bench, a.layers, a.reps)
     print(f"\nms per call (16 sequences), {a.layers} layer(s); slope in ms per step")
-    print(f"{'Jacobian':28s} {'JAX scan':>10s} {'JAX assoc':>10s} {'Tenax scan':>11s} {'Tenax lin.rec':>13s}  "
-          f"(T = {STEPS[-1]}; slopes below)")
+    print(f"{'Jacobian':28s} {'JAX scan':>10s} {'JAX assoc':>10s} {'Tenax scan':>11s} {'Tenax lin.rec':>13s} "
+          f"{'Tenax assoc':>11s}  (T = {STEPS[-1]}; slopes below)")
     for wrt in ["lambda", "W", "u"]:
         for mode in ["reverse", "forward"]:
             js = [time_jax(layer_scan, a.layers, wrt, mode, t, a.reps) for t in STEPS]
@@ -177,9 +177,11 @@ def main():
             ts = [tenax.get(f"S5/scan/layers:{a.layers}/complex128/jac_{wrt}{suffix}/{t}", float("nan")) for t in STEPS]
             tr = [tenax.get(f"S5/linear_recurrence/layers:{a.layers}/complex128/jac_{wrt}{suffix}/{t}", float("nan"))
                   for t in STEPS]
+            tq = [tenax.get(f"S5/associative_scan/layers:{a.layers}/complex128/jac_{wrt}{suffix}/{t}", float("nan"))
+                  for t in STEPS]
             name = f"{wrt} {mode}"
-            print(f"{name:28s} {js[-1]:10.2f} {ja[-1]:10.2f} {ts[-1]:11.2f} {tr[-1]:13.2f}")
-            print(f"{'  slope':28s} {slope(js):10.4f} {slope(ja):10.4f} {slope(ts):11.4f} {slope(tr):13.4f}")
+            print(f"{name:28s} {js[-1]:10.2f} {ja[-1]:10.2f} {ts[-1]:11.2f} {tr[-1]:13.2f} {tq[-1]:11.2f}")
+            print(f"{'  slope':28s} {slope(js):10.4f} {slope(ja):10.4f} {slope(ts):11.4f} {slope(tr):13.4f} {slope(tq):11.4f}")
     sys.exit(0 if ok else 1)
 
 
