@@ -204,6 +204,47 @@ TEST_F(Cuda, EveryOpMatchesTheHostOrSaysItHasNoKernel) {
   EXPECT_EQ(missing, "");
 }
 
+// Every op that takes complex operands, in complex128 on the device against the host: the forward
+// values and the gradient of the real loss Σ Re(conj(w) y) (docs/complex.md). The contraction, the
+// recurrence and the linear algebra of complex operands are host-only and say so.
+TEST_F(Cuda, EveryComplexOpMatchesTheHostOrSaysItHasNoKernel) {
+  const Device gpu = Device::cuda(0);
+  std::string missing;
+  for (const OpDef* op : registered_ops()) {
+    if (!op->complex) continue;
+    std::mt19937_64 rng(7100);
+    OpSample s = op->sample(rng, DType::c128);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : s.inputs) dev.push_back(to(t, gpu));
+    const Tensor want = detail::apply(*op, s.inputs, s.attrs);
+    Tensor got;
+    try {
+      got = detail::apply(*op, dev, s.attrs);
+    } catch (const DeviceError& e) {
+      EXPECT_MESSAGE(e.what(), "no kernel for device cuda:0");
+      missing += std::string(missing.empty() ? "" : ", ") + op->name;
+      continue;
+    }
+    EXPECT_LE(testing::mismatch(to(got, Device::cpu()), want, 1e-12, 1e-12), 1.0) << op->name;
+    const Tensor w = randn(want.axes(), rng(), is_complex(want.dtype()) ? DType::c128 : DType::f64);
+    auto grads = [&](const std::vector<Tensor>& in, const Tensor& weight) {
+      Tape tape;
+      std::vector<Tensor> watched, wrt;
+      for (size_t i = 0; i < in.size(); ++i) {
+        const bool diff = is_inexact(in[i].dtype()) && !(i < 31 && (op->nondiff & (1u << i)));
+        watched.push_back(diff ? tape.watch(in[i]) : in[i]);
+        if (diff) wrt.push_back(watched.back());
+      }
+      const Tensor y = detail::apply(*op, watched, s.attrs);
+      return tape.gradient(is_complex(y.dtype()) ? sum(real(mul(conj(weight), y))) : sum(mul(weight, y)), wrt);
+    };
+    const std::vector<Tensor> gh = grads(s.inputs, w), gd = grads(dev, to(w, gpu));
+    for (size_t k = 0; k < gh.size(); ++k)
+      EXPECT_LE(testing::mismatch(to(gd[k], Device::cpu()), gh[k], 1e-11, 1e-12), 1.0) << op->name << " VJP input " << k;
+  }
+  EXPECT_EQ(missing, "dot, cholesky, triangular_solve, solve, linear_recurrence, tridiagonal_solve");
+}
+
 TEST_F(Cuda, TheDeviceMemoryBudgetIsEnforced) {
   const Device gpu = Device::cuda(0);
   set_memory_budget(gpu, allocator_stats(gpu).bytes_in_use + 1024);

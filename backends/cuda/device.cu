@@ -141,6 +141,7 @@ Allocator* default_cuda_allocator(int index) {
 void register_cuda_kernels(KernelTable& t) {
   t.transfer = cuda::transfer;
   cuda::register_elementwise(t);
+  cuda::register_complex(t);
   cuda::register_contract(t);
   cuda::register_linalg(t);
   cuda::register_recurrence(t);

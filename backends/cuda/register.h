@@ -11,5 +11,6 @@ void register_linalg(KernelTable& t);
 void register_recurrence(KernelTable& t);
 void register_programs(KernelTable& t);
 void register_fusion(KernelTable& t);
+void register_complex(KernelTable& t);
 
 }  // namespace tenax::detail::cuda
