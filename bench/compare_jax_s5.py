@@ -13,8 +13,11 @@ Then the times: milliseconds per call (16 sequences) at T = 32 ... 512 and the s
 Tenax measured in the same sitting (JAX first, then one bench_s5 run), with the ratio.
 
     python3 bench/compare_jax_s5.py [--bench build/release/bench/bench_s5] [--layers 1] [--reps 5]
+                                    [--one-thread] [--jax-only]
 
-Optional: needs `pip install 'jax[cpu]'` (not a Tenax dependency).
+Tenax runs one thread (TENAX_NUM_THREADS=1); --one-thread limits XLA to one too (the fair
+comparison; without it JAX uses every core). Optional: needs `pip install 'jax[cpu]'` (not a Tenax
+dependency).
 """
 import argparse
 import json
@@ -22,6 +25,9 @@ import os
 import subprocess
 import sys
 import time
+
+if "--one-thread" in sys.argv:  # before jax is imported
+    os.environ["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 try:
     import jax
@@ -158,6 +164,8 @@ def main():
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--values-only", action="store_true")
+    ap.add_argument("--one-thread", action="store_true", help="XLA on one thread, as Tenax runs here")
+    ap.add_argument("--jax-only", action="store_true", help="time JAX only (Tenax's figures from an earlier run)")
     a = ap.parse_args()
     if not os.path.exists(a.bench):
         raise SystemExit("compare_jax_s5.py: build bench_s5 first (bash scripts/bench.sh bench_s5) or pass --bench")
@@ -165,7 +173,8 @@ def main():
     ok = check_values(a.bench, 32)
     if a.values_only:
         sys.exit(0 if ok else 1)
-    tenax = time_tenax(a.bench, a.layers, a.reps)
+    tenax = {} if a.jax_only else time_tenax(a.bench, a.layers, a.reps)
+    print(f"XLA threads: {'one' if a.one_thread else 'all cores'}; Tenax: one")
     print(f"\nms per call (16 sequences), {a.layers} layer(s); slope in ms per step")
     print(f"{'Jacobian':28s} {'JAX scan':>10s} {'JAX assoc':>10s} {'Tenax scan':>11s} {'Tenax lin.rec':>13s} "
           f"{'Tenax assoc':>11s}  (T = {STEPS[-1]}; slopes below)")
