@@ -350,6 +350,15 @@ TEST(ComplexConvention, TheGradientOfARealLossIsDLdRePlusIDLdIm) {
                  "[grad] the output is complex128; a gradient needs a real loss (take real(), abs() or a squared modulus) or pass a cotangent to vjp (docs/complex.md)");
 }
 
+// pow's derivative in the exponent at a zero base is 0, as for real numbers (not 0 · log 0 = NaN).
+TEST(ComplexConvention, PowAtAZeroBaseHasAZeroExponentDerivative) {
+  const Tensor a = scalar(C(0.0, 0.0)), b = scalar(C(2.0, 0.5));
+  const std::vector<Tensor> g = grad([](const std::vector<Tensor>& p) { return real(pow(p[0], p[1])); }, {a, b});
+  EXPECT_EQ(g[1].item_complex(), C(0.0, 0.0));
+  const Tensor ar = scalar(0.0), br = scalar(2.0);
+  EXPECT_EQ(grad([](const std::vector<Tensor>& p) { return pow(p[0], p[1]); }, {ar, br})[1].item(), 0.0);
+}
+
 TEST(ComplexConvention, VjpIsTheConjugateDerivativeTimesTheCotangentJvpTheDerivativeTimesTheTangent) {
   const C z0(0.4, -1.1), ybar(0.5, 2.0), t(-1.0, 0.25);
   const Tensor z = scalar(z0);

@@ -45,8 +45,8 @@ struct DMulB { template <class C> C operator()(C a, C, C) const { return a; } };
 struct DDivA { template <class C> C operator()(C, C b, C) const { return C(1) / b; } };
 struct DDivB { template <class C> C operator()(C, C b, C y) const { return -y / b; } };
 struct DPowA { template <class C> C operator()(C a, C b, C) const { return b * std::pow(a, b - C(1)); } };
-// The principal branch: y log a (log 0 = -inf: the derivative in b at a = 0 is not finite).
-struct DPowB { template <class C> C operator()(C a, C, C y) const { return y * std::log(a); } };
+// The principal branch: y log a; 0 at a = 0 (where y is 0 or not finite), as for real numbers.
+struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : y * std::log(a); } };
 
 // dst (+)= g * D or g * conj(D), from D over one operand pair (x, y) or triple (a, b, y).
 template <bool kAcc, class C>

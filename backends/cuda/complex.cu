@@ -42,7 +42,10 @@ struct DMulB { template <class C> __device__ C operator()(C a, C, C) const { ret
 struct DDivA { template <class C> __device__ C operator()(C, C b, C) const { return C(1) / b; } };
 struct DDivB { template <class C> __device__ C operator()(C, C b, C y) const { return -y / b; } };
 struct DPowA { template <class C> __device__ C operator()(C a, C b, C) const { return b * ::cuda::std::pow(a, b - C(1)); } };
-struct DPowB { template <class C> __device__ C operator()(C a, C, C y) const { return y * ::cuda::std::log(a); } };
+struct DPowB {
+  template <class C>
+  __device__ C operator()(C a, C, C y) const { return a == C(0) ? C(0) : y * ::cuda::std::log(a); }
+};
 
 // g * D or g * conj(D) over (g, x, y) or (g, a, b, y).
 template <class D, bool kConj>
