@@ -6,18 +6,23 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 
 namespace tenax::testing {
 namespace {
 
 using Index = std::map<std::string, int64_t>;
 
-// A tensor's values addressed by axis name.
-struct Dense {
+// A tensor's values addressed by axis name, as V: double (real tensors) or std::complex<double>
+// (any tensor; a real one with imaginary part 0).
+template <class V>
+struct DenseOf {
   std::vector<std::string> names;
   std::vector<int64_t> sizes;
-  std::vector<double> v;
-  explicit Dense(const Tensor& t) : v(t.to_vector()) {
+  std::vector<V> v;
+  explicit DenseOf(const Tensor& t) {
+    if constexpr (std::is_same_v<V, double>) v = t.to_vector();
+    else v = t.to_complex_vector();
     for (int i = 0; i < t.axes().rank(); ++i) {
       names.push_back(t.axes().name(i).str());
       sizes.push_back(t.axes().size(i));
@@ -34,7 +39,7 @@ struct Dense {
     throw std::logic_error("reference: no axis " + n);
   }
   // The element at `at` (names `at` lacks: an error; extra names: ignored, as broadcasting does).
-  [[nodiscard]] double operator()(const Index& at) const {
+  [[nodiscard]] V operator()(const Index& at) const {
     int64_t flat = 0;
     for (size_t k = 0; k < names.size(); ++k) {
       auto it = at.find(names[k]);
@@ -44,6 +49,7 @@ struct Dense {
     return v[static_cast<size_t>(flat)];
   }
 };
+using Dense = DenseOf<double>;
 
 // One sample's inputs read into Dense once (the references below read them at every element).
 struct Ref {
@@ -366,33 +372,7 @@ namespace {
 
 using C = std::complex<double>;
 
-// A tensor's values as complex numbers (a real tensor's with imaginary part 0), by axis name.
-struct CDense {
-  std::vector<std::string> names;
-  std::vector<int64_t> sizes;
-  std::vector<C> v;
-  explicit CDense(const Tensor& t) : v(t.to_complex_vector()) {
-    for (int i = 0; i < t.axes().rank(); ++i) {
-      names.push_back(t.axes().name(i).str());
-      sizes.push_back(t.axes().size(i));
-    }
-  }
-  [[nodiscard]] C operator()(const Index& at) const {
-    int64_t flat = 0;
-    for (size_t k = 0; k < names.size(); ++k) flat = flat * sizes[k] + at.at(names[k]);
-    return v[static_cast<size_t>(flat)];
-  }
-  [[nodiscard]] bool has(const std::string& n) const {
-    for (const std::string& m : names)
-      if (m == n) return true;
-    return false;
-  }
-  [[nodiscard]] int64_t size(const std::string& n) const {
-    for (size_t k = 0; k < names.size(); ++k)
-      if (names[k] == n) return sizes[k];
-    throw std::logic_error("reference: no axis " + n);
-  }
-};
+using CDense = DenseOf<C>;
 
 // The sample with each complex input replaced by its real (part 0) or imaginary (part 1) part, as
 // a new host tensor built from its values.

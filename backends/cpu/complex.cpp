@@ -1,6 +1,7 @@
 // CPU kernels of the complex dtypes (complex128, complex64): the elementwise ops defined on complex
 // numbers, their derivative rules in both forms (VJP: dst (+)= g * conj(D); JVP: dst (+)= g * D;
-// docs/complex.md), data movement, and the kernels that build a complex number or take one apart.
+// docs/complex.md) and the kernels that build a complex number or take one apart (copies, sums,
+// fills and select on complex numbers: backends/cpu/memory.cpp).
 // Each registers its flat and scalar twins (loop.h), so captured steps replay them like the real ones.
 #include <cmath>
 #include <complex>
@@ -12,8 +13,6 @@ namespace tenax::cpu {
 namespace {
 
 using detail::DerivOp;
-using detail::LoopArg;
-using detail::LoopDims;
 
 template <class C>
 using Part = typename C::value_type;
@@ -49,13 +48,6 @@ struct DPowA { template <class C> C operator()(C a, C b, C) const { return b * s
 struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : y * std::log(a); } };
 
 // dst (+)= g * D or g * conj(D), from D over one operand pair (x, y) or triple (a, b, y).
-template <bool kAcc, class C>
-inline void put(C& dst, C v) {
-  if constexpr (kAcc)
-    dst += v;
-  else
-    dst = v;
-}
 template <class D, class C, bool kAcc, bool kConj>
 struct Unary {
   void operator()(C& dst, C g, C x, C y) const {
@@ -75,48 +67,19 @@ struct One {
   void operator()(C& dst, C g) const { put<kAcc>(dst, g); }
 };
 
-// Absent residual operands of the strided forms read a zero.
-template <class C>
-void fill_missing(LoopArg* a, int n) {
-  static const C zero = C(0);
-  for (int i = 0; i < n; ++i)
-    if (!a[i].data) {
-      a[i].data = const_cast<C*>(&zero);
-      for (int64_t& s : a[i].strides) s = 0;
-    }
-}
-template <class F, class C, int kArity>
-struct Deriv {
-  static void run(const LoopDims& d, const LoopArg* in) {
-    LoopArg a[kArity];
-    for (int i = 0; i < kArity; ++i) a[i] = in[i];
-    fill_missing<C>(a + 2, kArity - 2);
-    if constexpr (kArity == 2) for_each<C, C>(d, a, F{});
-    else if constexpr (kArity == 4) for_each<C, C, C, C>(d, a, F{});
-    else for_each<C, C, C, C, C>(d, a, F{});
-  }
-  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
-    if constexpr (kArity == 2) for_flat<C, C>(outer, n, a, F{});
-    else if constexpr (kArity == 4) for_flat<C, C, C, C>(outer, n, a, F{});
-    else for_flat<C, C, C, C, C>(outer, n, a, F{});
-  }
-  static void one(void* const* p) {
-    if constexpr (kArity == 2) for_one<C, C>(p, F{});
-    else if constexpr (kArity == 4) for_one<C, C, C, C>(p, F{});
-    else for_one<C, C, C, C, C>(p, F{});
-  }
-  static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) { t.set(entry, &run, &flat, &one); }
-};
-
 // The four forms (VJP/JVP, accumulate/write) of derivative `op` for both complex dtypes.
 template <template <class, bool, bool> class F, int kArity>
 void deriv_entry(detail::KernelTable& t, DerivOp op) {
   auto one = [&](auto tag, int dt) {
     using C = decltype(tag);
-    Deriv<F<C, true, true>, C, kArity>::into(t, t.deriv_acc[int(op)][2 + dt]);
-    Deriv<F<C, false, true>, C, kArity>::into(t, t.deriv_set[int(op)][2 + dt]);
-    Deriv<F<C, true, false>, C, kArity>::into(t, t.complex.tangent_acc[int(op)][dt]);
-    Deriv<F<C, false, false>, C, kArity>::into(t, t.complex.tangent_set[int(op)][dt]);
+    auto form = [&](auto f, detail::ElementwiseFn& entry) {
+      using K = DerivKernel<decltype(f), C, kArity>;
+      t.set(entry, &K::run, &K::flat, &K::one);
+    };
+    form(F<C, true, true>{}, t.deriv_acc[int(op)][2 + dt]);
+    form(F<C, false, true>{}, t.deriv_set[int(op)][2 + dt]);
+    form(F<C, true, false>{}, t.complex.tangent_acc[int(op)][dt]);
+    form(F<C, false, false>{}, t.complex.tangent_set[int(op)][dt]);
   };
   one(std::complex<double>{}, 0);
   one(std::complex<float>{}, 1);
@@ -134,13 +97,7 @@ struct BinaryOf {
 template <class C, bool kAcc, bool>
 using OneOf = One<C, kAcc>;
 
-// ---- data movement and parts ----
-template <class C> struct Copy { void operator()(C& y, C x) const { y = x; } };
-template <class C> struct AddInto {
-  static constexpr bool kSumReduction = true;
-  void operator()(C& y, C x) const { y += x; }
-};
-template <class C> struct Where { void operator()(C& y, bool c, C p, C q) const { y = c ? p : q; } };
+// ---- parts ----
 template <class C> struct Make { void operator()(C& y, Part<C> re, Part<C> im) const { y = C(re, im); } };
 template <class C> struct Real { void operator()(Part<C>& y, C x) const { y = x.real(); } };
 template <class C> struct Imag { void operator()(Part<C>& y, C x) const { y = x.imag(); } };
@@ -149,34 +106,6 @@ template <class C> struct Abs { void operator()(Part<C>& y, C x) const { y = std
 template <class C> struct Angle { void operator()(Part<C>& y, C x) const { y = std::arg(x); } };
 template <class C> struct FromReal { void operator()(C& y, Part<C> x) const { y = C(x, Part<C>(0)); } };
 template <class To, class From> struct Convert { void operator()(To& y, From x) const { y = To(x); } };
-
-// The kernels with a real scalar operand (a double): args[2] for scale, args[1] for fill.
-template <class C>
-struct Scale {
-  static C factor(const void* p) { return C(static_cast<Part<C>>(*static_cast<const double*>(p))); }
-  static void run(const LoopDims& d, const LoopArg* a) {
-    const C s = factor(a[2].data);
-    for_each<C, C>(d, a, [s](C& y, C x) { y = x * s; });
-  }
-  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
-    const C s = factor(a[2].data);
-    for_flat<C, C>(outer, n, a, [s](C& y, C x) { y = x * s; });
-  }
-  static void one(void* const* p) { *static_cast<C*>(p[0]) = *static_cast<const C*>(p[1]) * factor(p[2]); }
-};
-template <class C>
-struct Fill {
-  static C value(const void* p) { return C(static_cast<Part<C>>(*static_cast<const double*>(p))); }
-  static void run(const LoopDims& d, const LoopArg* a) {
-    const C v = value(a[1].data);
-    for_each<C>(d, a, [v](C& y) { y = v; });
-  }
-  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
-    const C v = value(a[1].data);
-    for_flat<C>(outer, n, a, [v](C& y) { y = v; });
-  }
-  static void one(void* const* p) { *static_cast<C*>(p[0]) = value(p[1]); }
-};
 
 template <class C, int dt>
 void register_dtype(detail::KernelTable& t) {
@@ -194,11 +123,6 @@ void register_dtype(detail::KernelTable& t) {
   Kernel<Mul<C>, C, C, C>::into(t, t.binary[int(BinaryOp::mul)][2 + dt]);
   Kernel<Div<C>, C, C, C>::into(t, t.binary[int(BinaryOp::div)][2 + dt]);
   Kernel<Pow<C>, C, C, C>::into(t, t.binary[int(BinaryOp::pow)][2 + dt]);
-  Kernel<Copy<C>, C, C>::into(t, t.copy[4 + dt]);
-  Kernel<AddInto<C>, C, C>::into(t, t.acc[2 + dt]);
-  Kernel<Where<C>, C, bool, C, C>::into(t, t.where[2 + dt]);
-  t.set(t.scale[2 + dt], &Scale<C>::run, &Scale<C>::flat, &Scale<C>::one);
-  t.set(t.fill[2 + dt], &Fill<C>::run, &Fill<C>::flat, &Fill<C>::one);
   detail::ComplexKernels& c = t.complex;
   Kernel<Make<C>, C, R, R>::into(t, c.make[dt]);
   Kernel<Real<C>, R, C>::into(t, c.real[dt]);

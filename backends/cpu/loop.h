@@ -354,6 +354,61 @@ inline void for_one(void* const* p, F f) {
   for_one_impl<Ts...>(p, f, std::index_sequence_for<Ts...>{});
 }
 
+/// Unused residual slots of a reverse rule arrive as null pointers; they read a zero through a zero
+/// stride instead.
+template <class T>
+void fill_missing(detail::LoopArg* a, int n) {
+  static const T zero = T(0);
+  for (int i = 0; i < n; ++i)
+    if (!a[i].data) {
+      a[i].data = const_cast<T*>(&zero);
+      for (int64_t& s : a[i].strides) s = 0;
+    }
+}
+
+/// The reverse rules come in two modes: kAcc accumulates (dst += g D), otherwise dst = g D (a fresh
+/// adjoint that this rule writes first and whole: no zero fill, no read of dst).
+template <bool kAcc, class T>
+inline void put(T& dst, T v) {
+  if constexpr (kAcc)
+    dst += v;
+  else
+    dst = v;
+}
+
+/// T, once per index of a pack (kArity operands of one element type).
+template <class T, std::size_t>
+using Same = T;
+
+/// A reverse rule "dst (+)= g * D(p...)" from functor F over kArity operands of type T: the
+/// strided form fills absent residual operands with a zero; the flat twin gets them filled by the
+/// caller. (backends/cpu/elementwise.cpp and complex.cpp register theirs with it.)
+template <class F, class T, int kArity>
+struct DerivKernel {
+  template <std::size_t... I>
+  static void run_all(const detail::LoopDims& d, const detail::LoopArg* a, std::index_sequence<I...>) {
+    for_each<Same<T, I>...>(d, a, F{});
+  }
+  static void run(const detail::LoopDims& d, const detail::LoopArg* in_args) {
+    detail::LoopArg args[kArity];
+    for (int i = 0; i < kArity; ++i) args[i] = in_args[i];
+    fill_missing<T>(args + 2, kArity - 2);
+    run_all(d, args, std::make_index_sequence<kArity>{});
+  }
+  template <std::size_t... I>
+  static void flat_all(int64_t outer, int64_t n, const detail::FlatArg* a, std::index_sequence<I...>) {
+    for_flat<Same<T, I>...>(outer, n, a, F{});
+  }
+  static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {
+    flat_all(outer, n, a, std::make_index_sequence<kArity>{});
+  }
+  template <std::size_t... I>
+  static void one_all(void* const* p, std::index_sequence<I...>) {
+    for_one<Same<T, I>...>(p, F{});
+  }
+  static void one(void* const* p) { one_all(p, std::make_index_sequence<kArity>{}); }
+};
+
 /// A kernel from a stateless functor F over element types Ts: the strided form and its flat and
 /// scalar twins.
 template <class F, class... Ts>

@@ -1,5 +1,6 @@
 // CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare;
 // each with its flat twin.
+#include <complex>
 #include <cstdint>
 #include <type_traits>
 
@@ -48,8 +49,8 @@ struct Equal {
   void operator()(bool& y, T p, T q) const { y = p == q; }
 };
 
-// The two kernels with a scalar operand (a double, whatever T is): args[2] for scale, args[1]
-// for fill.
+// The two kernels with a scalar operand (a double, whatever T is; a complex T's real part): args[2]
+// for scale, args[1] for fill.
 template <class T>
 struct Scale {
   static void run(const LoopDims& d, const LoopArg* a) {
@@ -122,6 +123,19 @@ void register_memory(detail::KernelTable& t) {
   Kernel<Less<float>, bool, float, float>::into(t, t.compare[1][1]);
   Kernel<Equal<double>, bool, double, double>::into(t, t.compare[2][0]);
   Kernel<Equal<float>, bool, float, float>::into(t, t.compare[2][1]);
+  // The complex dtypes (dtype indices 2, 3; copies 4, 5): the same kernels on std::complex.
+  using C128 = std::complex<double>;
+  using C64 = std::complex<float>;
+  CopyKernel<C128>::into(t, t.copy[4]);
+  CopyKernel<C64>::into(t, t.copy[5]);
+  Kernel<AddInto<C128>, C128, C128>::into(t, t.acc[2]);
+  Kernel<AddInto<C64>, C64, C64>::into(t, t.acc[3]);
+  with_scalar<Scale, C128>(t, t.scale[2]);
+  with_scalar<Scale, C64>(t, t.scale[3]);
+  with_scalar<Fill, C128>(t, t.fill[2]);
+  with_scalar<Fill, C64>(t, t.fill[3]);
+  Kernel<Where<C128>, C128, bool, C128, C128>::into(t, t.where[2]);
+  Kernel<Where<C64>, C64, bool, C64, C64>::into(t, t.where[3]);
 }
 
 }  // namespace tenax::cpu

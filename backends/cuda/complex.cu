@@ -1,10 +1,13 @@
 // CUDA kernels of the complex dtypes (cuda::std::complex, laid out as std::complex): the
 // elementwise ops defined on complex numbers and their derivative rules in both forms (VJP:
-// g * conj(D), JVP: g * D; docs/complex.md), copies, accumulations, fills, scaling, select, and the
-// kernels that build a complex number or take one apart. Contractions, recurrences and the linear
-// algebra of complex operands are host-only (a DeviceError on a GPU).
+// g * conj(D), JVP: g * D; docs/complex.md) and the kernels that build a complex number or take one
+// apart (copies, sums, fills, scaling and select on complex numbers: elementwise.cu's kernels).
+// Contractions, recurrences and the linear algebra of complex operands are host-only (a
+// DeviceError on a GPU).
 #include <cuda/std/complex>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "tenax/backends/cuda/loop.cuh"
 #include "tenax/backends/cuda/register.h"
@@ -64,7 +67,6 @@ struct Rule4 {
     return g * (kConj ? ::cuda::std::conj(d) : d);
   }
 };
-struct Pass { template <class C> __device__ C operator()(C g) const { return g; } };
 
 // ---- parts ----
 struct Make { template <class R> __device__ Cx<R> operator()(R re, R im) const { return Cx<R>(re, im); } };
@@ -76,17 +78,6 @@ struct Arg { template <class R> __device__ R operator()(Cx<R> z) const { return 
 struct Lift { template <class R> __device__ Cx<R> operator()(R x) const { return Cx<R>(x, R(0)); } };
 template <class To>
 struct Convert { template <class From> __device__ To operator()(From z) const { return To(z); } };
-template <class C>
-struct Times {
-  C s;
-  __device__ C operator()(C x) const { return x * s; }
-};
-template <class C>
-struct Value {
-  C v;
-  __device__ C operator()() const { return v; }
-};
-struct Choose { template <class C> __device__ C operator()(bool c, C p, C q) const { return c ? p : q; } };
 
 // ---- host entry points (ElementwiseFn) ----
 template <class F, class C>
@@ -97,31 +88,6 @@ template <class F, class C>
 void binary(const LoopDims& d, const LoopArg* a) {
   launch<Put::assign, F, C, C, C>(d, a, F{}, "elementwise");
 }
-template <class F, class C, bool kAcc>
-void rule3(const LoopDims& d, const LoopArg* in) {
-  LoopArg a[4] = {in[0], in[1], in[2], in[3]};
-  fill_missing<4>(a, device_zero<C>(in[0].data));
-  if (kAcc)
-    launch_acc<F, C, C, C, C>(d, a, F{}, "vjp");
-  else
-    launch<Put::assign, F, C, C, C, C>(d, a, F{}, "vjp");
-}
-template <class F, class C, bool kAcc>
-void rule4(const LoopDims& d, const LoopArg* in) {
-  LoopArg a[5] = {in[0], in[1], in[2], in[3], in[4]};
-  fill_missing<5>(a, device_zero<C>(in[0].data));
-  if (kAcc)
-    launch_acc<F, C, C, C, C, C>(d, a, F{}, "vjp");
-  else
-    launch<Put::assign, F, C, C, C, C, C>(d, a, F{}, "vjp");
-}
-template <class C, bool kAcc>
-void pass(const LoopDims& d, const LoopArg* a) {
-  if (kAcc)
-    launch_acc<Pass, C, C>(d, a, Pass{}, "vjp");
-  else
-    launch<Put::assign, Pass, C, C>(d, a, Pass{}, "vjp");
-}
 template <class F, class Out, class In>
 void part(const LoopDims& d, const LoopArg* a) {
   launch<Put::assign, F, Out, In>(d, a, F{}, "complex");
@@ -131,46 +97,16 @@ void make(const LoopDims& d, const LoopArg* a) {
   using R = typename C::value_type;
   launch<Put::assign, Make, C, R, R>(d, a, Make{}, "complex");
 }
-template <class C>
-void copy(const LoopDims& d, const LoopArg* a) {
-  launch<Put::assign, Pass, C, C>(d, a, Pass{}, "copy");
-}
-template <class C>
-void acc(const LoopDims& d, const LoopArg* a) {
-  launch_acc<Pass, C, C>(d, a, Pass{}, "accumulate");
-}
-template <class C>
-void scale(const LoopDims& d, const LoopArg* a) {
-  using R = typename C::value_type;
-  const Times<C> f{C(static_cast<R>(*static_cast<const double*>(a[2].data)))};
-  launch<Put::assign, Times<C>, C, C>(d, a, f, "scale");
-}
-template <class C>
-void fill(const LoopDims& d, const LoopArg* a) {
-  using R = typename C::value_type;
-  const Value<C> f{C(static_cast<R>(*static_cast<const double*>(a[1].data)))};
-  launch<Put::assign, Value<C>, C>(d, a, f, "fill");
-}
-template <class C>
-void where(const LoopDims& d, const LoopArg* a) {
-  launch<Put::assign, Choose, C, bool, C, C>(d, a, Choose{}, "where");
-}
-
 // Both forms (VJP into deriv_*[2 + dt], JVP into complex.tangent_*[dt]) of a derivative rule over
-// (g, x, y) (kArity 3) or (g, a, b, y) (kArity 4).
+// (g, x, y) (kArity 3) or (g, a, b, y) (kArity 4): the loops of loop.cuh's `rule`.
 template <int kArity, class D, class C>
 void rule_entries(KernelTable& t, DerivOp op, int dt) {
-  if constexpr (kArity == 3) {
-    t.deriv_acc[int(op)][2 + dt] = rule3<Rule3<D, true>, C, true>;
-    t.deriv_set[int(op)][2 + dt] = rule3<Rule3<D, true>, C, false>;
-    t.complex.tangent_acc[int(op)][dt] = rule3<Rule3<D, false>, C, true>;
-    t.complex.tangent_set[int(op)][dt] = rule3<Rule3<D, false>, C, false>;
-  } else {
-    t.deriv_acc[int(op)][2 + dt] = rule4<Rule4<D, true>, C, true>;
-    t.deriv_set[int(op)][2 + dt] = rule4<Rule4<D, true>, C, false>;
-    t.complex.tangent_acc[int(op)][dt] = rule4<Rule4<D, false>, C, true>;
-    t.complex.tangent_set[int(op)][dt] = rule4<Rule4<D, false>, C, false>;
-  }
+  using Vjp = std::conditional_t<kArity == 3, Rule3<D, true>, Rule4<D, true>>;
+  using Jvp = std::conditional_t<kArity == 3, Rule3<D, false>, Rule4<D, false>>;
+  t.deriv_acc[int(op)][2 + dt] = rule<Vjp, C, true, kArity + 1>;
+  t.deriv_set[int(op)][2 + dt] = rule<Vjp, C, false, kArity + 1>;
+  t.complex.tangent_acc[int(op)][dt] = rule<Jvp, C, true, kArity + 1>;
+  t.complex.tangent_set[int(op)][dt] = rule<Jvp, C, false, kArity + 1>;
 }
 
 template <class R, int dt>
@@ -201,15 +137,6 @@ void register_dtype(KernelTable& t) {
   rule_entries<4, DDivB, C>(t, DerivOp::div_b, dt);
   rule_entries<4, DPowA, C>(t, DerivOp::pow_a, dt);
   rule_entries<4, DPowB, C>(t, DerivOp::pow_b, dt);
-  t.deriv_acc[int(DerivOp::one)][2 + dt] = pass<C, true>;
-  t.deriv_set[int(DerivOp::one)][2 + dt] = pass<C, false>;
-  t.complex.tangent_acc[int(DerivOp::one)][dt] = pass<C, true>;
-  t.complex.tangent_set[int(DerivOp::one)][dt] = pass<C, false>;
-  t.copy[4 + dt] = copy<C>;
-  t.acc[2 + dt] = acc<C>;
-  t.scale[2 + dt] = scale<C>;
-  t.fill[2 + dt] = fill<C>;
-  t.where[2 + dt] = where<C>;
   ComplexKernels& c = t.complex;
   c.make[dt] = make<C>;
   c.real[dt] = part<RealPart, R, C>;

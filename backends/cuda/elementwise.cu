@@ -4,6 +4,7 @@
 // accumulation whose destination has a zero stride over a dim of size > 1 (a reduction) adds with
 // atomics. Kernels run on the per-thread default stream of the destination's device, ordered with
 // the stream-ordered allocator and the transfers; nothing here synchronises.
+#include <cuda/std/complex>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,22 +39,12 @@ void binary(const LoopDims& d, const LoopArg* a) {
 // Reverse rules of unary ops: args dst, g, x, y.
 template <template <class> class F, class T, bool kAcc>
 void deriv3(const LoopDims& d, const LoopArg* in) {
-  LoopArg a[4] = {in[0], in[1], in[2], in[3]};
-  fill_missing<4>(a, device_zero<T>(in[0].data));
-  if (kAcc)
-    launch_acc<F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
-  else
-    launch<Put::assign, F<T>, T, T, T, T>(d, a, F<T>{}, "vjp");
+  rule<F<T>, T, kAcc, 4>(d, in);
 }
 // Reverse rules of binary ops: args dst, g, a, b, y.
 template <template <class> class F, class T, bool kAcc>
 void deriv4(const LoopDims& d, const LoopArg* in) {
-  LoopArg a[5] = {in[0], in[1], in[2], in[3], in[4]};
-  fill_missing<5>(a, device_zero<T>(in[0].data));
-  if (kAcc)
-    launch_acc<F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
-  else
-    launch<Put::assign, F<T>, T, T, T, T, T>(d, a, F<T>{}, "vjp");
+  rule<F<T>, T, kAcc, 5>(d, in);
 }
 template <class T, bool kAcc>
 void deriv_one(const LoopDims& d, const LoopArg* a) {
@@ -98,6 +89,17 @@ void where(const LoopDims& d, const LoopArg* a) {
 template <template <class> class F, class T>
 void compare(const LoopDims& d, const LoopArg* a) {
   launch<Put::assign, F<T>, bool, T, T>(d, a, F<T>{}, "compare");
+}
+
+template <class C>
+void register_complex_movement(KernelTable& t, int dt) {
+  t.copy[4 + dt] = copy<C>;
+  t.acc[2 + dt] = acc<C>;
+  t.scale[2 + dt] = scale<C>;
+  t.fill[2 + dt] = fill<C>;
+  t.where[2 + dt] = where<C>;
+  t.deriv_acc[int(DerivOp::one)][2 + dt] = t.complex.tangent_acc[int(DerivOp::one)][dt] = deriv_one<C, true>;
+  t.deriv_set[int(DerivOp::one)][2 + dt] = t.complex.tangent_set[int(DerivOp::one)][dt] = deriv_one<C, false>;
 }
 
 }  // namespace
@@ -157,6 +159,11 @@ void register_elementwise(KernelTable& t) {
   t.compare[1][1] = compare<Less, float>;
   t.compare[2][0] = compare<Equal, double>;
   t.compare[2][1] = compare<Equal, float>;
+  // The complex dtypes' data movement and "dst (+)= g" rule (dtype indices 2, 3; copies 4, 5; the
+  // rule's JVP form is the same): these kernels on cuda::std::complex. Their arithmetic:
+  // complex.cu.
+  register_complex_movement<::cuda::std::complex<double>>(t, 0);
+  register_complex_movement<::cuda::std::complex<float>>(t, 1);
 }
 
 }  // namespace tenax::detail::cuda

@@ -259,4 +259,24 @@ const T* device_zero(const void* dst) {
   return zeros[device];
 }
 
+// A reverse rule "dst (+)= f(g, residuals...)" over kArity operands of type T (dst, g, then the
+// residuals, absent ones reading a device zero): accumulating (reductions into broadcast adjoints
+// included) or writing a fresh adjoint.
+template <class T, size_t>
+using Same = T;  // T once per index of a pack
+template <class F, class T, bool kAcc, int kArity, size_t... I>
+void rule_launch(const LoopDims& d, LoopArg* a, std::index_sequence<I...>) {
+  if (kAcc)
+    launch_acc<F, T, Same<T, I>...>(d, a, F{}, "vjp");
+  else
+    launch<Put::assign, F, T, Same<T, I>...>(d, a, F{}, "vjp");
+}
+template <class F, class T, bool kAcc, int kArity>
+void rule(const LoopDims& d, const LoopArg* in) {
+  LoopArg a[kArity];
+  for (int i = 0; i < kArity; ++i) a[i] = in[i];
+  fill_missing<kArity>(a, device_zero<T>(in[0].data));
+  rule_launch<F, T, kAcc, kArity>(d, a, std::make_index_sequence<kArity - 1>{});
+}
+
 }  // namespace tenax::detail::cuda
