@@ -176,8 +176,9 @@ TEST_F(Cuda, EveryOpMatchesTheHostOrSaysItHasNoKernel) {
       }
       EXPECT_LE(testing::mismatch(back, want, 1e-12, 1e-12), 1.0) << op->name << " forward, case " << c;
       if (!op->vjp) continue;
-      // VJP: the gradient of sum(w * op(x)) w.r.t. every float input, on both devices.
-      const Tensor w = randn(want.axes(), rng());
+      // VJP: the gradient of Σ w · op(x) (Σ Re(conj(w) op(x)) for a complex result, as
+      // docs/complex.md) w.r.t. every float input, on both devices.
+      const Tensor w = randn(want.axes(), rng(), is_complex(want.dtype()) ? DType::c128 : DType::f64);
       auto grads = [&](const std::vector<Tensor>& in, const Tensor& weight) {
         Tape tape;
         std::vector<Tensor> watched, wrt;
@@ -186,7 +187,8 @@ TEST_F(Cuda, EveryOpMatchesTheHostOrSaysItHasNoKernel) {
           watched.push_back(diff ? tape.watch(in[i]) : in[i]);
           if (diff) wrt.push_back(watched.back());
         }
-        return tape.gradient(sum(detail::apply(*op, watched, s.attrs) * weight), wrt);
+        const Tensor y = detail::apply(*op, watched, s.attrs);
+        return tape.gradient(is_complex(y.dtype()) ? sum(real(mul(conj(weight), y))) : sum(mul(weight, y)), wrt);
       };
       std::vector<Tensor> gh = grads(host, w), gd;
       try {
