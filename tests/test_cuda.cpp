@@ -480,6 +480,50 @@ TEST_F(Cuda, FusedChainsMatchThePlainKernelsAndTheHostInFewerKernels) {
 // the step, y_t and the next carry forwards; the checkpoint load, the step again and its reverse
 // step backwards. Counted as the difference between 40 and 20 steps (the traced first steps and
 // the capture launch their calls one by one).
+// A compiled function and forward mode through a scan on the device: the replayed programs (values,
+// the reverse program, the tangent program) give the host's eager values, gradients and tangents.
+TEST_F(Cuda, CompiledFunctionsAndForwardModeThroughScanMatchTheHost) {
+  const Device gpu = Device::cuda(0);
+  auto step = [](const std::vector<Tensor>& a) {
+    const Tensor h = tanh(dot(a[0], rename(a[1], "h", "k"), {"k"}) + a[2]);
+    const Tensor gated = where(greater(h, scalar(0.0, DType::f64, h.device())), h, h * 0.5);
+    return std::vector<Tensor>{gated, sum(gated * gated)};
+  };
+  const CompiledFunction f = compile(step);
+  for (uint64_t call = 0; call < 3; ++call) {
+    const std::vector<Tensor> host{randn(Axes{{"h", 5}, {"k", 5}}, 10 + call), randn(Axes{{"h", 5}}, 20 + call),
+                                   randn(Axes{{"h", 5}}, 30 + call)};
+    std::vector<Tensor> dev;
+    for (const Tensor& t : host) dev.push_back(to(t, gpu));
+    const auto [v, g] = value_and_grad([&](const std::vector<Tensor>& p) { return f(p)[1]; }, dev);
+    const auto [ve, ge] = value_and_grad([&](const std::vector<Tensor>& p) { return step(p)[1]; }, host);
+    ASSERT_EQ(v.device(), gpu);
+    EXPECT_NEAR(to(v, Device::cpu()).item(), ve.item(), 1e-12) << "call " << call;
+    for (size_t k = 0; k < host.size(); ++k)
+      EXPECT_LE(testing::mismatch(to(g[k], Device::cpu()), ge[k], 1e-11, 1e-12), 1.0) << "call " << call << " arg " << k;
+    const auto [y, dy] = jvp([&](const std::vector<Tensor>& p) { return f(p)[1]; }, dev, dev);
+    const auto [ye, dye] = jvp([&](const std::vector<Tensor>& p) { return step(p)[1]; }, host, host);
+    EXPECT_NEAR(to(dy, Device::cpu()).item(), dye.item(), 1e-11) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().traces, 2);  // one reverse-mode signature, one forward-mode signature
+  // Forward mode through a scan: the device's tangent equals the host's.
+  auto scanned = [](const std::vector<Tensor>& a) {
+    ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+      const Tensor next = tanh(a[0] * c[0] + x[0]);
+      return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next * next});
+    };
+    return scan(body, {a[2]}, {a[1]}, "t").ys[0];
+  };
+  const std::vector<Tensor> host{tensor({0.9, -0.5}, "h"), randn(Axes{{"t", 6}, {"h", 2}}, 7), tensor({0.3, 0.2}, "h")};
+  std::vector<Tensor> dev;
+  for (const Tensor& t : host) dev.push_back(to(t, gpu));
+  const auto [y, dy] = jvp(scanned, dev, dev);  // jacobian itself takes host tensors (README)
+  const auto [ye, dye] = jvp(scanned, host, host);
+  ASSERT_EQ(dy.device(), gpu);
+  EXPECT_LE(testing::mismatch(to(y, Device::cpu()), ye, 1e-12, 1e-13), 1.0);
+  EXPECT_LE(testing::mismatch(to(dy, Device::cpu()), dye, 1e-11, 1e-13), 1.0);
+}
+
 TEST_F(Cuda, AScanStepIsOneLaunchEachWay) {
   const Device gpu = Device::cuda(0);
   auto launches = [&](int64_t steps, bool fused) {
