@@ -1,6 +1,7 @@
 #pragma once
 // The interface between core and the backends: a table of kernels on raw pointers and element
 // strides. No names, no tape. Each backend fills one table in its register_*_kernels().
+#include <string>
 #include <cstddef>
 #include <cstdint>
 
@@ -351,7 +352,16 @@ void note_device_wait(const char* op, int device);
 
 /// Fills `t` with the host kernels (backends/cpu).
 void register_cpu_kernels(KernelTable& t);
-/// Fills `t` with the CUDA kernels; a no-op in builds without the CUDA backend.
+// The CUDA backend's entry points. libtenax holds weak no-op definitions (backends/cuda/no_cuda.cpp);
+// the CUDA objects (the installed package's tenax::cuda, linked into a program as objects) hold the
+// real ones, which the linker prefers. A CPU program thus links no CUDA library at all.
+
+/// Whether the CUDA backend's objects are linked into this program.
+bool cuda_backend_linked();
+/// Why no CUDA device may be there, for error messages: "K CUDA devices visible", or that the
+/// CUDA backend is not linked into this program and how to link it (core/storage.cpp).
+std::string cuda_visibility();
+/// Fills `t` with the CUDA kernels; a no-op without the CUDA backend.
 void register_cuda_kernels(KernelTable& t);
 /// Number of usable CUDA devices (0 without a driver, a device or the CUDA backend).
 int cuda_device_count();

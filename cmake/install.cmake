@@ -25,6 +25,13 @@ foreach(header IN LISTS TENAX_PUBLIC_HEADERS)
   install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tenax/${dir})
 endforeach()
 install(EXPORT tenaxTargets NAMESPACE tenax:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tenax)
+# The CUDA backend: its objects and their own export set, which the package config loads only for
+# a consumer asking for the component (find_package(tenax COMPONENTS cuda)); a CPU consumer never
+# looks for the CUDA toolkit.
+if(TENAX_HAVE_CUDA)
+  install(TARGETS tenax_cuda EXPORT tenaxCudaTargets OBJECTS DESTINATION ${CMAKE_INSTALL_LIBDIR}/tenax_cuda)
+  install(EXPORT tenaxCudaTargets NAMESPACE tenax:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tenax)
+endif()
 configure_package_config_file(cmake/tenaxConfig.cmake.in ${CMAKE_BINARY_DIR}/tenaxConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tenax)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/tenaxConfigVersion.cmake COMPATIBILITY SameMinorVersion)

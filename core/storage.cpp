@@ -40,6 +40,22 @@ std::array<std::atomic<Allocator*>, 16> g_cuda{};
 
 }  // namespace
 
+namespace detail {
+
+std::string cuda_visibility() {
+  if (!cuda_backend_linked())
+#if TENAX_BUILT_WITH_CUDA
+    return "Tenax's CUDA backend is not linked into this program: link the target tenax::cuda "
+           "(find_package(tenax COMPONENTS cuda))";
+#else
+    return "this Tenax was built without its CUDA backend (TENAX_CUDA=OFF, or no nvcc at build time)";
+#endif
+  const int n = cuda_device_count();
+  return std::to_string(n) + " CUDA devices visible" + (n == 0 ? ": no GPU or no driver" : "");
+}
+
+}  // namespace detail
+
 Allocator& allocator_for(Device d) {
   if (d.kind == Device::Kind::cpu) {
     Allocator* a = g_host.load(std::memory_order_acquire);
@@ -54,10 +70,7 @@ Allocator& allocator_for(Device d) {
       return *g_cuda[d.index].load(std::memory_order_acquire);
     }
   }
-  throw DeviceError("[alloc] no allocator for device " + d.str() + ": " +
-                    (detail::cuda_device_count() == 0 ? std::string("this build has no CUDA backend or no CUDA device is visible")
-                                                      : "there are " + std::to_string(detail::cuda_device_count()) +
-                                                            " CUDA devices"));
+  throw DeviceError("[alloc] no allocator for device " + d.str() + " (" + detail::cuda_visibility() + ")");
 }
 
 void set_allocator(Device d, Allocator* a) {

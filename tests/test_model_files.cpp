@@ -228,7 +228,7 @@ TEST(ModelErrors, InvalidJsonAndMissingInputs) {
   // (test_cuda runs models on a GPU).
   if (detail::cuda_device_count() == 0) {
     EXPECT_MESSAGE(tenax::testing::error_message<DeviceError>([&] { m.set_device(Device::cuda(0)); }),
-                   "[Model::set_device] cuda:0 is not available (0 CUDA devices visible");
+                   "[Model::set_device] cuda:0 is not available (" + detail::cuda_visibility() + ")");
     EXPECT_EQ(m.device(), Device::cpu());
     EXPECT_NEAR(m.run("d", {{"x", x}}).item(), sum(x * tensor({1.0, 2.0, 3.0}, "i")).item(), 1e-14);
   }

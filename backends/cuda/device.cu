@@ -105,6 +105,7 @@ namespace tenax::detail {
 
 std::atomic<int64_t> cuda::g_launches{0};
 std::atomic<int64_t> cuda::g_kernels{0};
+bool cuda_backend_linked() { return true; }
 int64_t cuda_kernel_launches() { return cuda::g_launches.load(std::memory_order_relaxed); }
 int64_t cuda_kernels_run() { return cuda::g_kernels.load(std::memory_order_relaxed); }
 

@@ -41,8 +41,7 @@ const KernelTable& kernels(Device d) {
   }
   static const int count = cuda_device_count();
   if (d.index < 0 || d.index >= count)
-    throw DeviceError("[device] " + d.str() + " is not available (" + std::to_string(count) +
-                      " CUDA devices visible to this build)");
+    throw DeviceError("[device] " + d.str() + " is not available (" + cuda_visibility() + ")");
   static const KernelTable cuda = make_cuda_table();
   return cuda;
 }
@@ -51,9 +50,7 @@ void require_device(Device d, const char* op) {
   if (d.kind == Device::Kind::cpu) return;
   const int visible = cuda_device_count();
   if (d.index < 0 || d.index >= visible)
-    throw DeviceError(std::string("[") + op + "] " + d.str() + " is not available (" +
-                      std::to_string(visible) + " CUDA devices visible" +
-                      (visible == 0 ? "; this build may lack the CUDA backend)" : ")"));
+    throw DeviceError(std::string("[") + op + "] " + d.str() + " is not available (" + cuda_visibility() + ")");
 }
 
 Tensor apply(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
