@@ -1,6 +1,9 @@
 // Forward values against hand-written references and LAPACK: elementwise broadcasting order,
 // reductions, dot on every kernel path (direct loops, BLAS in place, BLAS packed), linear algebra.
 #include <cmath>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "op_check.h"
@@ -418,6 +421,37 @@ TEST(TiledLoops, TransposingCopiesAndOpsEqualTheElementByElementLoop) {
   // float32 too.
   const Tensor m32 = astype(m, DType::f32);
   EXPECT_EQ(contiguous(transpose(m32, {"j", "i"})).to_vector(), m32.to_vector(AxisList{"j", "i"}));
+}
+
+// Long contiguous operands merge into one row, which runs in pieces across threads (the cheap ops
+// from 2^16 elements, the transcendental ones from 2^13): every element has the bits of the same op
+// run serially, chunk by chunk below the thresholds, at one thread and at two, float64 and float32.
+TEST(ParallelLoops, LongRowsSplitAcrossThreadsKeepTheSerialBits) {
+  constexpr int64_t n = 200003, chunk = 4001;  // odd: ragged pieces and vector tails
+  for (DType dt : {DType::f64, DType::f32}) {
+    const Tensor x = astype(randn(Axes{{"i", n}}, 31) * 3.0, dt), y = astype(randn(Axes{{"i", n}}, 32), dt);
+    const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&)>>> ops{
+        {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+        {"exp", [](const Tensor& a, const Tensor&) { return exp(a); }},
+        {"sigmoid", [](const Tensor& a, const Tensor&) { return sigmoid(a); }},
+        {"tanh", [](const Tensor& a, const Tensor&) { return tanh(a); }},
+        {"copy", [](const Tensor& a, const Tensor&) { return contiguous(slice(a, "i", 1)); }}};
+    for (const auto& [name, op] : ops) {
+      std::vector<Tensor> pieces;
+      const int64_t len = std::string(name) == "copy" ? n - 1 : n;
+      for (int64_t i = 0; i < len; i += chunk) {
+        const int64_t end = std::min(len, i + chunk);
+        pieces.push_back(std::string(name) == "copy" ? contiguous(slice(x, "i", i + 1, end + 1))
+                                                     : op(slice(x, "i", i, end), slice(y, "i", i, end)));
+      }
+      const std::vector<double> want = concat(pieces, "i").to_vector();
+      for (int threads : {1, 2}) {
+        set_num_threads(threads);
+        EXPECT_EQ(op(x, y).to_vector(), want) << name << " " << dtype_name(dt) << " at " << threads << " threads";
+      }
+      set_num_threads(0);
+    }
+  }
 }
 
 // Transposing copies of floats run as blocked tiles (backends/cpu/transpose_copy.cpp), streamed

@@ -70,6 +70,7 @@ struct VectorForm<UnaryOp::softplus, T> {
   template <class T>                                                                     \
   struct Fwd_##name {                                                                    \
     static constexpr bool kVectorized = VectorForm<UnaryOp::name, T>::kHas;              \
+    static constexpr bool kCostly = VectorForm<UnaryOp::name, float>::kHas;              \
     static vmath::Batch<T> vec(const vmath::Batch<T>& x) {                               \
       if constexpr (kVectorized) return VectorForm<UnaryOp::name, T>::apply(x);          \
       return x;                                                                          \

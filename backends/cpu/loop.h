@@ -18,8 +18,22 @@
 
 namespace tenax::cpu {
 
-/// Loops of at least this many elements run in parallel (when the output has no broadcast dims).
+/// Loops of at least twice this many elements run in parallel (when the output has no broadcast
+/// dims), each task getting at least this many: below, a second thread does not pay
+/// (bench_threads, bench/RESULTS.md "Threads").
 inline constexpr int64_t kParallelGrain = 1 << 15;
+/// The same for a costly function (a functor with `kCostly`: the transcendental ops, some 10 to 30
+/// ns per element): pieces of 2^12 elements already run 1.8x faster on two threads.
+inline constexpr int64_t kCostlyGrain = 1 << 12;
+template <class F>
+inline constexpr int64_t kGrainOf = [] {
+  if constexpr (requires { F::kCostly; }) return F::kCostly ? kCostlyGrain : kParallelGrain;
+  return kParallelGrain;
+}();
+/// The grain to give tbb::blocked_range so that no task gets fewer than `min_units` units of
+/// work: a range splits into halves while it is larger than its grain, so a grain of 2 m - 1
+/// splits ranges of 2 m and more, into pieces of m and more.
+inline int64_t task_grain(int64_t min_units) { return 2 * std::max<int64_t>(1, min_units) - 1; }
 /// A loop that moves an axis (an input contiguous along a dim the output is not) runs in bands
 /// kTile elements wide along the output's contiguous dim, from kTileMin elements on: a band sweeps
 /// the input's contiguous dim, so that input is read as kTile sequential streams (which the
@@ -236,6 +250,27 @@ bool output_overlaps(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, 
   return false;
 }
 
+// A one-row plan (p.rank == 1) in pieces of at least kGrainOf<F> elements across oneTBB's
+// workers. Each element is computed as in the serial loop (a vector form's tail lanes are the same
+// function), so the bits do not depend on the split. False, having done nothing, where the output
+// overlaps an input other than element for element (the serial loop's order would matter).
+template <class... Ts, class F, std::size_t... I>
+bool split_row(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, F& f, std::index_sequence<I...> seq) {
+  constexpr int N = sizeof...(Ts);
+  if (output_overlaps<Ts...>(p, args, seq))
+    for (int a = 1; a < N; ++a)
+      if (args[a].data != args[0].data || p.strides[a][0] != p.strides[0][0]) return false;
+  int64_t s[N];
+  for (int a = 0; a < N; ++a) s[a] = p.strides[a][0];
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, p.sizes[0], task_grain(kGrainOf<F>)),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      F local = f;
+                      std::tuple<Ts*...> ptr{static_cast<Ts*>(args[I].data) + r.begin() * s[I]...};
+                      inner<Ts...>(static_cast<int64_t>(r.size()), ptr, s, local, seq);
+                    });
+  return true;
+}
+
 // Jobs [begin, end) of a banded loop: job j is the band starting at a0 = (j % a_tiles) kTile of the
 // innermost dim, at the index of the other outer dims (not `bdim`) given by j / a_tiles; it sweeps
 // `bdim` row by row, kTile elements of the innermost dim each.
@@ -274,7 +309,7 @@ bool for_each_tiled(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, i
   for (int d = 0; d + 1 < p.rank; ++d)
     if (d != bdim) jobs *= p.sizes[d];
   const int64_t per_job = kTile * p.sizes[bdim];
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, std::max<int64_t>(1, kParallelGrain / per_job)),
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, task_grain((kParallelGrain + per_job - 1) / per_job)),
                     [&](const tbb::blocked_range<int64_t>& r) {
                       F local = f;
                       run_tiled<Ts...>(p, args, bdim, r.begin(), r.end(), local, seq);
@@ -295,7 +330,7 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
   int64_t total = 1;
   for (int d = 0; d < dims.rank; ++d) total *= dims.sizes[d];
   if (total == 0) return;
-  if (total < kParallelGrain) {
+  if (total < 2 * kGrainOf<F>) {
     int64_t s[N];
     if (loop_detail::flat_strides<N>(dims, args, s)) {
       std::tuple<Ts*...> ptr = loop_detail::pointers<Ts...>(args, seq);
@@ -313,12 +348,18 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
   for (int d = 0; d + 1 < p.rank; ++d) outer_count *= p.sizes[d];
   bool dst_broadcast = false;
   for (int d = 0; d < p.rank; ++d) dst_broadcast |= p.strides[0][d] == 0;
-  if (total < kParallelGrain || outer_count < 2 || dst_broadcast) {
+  if (total < 2 * kGrainOf<F> || dst_broadcast) {
     loop_detail::run_range<Ts...>(p, args, 0, outer_count, f, seq);
     return;
   }
-  const int64_t rows_per_task = (kParallelGrain + p.sizes[p.rank - 1] - 1) / p.sizes[p.rank - 1];
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer_count, rows_per_task),
+  // One long row (contiguous operands merge into one): split the row.
+  if (outer_count < 2 && loop_detail::split_row<Ts...>(p, args, f, seq)) return;
+  if (outer_count < 2) {
+    loop_detail::run_range<Ts...>(p, args, 0, outer_count, f, seq);
+    return;
+  }
+  const int64_t rows_per_task = (kGrainOf<F> + p.sizes[p.rank - 1] - 1) / p.sizes[p.rank - 1];
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer_count, task_grain(rows_per_task)),
                     [&](const tbb::blocked_range<int64_t>& r) {
                       F local = f;
                       loop_detail::run_range<Ts...>(p, args, r.begin(), r.end(), local, seq);

@@ -134,7 +134,8 @@ bool transpose_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
   T* out = static_cast<T*>(args[0].data);
   const T* in = static_cast<const T*>(args[1].data);
   const int64_t blocks = (l.nj + kBlock - 1) / kBlock, jobs = blocks * l.batch_count;
-  const int64_t grain = std::max<int64_t>(1, kParallelGrain / (kBlock * l.ni));
+  const int64_t per_job = kBlock * l.ni;
+  const int64_t grain = total < 2 * kParallelGrain ? jobs : task_grain((kParallelGrain + per_job - 1) / per_job);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, grain), [&](const tbb::blocked_range<int64_t>& r) {
     for (int64_t job = r.begin(); job < r.end(); ++job) {
       int64_t out_off = 0, in_off = 0;
