@@ -207,8 +207,8 @@ TEST_F(Cuda, EveryOpMatchesTheHostOrSaysItHasNoKernel) {
 }
 
 // Every op that takes complex operands, in complex128 on the device against the host: the forward
-// values and the gradient of the real loss Σ Re(conj(w) y) (docs/complex.md). The contraction, the
-// recurrence and the linear algebra of complex operands are host-only and say so.
+// values and the gradient of the real loss Σ Re(conj(w) y) (docs/complex.md). The recurrence, the
+// linear algebra and the tridiagonal solve of complex operands are host-only and say so.
 TEST_F(Cuda, EveryComplexOpMatchesTheHostOrSaysItHasNoKernel) {
   const Device gpu = Device::cuda(0);
   std::string missing;
@@ -244,7 +244,21 @@ TEST_F(Cuda, EveryComplexOpMatchesTheHostOrSaysItHasNoKernel) {
     for (size_t k = 0; k < gh.size(); ++k)
       EXPECT_LE(testing::mismatch(to(gd[k], Device::cpu()), gh[k], 1e-11, 1e-12), 1.0) << op->name << " VJP input " << k;
   }
-  EXPECT_EQ(missing, "dot, cholesky, triangular_solve, solve, linear_recurrence, tridiagonal_solve");
+  EXPECT_EQ(missing, "cholesky, triangular_solve, solve, linear_recurrence, tridiagonal_solve");
+  // Contractions large enough for cuBLAS (zgemm, cgemm), in both output layouts, and a long one into
+  // few outputs (the per-output kernel: the real block reduction takes no complex type).
+  for (DType dt : {DType::c128, DType::c64}) {
+    const double tol = dt == DType::c128 ? 1e-12 : 2e-5;
+    const Tensor x = randn(Axes{{"m", 70}, {"k", 60}}, 1, dt), y = randn(Axes{{"k", 60}, {"n", 50}}, 2, dt);
+    for (const Tensor& want : {dot(x, y, {"k"}), dot(y, x, {"k"})}) {
+      const bool xy = want.axes().names()[0] == Name("m");
+      const Tensor got = xy ? dot(to(x, gpu), to(y, gpu), {"k"}) : dot(to(y, gpu), to(x, gpu), {"k"});
+      EXPECT_LE(testing::mismatch(to(got, Device::cpu()), want, tol, tol), 1.0) << dtype_name(dt);
+    }
+    const Tensor u = randn(Axes{{"k", 4096}, {"o", 3}}, 3, dt), v = randn(Axes{{"k", 4096}}, 4, dt);
+    EXPECT_LE(testing::mismatch(to(dot(to(u, gpu), to(v, gpu), {"k"}), Device::cpu()), dot(u, v, {"k"}), tol, tol), 1.0)
+        << dtype_name(dt) << " long k";
+  }
 }
 
 TEST_F(Cuda, TheDeviceMemoryBudgetIsEnforced) {

@@ -2,10 +2,12 @@
 // cuBLAS strided-batched gemm when every group is one dim (or none) whose layout cuBLAS can read in
 // place and the matrices are large; otherwise one thread per output element, the k group walked in
 // its own loop, or a block per output element when k is long and the outputs few (any layout, no
-// copies). cuBLAS is loaded with dlopen on the first large contraction, not linked: a program that
+// copies). Complex operands (cuda::std::complex, std::complex's layout) take the same paths, cuBLAS's
+// zgemm / cgemm for the large ones, and no conjugation (Σ x y, as on the host). cuBLAS is loaded with dlopen on the first large contraction, not linked: a program that
 // never needs it does not load it (libcublasLt alone is ~500 MB and initialises itself at load).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cuda/std/complex>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -81,6 +83,8 @@ struct Cublas {
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasDgemmStridedBatched) dgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm = nullptr;
+  decltype(&cublasZgemmStridedBatched) zgemm = nullptr;
+  decltype(&cublasCgemmStridedBatched) cgemm = nullptr;
   decltype(&cublasGetStatusString) status = nullptr;
 };
 const Cublas* cublas() {
@@ -95,7 +99,8 @@ const Cublas* cublas() {
     };
     const bool ok = sym(c.create, "cublasCreate_v2") & sym(c.destroy, "cublasDestroy_v2") &
                     sym(c.set_stream, "cublasSetStream_v2") & sym(c.dgemm, "cublasDgemmStridedBatched") &
-                    sym(c.sgemm, "cublasSgemmStridedBatched") & sym(c.status, "cublasGetStatusString");
+                    sym(c.sgemm, "cublasSgemmStridedBatched") & sym(c.zgemm, "cublasZgemmStridedBatched") &
+                    sym(c.cgemm, "cublasCgemmStridedBatched") & sym(c.status, "cublasGetStatusString");
     if (!ok) {
       std::fprintf(
           stderr,
@@ -163,6 +168,24 @@ cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation
   const float one = 1.0f;
   return lib.sgemm(h, ta, tb, m, n, k, &one, a, lda, sa, b, ldb, sb, &beta, c, ldc, sc, count);
 }
+using Z = ::cuda::std::complex<double>;
+using C = ::cuda::std::complex<float>;
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const Z* a, int lda, long long sa, const Z* b, int ldb,
+                            long long sb, Z beta, Z* c, int ldc, long long sc, int count) {
+  const cuDoubleComplex one{1.0, 0.0}, bz{beta.real(), beta.imag()};
+  return lib.zgemm(h, ta, tb, m, n, k, &one, reinterpret_cast<const cuDoubleComplex*>(a), lda, sa,
+                   reinterpret_cast<const cuDoubleComplex*>(b), ldb, sb, &bz, reinterpret_cast<cuDoubleComplex*>(c),
+                   ldc, sc, count);
+}
+cublasStatus_t gemm_batched(const Cublas& lib, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const C* a, int lda, long long sa, const C* b, int ldb,
+                            long long sb, C beta, C* c, int ldc, long long sc, int count) {
+  const cuComplex one{1.0f, 0.0f}, bc{beta.real(), beta.imag()};
+  return lib.cgemm(h, ta, tb, m, n, k, &one, reinterpret_cast<const cuComplex*>(a), lda, sa,
+                   reinterpret_cast<const cuComplex*>(b), ldb, sb, &bc, reinterpret_cast<cuComplex*>(c), ldc, sc,
+                   count);
+}
 
 // The contraction as one cuBLAS strided-batched gemm, in place; false (nothing ran) when a group
 // has several dims, a layout is not one cuBLAS reads, the work is small, or a graph is being
@@ -215,12 +238,16 @@ void contract(const ContractArgs& a) {
   if (total == 0) return;
   const int device = cuda::use_device_of(a.z, "dot");
   if (K > 0 && contract_cublas<T>(a, device, B, M, N, K)) return;
-  if (K >= 4 * kReduceBlock && total <= 65536) {
-    contract_reduce_kernel<T>
-        <<<static_cast<int>(std::min<int64_t>(total, 65535)), kReduceBlock, 0, cudaStreamPerThread>>>(
-            a, M, N, K, total);
-    cuda::check_launch("dot");
-    return;
+  // The block reduction keeps its partial sums in shared memory, which takes no complex type (its
+  // constructor): complex long contractions into few outputs take the per-output kernel.
+  if constexpr (std::is_floating_point_v<T>) {
+    if (K >= 4 * kReduceBlock && total <= 65536) {
+      contract_reduce_kernel<T>
+          <<<static_cast<int>(std::min<int64_t>(total, 65535)), kReduceBlock, 0, cudaStreamPerThread>>>(
+              a, M, N, K, total);
+      cuda::check_launch("dot");
+      return;
+    }
   }
   constexpr int kBlock = 256;
   const int grid = std::min(cuda::blocks_for(total, kBlock), 65535);  // grid-stride beyond
@@ -233,6 +260,8 @@ void contract(const ContractArgs& a) {
 void register_contract(KernelTable& t) {
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
+  t.contract[2] = contract<Z>;
+  t.contract[3] = contract<C>;
 }
 
 }  // namespace tenax::detail::cuda

@@ -236,7 +236,9 @@ int chain_key(const ChainCall& c) {
     const int64_t outputs = group_size(a.batch) * group_size(a.m) * group_size(a.n);
     const int64_t k = group_size(a.k);
     const bool small = outputs <= kChainMax && k <= kChainK && outputs * k <= kChainWork;
-    return small && fits(a.batch) && fits(a.m) && fits(a.n) && fits(a.k) ? c.dtype : -1;
+    // Real contractions only: the chains' kernels are float64 / float32 (a complex one runs alone).
+    const bool real = c.dtype == 0 || c.dtype == 1;
+    return real && small && fits(a.batch) && fits(a.m) && fits(a.n) && fits(a.k) ? c.dtype : -1;
   }
   const Known* k = find(c.fn);
   if (!k || total_of(*c.dims) > kChainMax) return -1;
