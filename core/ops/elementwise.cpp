@@ -212,6 +212,11 @@ void binary_vjp(VjpContext& c) {
   const Axes& ax = g.axes();
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
+    // The cotangent itself is the adjoint of a + b's operands and of a - b's first: lent where the
+    // input has no adjoint yet and the cotangent's axes (no copy; one is made only if another
+    // contribution comes).
+    if constexpr (B == BinaryOp::add || B == BinaryOp::sub)
+      if ((B == BinaryOp::add || side == 0) && c.lends() && c.lend_adjoint(side, g)) continue;
     bool assign = false;
     const Tensor& dst = adjoint_for_pass(c, side, g.numel(), assign);
     if (binary_vjp_flat<B, S>(c, side, assign, g, dst)) continue;
