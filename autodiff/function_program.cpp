@@ -1,6 +1,8 @@
 // A compiled function's buffers and kernel programs: forward captured once, reverse per kind of pass.
 #include "tenax/autodiff/function_program.h"
 
+#include <unordered_set>
+
 #include "tenax/autodiff/scan_program.h"
 #include "tenax/core/ops.h"
 
@@ -220,9 +222,10 @@ std::vector<Tensor> FunctionProgram::tangent(const std::vector<Tensor>& tangents
 
 void FunctionProgram::count_bytes() {
   int64_t n = 0;
+  std::unordered_set<const void*> seen;  // a lent adjoint shares its cotangent's buffer
   for (const std::vector<Tensor>* list : {&values_, &adjoints_, &cot_, &tangents_})
     for (const Tensor& t : *list)
-      if (t.defined()) n += bytes_of(t);
+      if (t.defined() && seen.insert(t.data_ptr()).second) n += bytes_of(t);
   bytes_ = n;
 }
 

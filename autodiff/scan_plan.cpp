@@ -19,6 +19,7 @@ class PlanRecorder final : public Recorder {
 
   int32_t new_var(VarKind kind, int32_t index, const Tensor& t) {
     plan_.vars_.push_back({kind, index, t.axes(), t.dtype()});
+    plan_.viewed_.push_back(0);
     return static_cast<int32_t>(plan_.vars_.size() - 1);
   }
 
@@ -47,6 +48,8 @@ class PlanRecorder final : public Recorder {
     PlanOp p{&op, static_cast<int32_t>(plan_.attrs_.size()), static_cast<int32_t>(plan_.inputs_.size()), in.n, -1};
     plan_.attrs_.push_back(attrs);
     for (int i = 0; i < in.n; ++i) plan_.inputs_.push_back(ref_of(in[i]));
+    if (op.view && in.n > 0 && plan_.inputs_[static_cast<size_t>(p.first_input)].var >= 0)
+      plan_.viewed_[static_cast<size_t>(plan_.inputs_[static_cast<size_t>(p.first_input)].var)] = 1;
     p.out = new_var(VarKind::op, static_cast<int32_t>(plan_.ops_.size()), out);
     TensorAccess::set_var(out, p.out, serial_);
     plan_.ops_.push_back(p);
@@ -237,7 +240,12 @@ Tensor& ScanPlan::adjoint(const std::vector<Tensor>& values, std::vector<Tensor>
   const int32_t parent = view_parent(v);
   if (a.defined()) {
     if (parent >= 0) (void)adjoint(values, adjoints, parent, batch, fresh);  // zeroes a fresh parent
-    if (fresh && (*fresh)[static_cast<size_t>(v)]) {
+    if (fresh && (*fresh)[static_cast<size_t>(v)] == kLent) {  // a contribution comes: own buffer
+      (*fresh)[static_cast<size_t>(v)] = kWritten;
+      const Tensor lent = a;
+      a = adjoint_buffer(values, v, batch, false);
+      copy_into(a, lent);
+    } else if (fresh && (*fresh)[static_cast<size_t>(v)] == kFresh) {
       (*fresh)[static_cast<size_t>(v)] = 0;
       fill_zero(a);
     }
@@ -268,7 +276,7 @@ void ScanPlan::allocate(const std::vector<Tensor>& values, std::vector<Tensor>& 
     return;
   }
   adjoints[static_cast<size_t>(v)] = adjoint_buffer(values, v, batch, false);
-  fresh[static_cast<size_t>(v)] = 1;
+  fresh[static_cast<size_t>(v)] = kFresh;
 }
 
 Tensor ScanPlan::adjoint_buffer(const std::vector<Tensor>& values, int32_t v, const Axes& batch, bool zeroed) const {
@@ -391,13 +399,14 @@ class PlanVjpContext final : public VjpContext {
         root = up;
       }
       const auto r = static_cast<size_t>(root);
-      if (!one_to_one || !fresh_ || !adjoints_[r].defined() || !(*fresh_)[r]) return adjoint(i);
+      if (!one_to_one || !fresh_ || !adjoints_[r].defined() || (*fresh_)[r] != kFresh) return adjoint(i);
       (*fresh_)[r] = 0;
       fresh = true;
       return plan_.adjoint(values_, adjoints_, v, batch_, fresh_);
     }
     Tensor& a = adjoints_[static_cast<size_t>(v)];
     if (a.defined()) {
+      if (fresh_ && (*fresh_)[static_cast<size_t>(v)] == kLent) return adjoint(i);
       if (!fresh_ || !(*fresh_)[static_cast<size_t>(v)]) return a;
       (*fresh_)[static_cast<size_t>(v)] = 0;
       fresh = true;
@@ -407,6 +416,31 @@ class PlanVjpContext final : public VjpContext {
     a = plan_.adjoint_buffer(values_, v, batch_, false);
     fresh = true;
     return a;
+  }
+  bool lends() const override { return fresh_ != nullptr; }
+  // The value (the cotangent of add or sub, contiguous with the adjoint's own axes and order) as
+  // input i's adjoint, where i is an intermediate whose adjoint nothing has written yet, read by
+  // no view, not taken twice by this op and not an output of the step (whose adjoints the
+  // passes read and seed outside the rules).
+  bool lend_adjoint(int i, const Tensor& value) override {
+    if (!fresh_ || !needs_grad(i)) return false;
+    const int32_t v = in_[i].var;
+    const auto vi = static_cast<size_t>(v);
+    if (plan_.var(v).kind != VarKind::op || plan_.view_parent(v) >= 0 || plan_.viewed(v)) return false;
+    for (int k = 0; k < p_.n_inputs; ++k)
+      if (k != i && in_[k].var == v) return false;
+    for (const std::vector<PlanRef>* refs : {&plan_.carry_out(), &plan_.y_out()})
+      for (const PlanRef& r : *refs)
+        if (r.var == v) return false;
+    if (adjoints_[vi].defined() && (*fresh_)[vi] != kFresh) return false;
+    Axes want = plan_.var(v).axes;
+    for (int d = 0; d < batch_.rank(); ++d) want.push_back(batch_[d]);
+    if (!(value.axes() == want) || !value.is_contiguous() || value.dtype() != plan_.var(v).dtype ||
+        (values_[vi].defined() && value.device() != values_[vi].device()))
+      return false;
+    adjoints_[vi] = value;
+    (*fresh_)[vi] = kLent;
+    return true;
   }
   const Attrs& attrs() const override { return attrs_; }
 
@@ -473,7 +507,7 @@ void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& 
   for (size_t k = ops_.size(); k-- > 0;) {
     const PlanOp& p = ops_[k];
     if (!p.op->vjp || p.op->view || !adjoints[static_cast<size_t>(p.out)].defined()) continue;
-    if (fresh && (*fresh)[static_cast<size_t>(p.out)]) continue;  // a zero cotangent: nothing to add
+    if (fresh && (*fresh)[static_cast<size_t>(p.out)] == kFresh) continue;  // a zero cotangent: nothing to add
     if (batch.rank() > 0 && !p.op->batched_vjp)
       throw AutodiffError(std::string("[scan] the VJP of '") + p.op->name + "' in the body cannot take the batch axes " +
                           batch.describe() + " of the cotangent; compute one VJP per cotangent instead");
@@ -485,7 +519,7 @@ void ScanPlan::backward(const std::vector<Tensor>& values, std::vector<Tensor>& 
         const PlanRef& in = inputs_[static_cast<size_t>(p.first_input + i)];
         int32_t root = in.var;
         while (root >= 0 && view_parent(root) >= 0) root = view_parent(root);
-        if (root >= 0 && fresh && (*fresh)[static_cast<size_t>(root)]) continue;  // not written yet
+        if (root >= 0 && fresh && (*fresh)[static_cast<size_t>(root)] == kFresh) continue;  // not written yet
         if (in.var >= 0 && adjoints[static_cast<size_t>(in.var)].defined())
           check_finite_value(adjoints[static_cast<size_t>(in.var)], p.op->name,
                              "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");

@@ -14,6 +14,12 @@ namespace tenax::detail {
 using ScanStepFn = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>& carry, const std::vector<Tensor>& x)>;
 
+/// The state of a variable's adjoint during a captured reverse pass (ScanPlan::backward's `fresh`):
+/// written (or never allocated), allocated but not written yet (zero), or lent — another
+/// variable's adjoint taken whole (VjpContext::lend_adjoint), read only, copied into a buffer of
+/// its own if a contribution is added later.
+enum AdjointState : char { kWritten = 0, kFresh = 1, kLent = 2 };
+
 /// Where a plan reads a value: a plan variable (var >= 0) or a constant captured at trace time.
 struct PlanRef {
   int32_t var = -1;
@@ -73,9 +79,10 @@ class ScanPlan {
   /// adjoints (and the parameters' accumulators, the x adjoints as views of the xs adjoint); other
   /// entries undefined. Each VJP accumulates into its inputs' adjoints, allocated lazily.
   /// `batch`: axes the adjoints have beyond their variables' (several VJPs at once).
-  /// `fresh` (optional, per variable): adjoints allocated but not yet written (see allocate);
-  /// a rule writing one whole clears its flag, one accumulating zeroes it first, and an op whose
-  /// output adjoint is still fresh contributes nothing and is skipped.
+  /// `fresh` (optional, per variable, AdjointState): adjoints allocated but not yet written (see
+  /// allocate); a rule writing one whole clears its flag, one accumulating zeroes it first, and an
+  /// op whose output adjoint is still fresh contributes nothing and is skipped. With `fresh`, add's
+  /// and sub's rules lend their cotangent as an intermediate's adjoint (no copy).
   void backward(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints,
                 const std::vector<char>& needs, const Axes& batch, std::vector<char>* fresh = nullptr) const;
 
@@ -87,7 +94,8 @@ class ScanPlan {
 
   /// The adjoint of variable v (its axes, then `batch`), allocated zeroed (or as a view of its
   /// parent's) on first use. With `fresh`: an adjoint flagged fresh (or the fresh parent of a
-  /// view) is zero-filled now and unflagged, so that it can be accumulated into.
+  /// view) is zero-filled now and unflagged, so that it can be accumulated into; a lent one is
+  /// copied into a buffer of its own.
   Tensor& adjoint(const std::vector<Tensor>& values, std::vector<Tensor>& adjoints, int32_t v,
                   const Axes& batch, std::vector<char>* fresh = nullptr) const;
   /// A new buffer for v's adjoint (its axes, then `batch`), zeroed or uninitialised.
@@ -101,6 +109,8 @@ class ScanPlan {
   [[nodiscard]] const PlanVar& var(int32_t v) const { return vars_[static_cast<size_t>(v)]; }
   /// The variable v is a view of (its adjoint aliases that one's), or -1.
   [[nodiscard]] int32_t view_parent(int32_t v) const;
+  /// Whether some view op reads v (its adjoint is then a view of v's).
+  [[nodiscard]] bool viewed(int32_t v) const { return viewed_[static_cast<size_t>(v)] != 0; }
   [[nodiscard]] int n_carry() const { return n_carry_; }
   [[nodiscard]] int n_x() const { return n_x_; }
   [[nodiscard]] const std::vector<Tensor>& params() const { return params_; }
@@ -136,6 +146,7 @@ class ScanPlan {
   friend class PlanRecorder;
   int n_carry_ = 0, n_x_ = 0;
   std::vector<PlanVar> vars_;
+  std::vector<char> viewed_;  ///< per variable: read by a view op
   std::vector<PlanOp> ops_;
   std::vector<PlanRef> inputs_;
   std::vector<Attrs> attrs_;

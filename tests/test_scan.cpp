@@ -10,6 +10,7 @@
 
 #include "op_check.h"
 #include "scan_rnn.h"
+#include "tenax/autodiff/scan_plan.h"
 #include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax {
@@ -407,6 +408,62 @@ TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {
         o.reverse = rev;
         expect_scan_matches_unrolled(*body, init, xs, o);
       }
+}
+
+// The rules of add and sub lend their cotangent as an intermediate's adjoint in a captured reverse
+// step (no buffer, no copy), and a contribution added later goes to a copy of its own: on the plan,
+// which adjoints share the cotangent's buffer and the values of each; then whole scans whose lent
+// adjoints are accumulated into, taken twice, subtracted and chained, against the unrolled loop.
+TEST(Scan, AddAndSubLendTheirCotangentsAndCopyOnlyWhereAContributionComes) {
+  using detail::ScanPlan;
+  // n = a + b with a = c x and b = 2 a: add lends n's cotangent to a and b; b's rule then adds to a.
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor a = c[0] * x[0];
+    Tensor b = a * 2.0;
+    Tensor n = a + b;
+    return std::make_pair(std::vector<Tensor>{n}, std::vector<Tensor>{});
+  };
+  const Tensor c0 = tensor({0.5, -1.5, 2.0}, "j"), x0 = tensor({3.0, 0.25, -1.0}, "j");
+  std::vector<Tensor> carry_out, y_out;
+  const auto plan = ScanPlan::trace(body, {c0}, {x0}, 0, carry_out, y_out);
+  ASSERT_EQ(plan->ops().size(), 3U);
+  const int32_t a = plan->ops()[0].out, b = plan->ops()[1].out, n = plan->ops()[2].out;
+  std::vector<Tensor> values(plan->n_vars()), adjoints(plan->n_vars());
+  values[0] = c0;
+  values[1] = x0;
+  plan->forward(values);
+  std::vector<char> needs(plan->n_vars(), 1), fresh(plan->n_vars(), 0);
+  for (int32_t v = 0; v < static_cast<int32_t>(plan->n_vars()); ++v) plan->allocate(values, adjoints, v, Axes{}, fresh);
+  const Tensor g = tensor({1.0, -2.0, 4.0}, "j");
+  detail::copy_into(adjoints[static_cast<size_t>(n)], g);
+  fresh[static_cast<size_t>(n)] = detail::kWritten;
+  plan->backward(values, adjoints, needs, Axes{}, &fresh);
+  EXPECT_EQ(adjoints[static_cast<size_t>(b)].data_ptr(), adjoints[static_cast<size_t>(n)].data_ptr());
+  EXPECT_EQ(fresh[static_cast<size_t>(b)], detail::kLent);
+  EXPECT_NE(adjoints[static_cast<size_t>(a)].data_ptr(), adjoints[static_cast<size_t>(n)].data_ptr());
+  EXPECT_EQ(adjoints[static_cast<size_t>(n)].to_vector(), g.to_vector());  // untouched by a's copy
+  EXPECT_EQ(adjoints[static_cast<size_t>(a)].to_vector(), (std::vector<double>{3.0, -6.0, 12.0}));
+  EXPECT_EQ(adjoints[0].to_vector(), (std::vector<double>{9.0, -1.5, -12.0}));  // 3 g x
+
+  ScanBody taken_twice = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor s = c[0] * x[0];
+    return std::make_pair(std::vector<Tensor>{tanh(s + s)}, std::vector<Tensor>{s});
+  };
+  ScanBody chained = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    Tensor d = c[0] * x[0] - c[1] * 0.5;
+    Tensor e = (d + x[0]) - c[0];
+    Tensor f = e + d * d;  // d lent by the subtraction, then added to by the square
+    return std::make_pair(std::vector<Tensor>{tanh(f), d - e}, std::vector<Tensor>{e * f});
+  };
+  const std::vector<Tensor> init{randn(Axes{{"j", 3}}, 5), randn(Axes{{"j", 3}}, 6)};
+  const Tensor xs = randn(Axes{{"t", 6}, {"j", 3}}, 7) * 0.5;
+  for (int64_t k : {1, 2}) {
+    ScanOptions o;
+    o.checkpoint_every = k;
+    expect_scan_matches_unrolled(body, {init[0]}, xs, o);
+    expect_scan_matches_unrolled(taken_twice, {init[0]}, xs, o);
+    expect_scan_matches_unrolled(chained, init, xs, o);
+  }
 }
 
 TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {

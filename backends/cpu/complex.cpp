@@ -17,50 +17,70 @@ using detail::DerivOp;
 template <class C>
 using Part = typename C::value_type;
 
+// Products by the textbook formula, as NumPy, JAX and PyTorch compute them: std::complex's operator*
+// follows C's Annex G (a NaN check and a library call per product), which keeps the loops scalar.
+// The results differ only where both parts of the textbook product are NaN (docs/complex.md).
+template <class C>
+C mul(C a, C b) {
+  return C(a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real());
+}
+// a * conj(b)
+template <class C>
+C mul_conj(C a, C b) {
+  return C(a.real() * b.real() + a.imag() * b.imag(), a.imag() * b.real() - a.real() * b.imag());
+}
+
 // ---- forward ----
 template <class C> struct Neg { void operator()(C& y, C x) const { y = -x; } };
-template <class C> struct Square { void operator()(C& y, C x) const { y = x * x; } };
+template <class C> struct Square { void operator()(C& y, C x) const { y = mul(x, x); } };
 template <class C> struct Exp { void operator()(C& y, C x) const { y = std::exp(x); } };
 template <class C> struct Log { void operator()(C& y, C x) const { y = std::log(x); } };
 template <class C> struct Sqrt { void operator()(C& y, C x) const { y = std::sqrt(x); } };
 template <class C> struct Tanh { void operator()(C& y, C x) const { y = std::tanh(x); } };
 template <class C> struct Add { void operator()(C& y, C a, C b) const { y = a + b; } };
 template <class C> struct Sub { void operator()(C& y, C a, C b) const { y = a - b; } };
-template <class C> struct Mul { void operator()(C& y, C a, C b) const { y = a * b; } };
+template <class C> struct Mul { void operator()(C& y, C a, C b) const { y = mul(a, b); } };
 template <class C> struct Div { void operator()(C& y, C a, C b) const { y = a / b; } };
 template <class C> struct Pow { void operator()(C& y, C a, C b) const { y = std::pow(a, b); } };
 
 // ---- derivatives D(x, y) / D(a, b, y), as the complex derivative of each holomorphic op ----
 struct DNeg { template <class C> C operator()(C, C) const { return C(-1); } };
-struct DSquare { template <class C> C operator()(C x, C) const { return C(2) * x; } };
+struct DSquare { template <class C> C operator()(C x, C) const { return x + x; } };
 struct DExp { template <class C> C operator()(C, C y) const { return y; } };
 struct DLog { template <class C> C operator()(C x, C) const { return C(1) / x; } };
 struct DSqrt { template <class C> C operator()(C, C y) const { return C(0.5) / y; } };
-struct DTanh { template <class C> C operator()(C, C y) const { return C(1) - y * y; } };
-struct DOne2 { template <class C> C operator()(C, C, C) const { return C(1); } };
-struct DMinusOne2 { template <class C> C operator()(C, C, C) const { return C(-1); } };
+struct DTanh { template <class C> C operator()(C, C y) const { return C(1) - mul(y, y); } };
 struct DMulA { template <class C> C operator()(C, C b, C) const { return b; } };
 struct DMulB { template <class C> C operator()(C a, C, C) const { return a; } };
 struct DDivA { template <class C> C operator()(C, C b, C) const { return C(1) / b; } };
 struct DDivB { template <class C> C operator()(C, C b, C y) const { return -y / b; } };
-struct DPowA { template <class C> C operator()(C a, C b, C) const { return b * std::pow(a, b - C(1)); } };
+struct DPowA { template <class C> C operator()(C a, C b, C) const { return mul(b, std::pow(a, b - C(1))); } };
 // The principal branch: y log a; 0 at a = 0 (where y is 0 or not finite), as for real numbers.
-struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : y * std::log(a); } };
+struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : mul(y, std::log(a)); } };
 
 // dst (+)= g * D or g * conj(D), from D over one operand pair (x, y) or triple (a, b, y).
 template <class D, class C, bool kAcc, bool kConj>
 struct Unary {
   void operator()(C& dst, C g, C x, C y) const {
     const C d = D{}(x, y);
-    put<kAcc>(dst, g * (kConj ? std::conj(d) : d));
+    put<kAcc>(dst, kConj ? mul_conj(g, d) : mul(g, d));
   }
 };
 template <class D, class C, bool kAcc, bool kConj>
 struct Binary {
   void operator()(C& dst, C g, C a, C b, C y) const {
     const C d = D{}(a, b, y);
-    put<kAcc>(dst, g * (kConj ? std::conj(d) : d));
+    put<kAcc>(dst, kConj ? mul_conj(g, d) : mul(g, d));
   }
+};
+// D = 1 and D = -1 (add, sub): the cotangent or tangent itself, with no product.
+template <class C, bool kAcc, bool>
+struct Pass2 {
+  void operator()(C& dst, C g, C, C, C) const { put<kAcc>(dst, g); }
+};
+template <class C, bool kAcc, bool>
+struct Negate2 {
+  void operator()(C& dst, C g, C, C, C) const { put<kAcc>(dst, -g); }
 };
 template <class C, bool kAcc>
 struct One {
@@ -148,10 +168,10 @@ void register_complex(detail::KernelTable& t) {
   deriv_entry<UnaryOf<DLog>::F, 4>(t, DerivOp::unary_log);
   deriv_entry<UnaryOf<DSqrt>::F, 4>(t, DerivOp::unary_sqrt);
   deriv_entry<UnaryOf<DTanh>::F, 4>(t, DerivOp::unary_tanh);
-  deriv_entry<BinaryOf<DOne2>::F, 5>(t, DerivOp::add_a);
-  deriv_entry<BinaryOf<DOne2>::F, 5>(t, DerivOp::add_b);
-  deriv_entry<BinaryOf<DOne2>::F, 5>(t, DerivOp::sub_a);
-  deriv_entry<BinaryOf<DMinusOne2>::F, 5>(t, DerivOp::sub_b);
+  deriv_entry<Pass2, 5>(t, DerivOp::add_a);
+  deriv_entry<Pass2, 5>(t, DerivOp::add_b);
+  deriv_entry<Pass2, 5>(t, DerivOp::sub_a);
+  deriv_entry<Negate2, 5>(t, DerivOp::sub_b);
   deriv_entry<BinaryOf<DMulA>::F, 5>(t, DerivOp::mul_a);
   deriv_entry<BinaryOf<DMulB>::F, 5>(t, DerivOp::mul_b);
   deriv_entry<BinaryOf<DDivA>::F, 5>(t, DerivOp::div_a);
