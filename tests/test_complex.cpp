@@ -13,6 +13,7 @@
 #include <string>
 
 #include "expect_message.h"
+#include "tenax/core/ops/dispatch.h"
 #include "op_check.h"
 #include "op_reference_values.h"
 
@@ -399,6 +400,73 @@ TEST(ComplexConvention, JacobianInBothModes) {
 // The seed's recurrence x_t = λ x_{t-1} + B u_t with complex λ and B: through scan, through
 // linear_recurrence and by hand give the same states; reverse-mode gradients agree between scan and
 // linear_recurrence; forward mode through scan agrees with reverse mode.
+// z[b, m, n] = Σ_k x[b, m, k] y[b, k, n] by std::complex in plain loops (row-major, k ascending).
+std::vector<C> product_reference(const std::vector<C>& x, const std::vector<C>& y, int64_t B, int64_t M,
+                                 int64_t K, int64_t N) {
+  std::vector<C> z(static_cast<size_t>(B * M * N));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        C s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += x[static_cast<size_t>((b * M + m) * K + k)] * y[static_cast<size_t>((b * K + k) * N + n)];
+        z[static_cast<size_t>((b * M + m) * N + n)] = s;
+      }
+  return z;
+}
+
+double largest_difference(const std::vector<C>& a, const std::vector<C>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
+  return d;
+}
+
+// Complex contractions take every path of the CPU kernel (backends/cpu/contract.cpp): direct loops,
+// axpy rows along a wide m, dot products along a wide k, zgemm, a batch, and — through the kernel
+// table, as a reverse rule records it — an outer product added into z whose m group has two dims
+// (moved to the batch). Against std::complex sums.
+TEST(ComplexContraction, EveryKernelPathEqualsTheStdComplexSums) {
+  struct Case {
+    int64_t B, M, K, N;
+  };
+  for (const Case c : {Case{1, 3, 4, 5}, Case{1, 40, 3, 2}, Case{1, 2, 50, 3}, Case{1, 30, 20, 25}, Case{3, 4, 5, 6}}) {
+    SCOPED_TRACE("B M K N = " + std::to_string(c.B) + " " + std::to_string(c.M) + " " + std::to_string(c.K) + " " +
+                 std::to_string(c.N));
+    const Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 3, DType::c128);
+    const Tensor y = randn(Axes{{"b", c.B}, {"k", c.K}, {"n", c.N}}, 4, DType::c128);
+    const std::vector<C> z = dot(x, y, {"k"}).to_complex_vector({"b", "m", "n"});
+    EXPECT_LT(largest_difference(z, product_reference(x.to_complex_vector(), y.to_complex_vector(), c.B, c.M, c.K, c.N)),
+              1e-14);
+  }
+  // z[h, i, s] += g[h, s] u[i]: m = (h, s), n = i, no k.
+  const int64_t H = 5, I = 3, S = 20;
+  const Tensor g = randn(Axes{{"h", H}, {"s", S}}, 5, DType::c128), u = randn(Axes{{"i", I}}, 6, DType::c128);
+  const Tensor z = randn(Axes{{"h", H}, {"i", I}, {"s", S}}, 7, DType::c128);
+  std::vector<C> expect = z.to_complex_vector();
+  const std::vector<C> gv = g.to_complex_vector(), uv = u.to_complex_vector();
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < I; ++i)
+      for (int64_t s = 0; s < S; ++s) expect[static_cast<size_t>((h * I + i) * S + s)] += gv[static_cast<size_t>(h * S + s)] * uv[static_cast<size_t>(i)];
+  detail::ContractArgs a;
+  a.x = g.data_ptr();
+  a.y = u.data_ptr();
+  a.z = z.data_ptr();
+  a.accumulate = true;
+  a.m.rank = 2;
+  a.m.sizes[0] = H;
+  a.m.sizes[1] = S;
+  a.m.x[0] = S;
+  a.m.x[1] = 1;
+  a.m.z[0] = I * S;
+  a.m.z[1] = 1;
+  a.n.rank = 1;
+  a.n.sizes[0] = I;
+  a.n.y[0] = 1;
+  a.n.z[0] = S;
+  detail::kernels(z.device()).contract[2](a);
+  EXPECT_EQ(z.to_complex_vector(), expect);
+}
+
 TEST(ComplexConvention, AComplexRecurrenceThroughScanAndLinearRecurrence) {
   const int64_t T = 12, n = 3, m = 2;
   const Tensor lambda = complex(uniform(Axes{{"n", n}}, 1, 0.5, 0.9), uniform(Axes{{"n", n}}, 2, -0.4, 0.4));

@@ -1,4 +1,4 @@
-// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n]: fixed-size kernels for tiny matrices
+// CPU contraction z[b,m,n] (+)= Σ_k x[b,m,k] y[b,k,n] (real and complex): fixed-size kernels for tiny matrices
 // (sizes <= 8, contract_fixed.h, with an AVX2 build; per batch entry when batched), axpy rows or
 // dot products where one axis is wide and the others tiny, direct loops for small ones, BLAS gemm
 // (strided in place when each group is one dim with a unit stride, packed otherwise) for large ones.
@@ -23,6 +23,17 @@ namespace {
 
 using detail::ContractArgs;
 using detail::ContractGroup;
+
+// a b; for complex numbers by the textbook formula (std::complex's operator* adds C Annex G's
+// NaN check and library call per product, which keeps the loops scalar; docs/complex.md).
+template <class T>
+T prod(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return a * b;
+  } else {
+    return T(a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real());
+  }
+}
 
 // Per-matrix work from which BLAS beats direct loops (call overhead vs. blocking and SIMD).
 constexpr int64_t kBlasWork = 4096;
@@ -203,10 +214,10 @@ bool contract_small(const ContractArgs& a) {
           for (int64_t k = 0; k < K; ++k) {
             const T xv = xm[k * kx];
             const T* yk = yn + k * ky;
-            s0 += xv * yk[0];
-            s1 += xv * yk[ny];
-            s2 += xv * yk[2 * ny];
-            s3 += xv * yk[3 * ny];
+            s0 += prod(xv, yk[0]);
+            s1 += prod(xv, yk[ny]);
+            s2 += prod(xv, yk[2 * ny]);
+            s3 += prod(xv, yk[3 * ny]);
           }
           T* dst = zb + m * mz + n * nz;
           const T sum[4] = {s0, s1, s2, s3};
@@ -215,7 +226,7 @@ bool contract_small(const ContractArgs& a) {
         for (; n < N; ++n) {
           const T* yn = yb + n * ny;
           T acc = T(0);
-          for (int64_t k = 0; k < K; ++k) acc += xm[k * kx] * yn[k * ky];
+          for (int64_t k = 0; k < K; ++k) acc += prod(xm[k * kx], yn[k * ky]);
           T& dst = zb[m * mz + n * nz];
           dst = a.accumulate ? dst + acc : acc;
         }
@@ -312,6 +323,14 @@ bool contract_tiny_batch(const ContractArgs& a) {
 template <class T>
 void axpy_rows(int64_t R, int64_t W, int64_t K, const T* c, int64_t cr, int64_t ck, const T* v, int64_t vk,
                int64_t vj, T* z, int64_t zr, bool accumulate) {
+  if (K == 1 && accumulate && vj == 1) {  // an outer product added in: one pass, no row buffer
+    for (int64_t r = 0; r < R; ++r) {
+      const T ce = c[r * cr];
+      T* out = z + r * zr;
+      for (int64_t j = 0; j < W; ++j) out[j] += prod(ce, v[j]);
+    }
+    return;
+  }
   constexpr int64_t kChunk = 256;
   T row[kChunk];
   for (int64_t r = 0; r < R; ++r)
@@ -321,13 +340,13 @@ void axpy_rows(int64_t R, int64_t W, int64_t K, const T* c, int64_t cr, int64_t 
         const T ce = c[r * cr + k * ck];
         const T* vr = v + k * vk + j0 * vj;
         if (k == 0 && vj == 1) {
-          for (int64_t j = 0; j < w; ++j) row[j] = ce * vr[j];
+          for (int64_t j = 0; j < w; ++j) row[j] = prod(ce, vr[j]);
         } else if (k == 0) {
-          for (int64_t j = 0; j < w; ++j) row[j] = ce * vr[j * vj];
+          for (int64_t j = 0; j < w; ++j) row[j] = prod(ce, vr[j * vj]);
         } else if (vj == 1) {
-          for (int64_t j = 0; j < w; ++j) row[j] += ce * vr[j];
+          for (int64_t j = 0; j < w; ++j) row[j] += prod(ce, vr[j]);
         } else {
-          for (int64_t j = 0; j < w; ++j) row[j] += ce * vr[j * vj];
+          for (int64_t j = 0; j < w; ++j) row[j] += prod(ce, vr[j * vj]);
         }
       }
       T* out = z + r * zr + j0;
@@ -373,8 +392,8 @@ bool contract_wide(const ContractArgs& a, bool below_blas) {
           T s[4] = {T(0), T(0), T(0), T(0)};
           int64_t k = 0;
           for (; k + 4 <= K; k += 4)
-            for (int j = 0; j < 4; ++j) s[j] += xm[(k + j) * kx] * yn[(k + j) * ky];
-          for (; k < K; ++k) s[0] += xm[k * kx] * yn[k * ky];
+            for (int j = 0; j < 4; ++j) s[j] += prod(xm[(k + j) * kx], yn[(k + j) * ky]);
+          for (; k < K; ++k) s[0] += prod(xm[k * kx], yn[k * ky]);
           const T sum = (s[0] + s[1]) + (s[2] + s[3]);
           T& dst = z[m * mz + n * nz];
           dst = a.accumulate ? dst + sum : sum;
@@ -397,8 +416,7 @@ void contract_general(const ContractArgs& a) {
   const T* y = static_cast<const T*>(a.y);
   T* z = static_cast<T*>(a.z);
   if (M * N * K >= kBlasWork && gemm_in_place<T>(a, s.bx, s.by, s.bz)) return;
-  if constexpr (std::is_floating_point_v<T>)
-    if (contract_wide<T>(a, false)) return;
+  if (contract_wide<T>(a, false)) return;
   offsets(a.m, a.m.x, s.mx);
   offsets(a.m, a.m.z, s.mz);
   offsets(a.n, a.n.y, s.nyo);
@@ -434,7 +452,7 @@ void contract_general(const ContractArgs& a) {
       for (int64_t n = 0; n < N; ++n) {
         const T* yn = yb + s.nyo[n];
         T acc = T(0);
-        for (int64_t k = 0; k < K; ++k) acc += xm[s.kx[k]] * yn[s.ky[k]];
+        for (int64_t k = 0; k < K; ++k) acc += prod(xm[s.kx[k]], yn[s.ky[k]]);
         T& dst = zb[s.mz[m] + s.nz[n]];
         dst = a.accumulate ? dst + acc : acc;
       }
@@ -449,6 +467,40 @@ void contract(const ContractArgs& a) {
   contract_general<T>(a);
 }
 
+// Moves the outer dims of an m or n group of several dims into the batch (up to two batch axes),
+// so that the loops of one dim per group take the product: the reverse rule of a dot with a
+// parameter, z[h, i, basis] += g[h, basis] x[i], as 64 axpy passes per h.
+void outer_dims_to_batch(ContractArgs& a) {
+  auto move = [&](ContractGroup& g, bool in_x) {
+    while (g.rank > 1 && a.batch.rank < 2) {
+      const int b = a.batch.rank++;
+      a.batch.sizes[b] = g.sizes[0];
+      a.batch.x[b] = in_x ? g.x[0] : 0;
+      a.batch.y[b] = in_x ? 0 : g.y[0];
+      a.batch.z[b] = g.z[0];
+      for (int d = 1; d < g.rank; ++d) {
+        g.sizes[d - 1] = g.sizes[d];
+        g.x[d - 1] = g.x[d];
+        g.y[d - 1] = g.y[d];
+        g.z[d - 1] = g.z[d];
+      }
+      --g.rank;
+    }
+  };
+  move(a.m, true);
+  move(a.n, false);
+}
+
+// The complex dtypes: no fixed-size kernels (they are real); the axpy rows, the direct loops and
+// BLAS's zgemm / cgemm.
+template <class T>
+void contract_complex(const ContractArgs& args) {
+  ContractArgs a = args;
+  outer_dims_to_batch(a);
+  if (contract_wide<T>(a, true) || contract_small<T>(a)) return;
+  contract_general<T>(args);
+}
+
 }  // namespace
 
 void register_contract(detail::KernelTable& t) {
@@ -457,8 +509,8 @@ void register_contract(detail::KernelTable& t) {
 #endif
   t.contract[0] = contract<double>;
   t.contract[1] = contract<float>;
-  t.contract[2] = contract_general<std::complex<double>>;
-  t.contract[3] = contract_general<std::complex<float>>;
+  t.contract[2] = contract_complex<std::complex<double>>;
+  t.contract[3] = contract_complex<std::complex<float>>;
   t.contract_plan[0] = contract_plan<double>;
   t.contract_plan[1] = contract_plan<float>;
 }
