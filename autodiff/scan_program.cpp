@@ -460,11 +460,14 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
 // reverse programs' build made them (y_seed_of_, x_adj_of_).
 void StepProgram::make_slice_copies() {
   y_seed_.clear();
+  y_seed_output_.clear();
   x_adj_store_.clear();
   for (size_t k = 0; k < y_seed_of_.size(); ++k)
-    if (y_seed_of_[k].first >= 0)
+    if (y_seed_of_[k].first >= 0) {
       y_seed_.emplace_back(adjoints_[static_cast<size_t>(y_seed_of_[k].first)], ys_bar_[k], over_, true,
                            y_seed_of_[k].second, true);
+      y_seed_output_.push_back(k);
+    }
   // An input's adjoint is staged (held a block at a time, written back by flush_stores) where no
   // other buffer of this pass shares its memory.
   for (size_t k = 0; k < x_adj_of_.size(); ++k) {
@@ -489,6 +492,19 @@ void StepProgram::backward(int64_t s) {
     for (SliceCopy& c : x_adj_store_) c.run(index(s));
 }
 
+// The outputs' cotangents at step s into their adjoints (host), within the ranges of this pass.
+void StepProgram::seed_outputs(int64_t s) {
+  const int64_t i = index(s);
+  for (size_t j = 0; j < y_seed_.size(); ++j) {
+    const size_t k = y_seed_output_[j];
+    if (k < y_ranges_.size() && y_ranges_[k].second >= 0 && (i < y_ranges_[k].first || i >= y_ranges_[k].second)) {
+      if (!y_seed_of_[k].second) fill_zero(adjoints_[static_cast<size_t>(y_seed_of_[k].first)]);  // a zero seed
+      continue;
+    }
+    y_seed_[j].run(i);
+  }
+}
+
 void StepProgram::replay_backward(int64_t s) {
   const bool host = on_host();
   if (host) {
@@ -498,8 +514,7 @@ void StepProgram::replay_backward(int64_t s) {
       if (carry_load_back_[k] && carry_slots_[k].defined()) carry_load_[k].run(s);
   }
   seed_.run("scan step", s, s);
-  if (host)
-    for (SliceCopy& c : y_seed_) c.run(index(s));
+  if (host) seed_outputs(s);
   vjp_.run("scan step", s, s);
 }
 
@@ -520,8 +535,7 @@ void StepProgram::build_backward(int64_t s) {
   std::vector<char> fresh(plan_->n_vars(), 0);
   capture_seed(fresh, alias_carry_adjoints());
   plan_slice_copies(fresh);
-  if (host)
-    for (SliceCopy& c : y_seed_) c.run(index(s));
+  if (host) seed_outputs(s);
   capture_vjp(s, fresh);
   if (host) allow_forwarding_back();
   backward_built_ = true;

@@ -126,6 +126,11 @@ class StepProgram {
   bool restore(int64_t s);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
+  /// Where each output's stacked cotangent can be nonzero, as slice indices [lo, hi) along the
+  /// scanned axis (hi < 0: all of it; empty: all of every one). Host steps seed an output's
+  /// adjoint only inside its range (zeroing it outside where the seed writes it whole); the
+  /// cotangent is never read outside. Set after prepare_backward, for one pass.
+  void set_y_ranges(std::vector<std::pair<int64_t, int64_t>> ranges) { y_ranges_ = std::move(ranges); }
   /// Raises what device replays deferred (KernelProgram::finish): call when a sweep ends.
   void finish() const;
   /// Writes the inputs' adjoints still held in stages (SliceCopy::flush): call when a reverse
@@ -199,6 +204,9 @@ class StepProgram {
   std::vector<Tensor> adjoints_, carry_bar_;
   std::vector<Tensor> ys_bar_, xs_adj_;
   std::vector<SliceCopy> y_seed_, x_adj_store_;
+  std::vector<size_t> y_seed_output_;  // per y_seed_ copy: its output
+  std::vector<std::pair<int64_t, int64_t>> y_ranges_;
+  void seed_outputs(int64_t s);
   KernelProgram seed_, vjp_;
   bool backward_built_ = false;
   // A reusable program: which cotangents and input adjoints its reverse programs were built for

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "tenax/autodiff/recording.h"
+#include "tenax/core/ops.h"
 #include "tenax/core/ops/scalar_loop.h"
 
 namespace tenax::detail {
@@ -175,6 +176,7 @@ void ScanRun::reverse_chunks(CarrySlots& ck, int64_t k) {
   ReverseLoops loops;
   for (int64_t c = ((steps - 1) / k) * k; c >= 0; c -= k) {
     const int64_t e = std::min(c + k, steps);
+    if ((loops.device || loops.fused) && !ranges_.empty()) zero_outside_ranges();
     if (loops.device) {
       for (int64_t s = c; s >= 0; --s) loops.device->run("scan step", s, s);
       break;
@@ -256,6 +258,26 @@ Axes ScanRun::batch_axes(const std::vector<Tensor>& adj) const {
   return batch;
 }
 
+bool ScanRun::accept_cotangent_ranges(const std::vector<CotangentRange>& ranges) {
+  for (size_t k = 0; k < ranges.size(); ++k)
+    if (!ranges[k].whole() && (k < init.size() || ranges[k].axis != over)) return false;
+  ranges_ = ranges;
+  return true;
+}
+
+void ScanRun::zero_outside_ranges() {
+  const size_t nc = init.size();
+  for (size_t k = nc; k < ranges_.size(); ++k) {
+    const CotangentRange& r = ranges_[k];
+    const Tensor& bar = ys_bar_[k - nc];
+    if (r.whole() || !bar.defined()) continue;
+    if (r.lo > 0) fill_zero(slice(bar, over, 0, r.lo));
+    if (r.hi < steps) fill_zero(slice(bar, over, r.hi));
+  }
+  ranges_.clear();
+  if (program) program->set_y_ranges({});
+}
+
 void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) {
   PauseRecording pause;
   const size_t nc = init.size(), nx = xs.size();
@@ -267,6 +289,18 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
   for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
   StepProgram& p = compiled();
   p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar, batch_axes(adj));
+  ys_bar_ = ys_bar;
+  if (!ranges_.empty()) {
+    // The host's step-by-step replays seed within the ranges; bisection's and devices' loops read
+    // every step's cotangent.
+    if (bisection || !p.on_host()) {
+      zero_outside_ranges();
+    } else {
+      std::vector<std::pair<int64_t, int64_t>> y;
+      for (size_t k = nc; k < ranges_.size(); ++k) y.emplace_back(ranges_[k].lo, ranges_[k].hi);
+      p.set_y_ranges(std::move(y));
+    }
+  }
   if (bisection) {
     const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
     CarrySlots snap(new_slots(depth), p.carry());
@@ -283,6 +317,9 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
     CarrySlots ck(checkpoints, p.carry(), nullptr, &no_load);
     reverse_chunks(ck, opt.checkpoint_every);
   }
+  ranges_.clear();
+  p.set_y_ranges({});
+  ys_bar_.clear();
   p.flush_stores();
   p.finish();
   if (entry) p.add_param_adjoints(param_adj);  // a reusable program accumulates into its own

@@ -88,6 +88,9 @@ struct ScanRun final : CustomNode {
   /// runs) and ys through `y_store`. False when the step does not fuse (then nothing ran).
   bool fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from);
 
+  /// Takes ranges of the outputs' cotangents along the scanned axis (the final state's select);
+  /// refuses one of a carry or along another axis.
+  bool accept_cotangent_ranges(const std::vector<CotangentRange>& ranges) override;
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override;
   /// Forward mode (autodiff/scan_tangent.cpp): the steps run again op by op from `init`, each
   /// followed by its ops' JVP rules (ScanPlan::forward_tangent), the carries' tangents handed on.
@@ -110,6 +113,9 @@ struct ScanRun final : CustomNode {
   void reverse_chunk_step_by_step(CarrySlots& segment, int64_t c, int64_t e);
   void build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarrySlots& segment, int64_t k);
   [[nodiscard]] Axes batch_axes(const std::vector<Tensor>& adj) const;
+  /// Zeroes the outputs' cotangents outside their ranges, where a fused or device loop is about
+  /// to read every step's (the ranges then cover everything).
+  void zero_outside_ranges();
 
   // x_t, the step and the next carry, fused: what advance() runs (built with the forward programs;
   // it holds no reverse-pass buffers, so it serves every reverse pass of this scan).
@@ -117,6 +123,9 @@ struct ScanRun final : CustomNode {
   bool advance_tried_ = false;
   // x_t, the step and its reverse step, fused (per reverse pass: it holds that pass's adjoints).
   std::unique_ptr<ScalarLoop> leaf_loop_;
+  // The next pass's cotangent ranges (accept_cotangent_ranges), and that pass's outputs' cotangents.
+  std::vector<CotangentRange> ranges_;
+  std::vector<Tensor> ys_bar_;
 };
 
 }  // namespace tenax::detail

@@ -129,6 +129,7 @@ void TapeArrays::clear() {
   attrs.clear();
   adjoints.clear();
   lent.clear();
+  partial.clear();
   sources.clear();
 }
 
@@ -184,6 +185,7 @@ void TapeImpl::check_adjoints(const Record& r) const {
   for (int i = 0; i < r.n_inputs; ++i) {
     const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
     if (v < 0 || !a_.adjoints[static_cast<size_t>(v)].defined()) continue;
+    if (!a_.partial.empty() && partial_range(v)) continue;  // unwritten outside
     check_finite_value(a_.adjoints[static_cast<size_t>(v)], r.op->name,
                        "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");
   }
@@ -342,10 +344,11 @@ void TapeImpl::run_custom(const Record& r) {
     any |= cot[static_cast<size_t>(k)].defined();
   }
   if (!any) return;
-  if (c.shard != 0) share_whole_cotangents(c, cot);
   if (batch_.rank() > 0 && !c.node->batched_vjp())
     throw AutodiffError(std::string("[grad] the VJP of '") + c.node->name() + "' cannot take the batch axes " +
                         batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
+  if (!a_.partial.empty()) offer_ranges(c);
+  if (c.shard != 0) share_whole_cotangents(c, cot);
   for (int32_t i = 0; i < r.n_inputs; ++i) {
     const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
     if (v >= 0) adj[static_cast<size_t>(i)] = adjoint(v);
@@ -364,7 +367,7 @@ Tensor& TapeImpl::adjoint(int32_t v) {
       // The view's adjoint is the same view of the parent's adjoint: one buffer for the family.
       // The sweep's batch axes pass through the view as an enclosing nmap's mapped axes do (a
       // transpose's order, say, need not name them).
-      Tensor pa = adjoint(parent);
+      Tensor pa = select_partial(r, parent) ? a_.adjoints[static_cast<size_t>(parent)] : adjoint(parent);
       const Tensor* parent_adjoint = &pa;
       std::optional<MappedScope> batch;
       if (batch_.rank() > 0) batch.emplace(batch_.names());
@@ -386,6 +389,7 @@ Tensor& TapeImpl::own_adjoint(int32_t v, bool zeroed) {
 
 Tensor& TapeImpl::owned(int32_t v) {
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
+  if (!a_.partial.empty()) make_whole(v);
   if (a_.lent[static_cast<size_t>(v)] != 0) {
     const Tensor value = a;
     a_.lent[static_cast<size_t>(v)] = 0;
@@ -410,7 +414,9 @@ bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
 
 const Tensor& TapeImpl::cotangent_of(int32_t v) {
   const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-  return a.defined() ? a : adjoint(v);
+  if (!a.defined()) return adjoint(v);
+  if (!a_.partial.empty()) make_whole(v);
+  return a;
 }
 
 Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
@@ -436,6 +442,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   PauseRecording pause;
   a_.adjoints.assign(a_.vars.size(), Tensor());
   a_.lent.assign(a_.vars.size(), 0);
+  a_.partial.clear();
   adjoint_buffers_ = adjoint_bytes_ = 0;
   batch_ = cotangent_batch_axes(output, cotangent);
   if (output.defined() && output.var() >= 0 && output.tape_serial() == serial_) {
@@ -452,8 +459,10 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
     // rules made on the way.
     out.back() = with_shard(out.back(), wrt[out.size() - 1].shard_id());
   }
+  partial_adjoints_ = static_cast<int64_t>(a_.partial.size());
   a_.adjoints.clear();
   a_.lent.clear();
+  a_.partial.clear();
   batch_ = Axes();
   return out;
 }
@@ -603,7 +612,7 @@ void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const A
 
 TapeStats TapeImpl::stats() const {
   return {static_cast<int64_t>(a_.records.size()), static_cast<int64_t>(a_.vars.size()), residual_bytes_,
-          adjoint_buffers_, adjoint_bytes_};
+          adjoint_buffers_, adjoint_bytes_, partial_adjoints_};
 }
 
 int64_t TapeImpl::bytes() const {

@@ -19,6 +19,9 @@ struct TapeStats {
   int64_t residual_bytes = 0;    ///< bytes of tensors the records keep for the reverse pass
   int64_t adjoint_buffers = 0;   ///< adjoint buffers allocated by the last sweep (views share)
   int64_t adjoint_bytes = 0;     ///< their bytes
+  /// Of those, adjoints the last sweep zeroed only in the slices a select took (a large tensor's,
+  /// the stacked outputs of a scan whose final state is the result, say): no rule read them whole.
+  int64_t partial_adjoints = 0;
 };
 
 /// The default of Tape::set_residual_budget: 64 MiB for all scans of one tape.

@@ -54,6 +54,9 @@ struct TapeArrays {
   std::vector<Tensor> adjoints;
   /// Per variable: its adjoint is lent (VjpContext::lend_adjoint), not a buffer of its own.
   std::vector<uint8_t> lent;
+  /// Adjoints of which only some slices along one axis are written (TapeImpl::select_partial):
+  /// (variable, range), few.
+  std::vector<std::pair<int32_t, CotangentRange>> partial;
   std::vector<CustomEntry> customs;
   /// (record, source) for records made under a detail::SourceScope, in record order.
   std::vector<std::pair<int32_t, const std::string*>> sources;
@@ -129,8 +132,20 @@ class TapeImpl final : public Recorder {
 
   /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
   Tensor& own_adjoint(int32_t v, bool zeroed);
-  /// v's adjoint as a buffer of its own (a lent one is copied into one first).
+  /// v's adjoint as a buffer of its own (a lent one is copied into one first, a partial one
+  /// zeroed outside its range).
   Tensor& owned(int32_t v);
+  // Partial adjoints (autodiff/tape_partial.cpp): a large adjoint first reached through a select
+  // is allocated unwritten and zeroed only in the selected slices.
+  /// The adjoint of select record r's parent p made or extended so; false where that does not apply.
+  bool select_partial(const Record& r, int32_t p);
+  bool reach_partial(int32_t v, Name axis, int64_t i);
+  /// v's range where its adjoint is partial, else null.
+  [[nodiscard]] const CotangentRange* partial_range(int32_t v) const;
+  /// Zeroes v's adjoint outside its range (a no-op for a whole one); it is whole afterwards.
+  void make_whole(int32_t v);
+  /// The ranges of a custom node's outputs' cotangents, offered to it; those it refuses made whole.
+  void offer_ranges(const CustomEntry& c);
   /// The adjoint buffer of v: the variable's axes, then the batch axes of the sweep.
   [[nodiscard]] Tensor new_adjoint(int32_t v, bool zeroed = true) const;
 
@@ -139,7 +154,7 @@ class TapeImpl final : public Recorder {
   Axes batch_;  ///< axes the cotangent has beyond the output's (several VJPs in one sweep)
   TapeArrays a_;
   std::unordered_map<int32_t, int32_t> varying_;  ///< variable -> its varying alias
-  int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0;
+  int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0, partial_adjoints_ = 0;
   int64_t residual_budget_ = kDefaultResidualBudget;  ///< Tape::set_residual_budget
   int64_t residual_taken_ = 0;                        ///< what its scans kept
 };

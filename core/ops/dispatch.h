@@ -14,11 +14,27 @@ namespace tenax::detail {
 
 static_assert(kMaxLoopRank == kMaxRank);
 
+/// Where a cotangent handed to CustomNode::vjp can be nonzero: the slices [lo, hi) along `axis`
+/// (hi < 0: all of it). The rest is zero but its memory unwritten.
+struct CotangentRange {
+  Name axis;
+  int64_t lo = 0, hi = -1;
+  [[nodiscard]] bool whole() const { return hi < 0; }
+};
+
 /// A node with several outputs recorded by a control-flow op (scan): its reverse rule sees the
 /// cotangents of all outputs at once.
 class CustomNode {
  public:
   virtual ~CustomNode() = default;
+  /// Offers where the next vjp()'s cotangents can be nonzero (one range per output; the tape
+  /// keeps the adjoint of a stacked output of which only a few slices were selected so). A node
+  /// that accepts never reads a cotangent outside its range (it zeroes the rest itself where it
+  /// must); one that refuses (the default) gets the cotangents zeroed whole.
+  virtual bool accept_cotangent_ranges(const std::vector<CotangentRange>& ranges) {
+    (void)ranges;
+    return false;
+  }
   [[nodiscard]] virtual const char* name() const = 0;
   /// cotangents[k]: of output k, undefined when zero. adjoints[i]: the adjoint of input i to
   /// accumulate into in place, undefined when input i needs no gradient.
