@@ -498,7 +498,7 @@ void contract_complex(const ContractArgs& args) {
   ContractArgs a = args;
   outer_dims_to_batch(a);
   if (contract_wide<T>(a, true) || contract_small<T>(a)) return;
-  contract_general<T>(args);
+  contract_general<T>(a);  // per batch entry zgemm in place where each group is then one dim
 }
 
 }  // namespace
