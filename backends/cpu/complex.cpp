@@ -7,6 +7,7 @@
 #include <complex>
 
 #include "tenax/backends/cpu/loop.h"
+#include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
 
 namespace tenax::cpu {
@@ -17,29 +18,16 @@ using detail::DerivOp;
 template <class C>
 using Part = typename C::value_type;
 
-// Products by the textbook formula, as NumPy, JAX and PyTorch compute them: std::complex's operator*
-// follows C's Annex G (a NaN check and a library call per product), which keeps the loops scalar.
-// The results differ only where both parts of the textbook product are NaN (docs/complex.md).
-template <class C>
-C mul(C a, C b) {
-  return C(a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real());
-}
-// a * conj(b)
-template <class C>
-C mul_conj(C a, C b) {
-  return C(a.real() * b.real() + a.imag() * b.imag(), a.imag() * b.real() - a.real() * b.imag());
-}
-
 // ---- forward ----
 template <class C> struct Neg { void operator()(C& y, C x) const { y = -x; } };
-template <class C> struct Square { void operator()(C& y, C x) const { y = mul(x, x); } };
+template <class C> struct Square { void operator()(C& y, C x) const { y = prod(x, x); } };
 template <class C> struct Exp { void operator()(C& y, C x) const { y = std::exp(x); } };
 template <class C> struct Log { void operator()(C& y, C x) const { y = std::log(x); } };
 template <class C> struct Sqrt { void operator()(C& y, C x) const { y = std::sqrt(x); } };
 template <class C> struct Tanh { void operator()(C& y, C x) const { y = std::tanh(x); } };
 template <class C> struct Add { void operator()(C& y, C a, C b) const { y = a + b; } };
 template <class C> struct Sub { void operator()(C& y, C a, C b) const { y = a - b; } };
-template <class C> struct Mul { void operator()(C& y, C a, C b) const { y = mul(a, b); } };
+template <class C> struct Mul { void operator()(C& y, C a, C b) const { y = prod(a, b); } };
 template <class C> struct Div { void operator()(C& y, C a, C b) const { y = a / b; } };
 template <class C> struct Pow { void operator()(C& y, C a, C b) const { y = std::pow(a, b); } };
 
@@ -49,28 +37,28 @@ struct DSquare { template <class C> C operator()(C x, C) const { return x + x; }
 struct DExp { template <class C> C operator()(C, C y) const { return y; } };
 struct DLog { template <class C> C operator()(C x, C) const { return C(1) / x; } };
 struct DSqrt { template <class C> C operator()(C, C y) const { return C(0.5) / y; } };
-struct DTanh { template <class C> C operator()(C, C y) const { return C(1) - mul(y, y); } };
+struct DTanh { template <class C> C operator()(C, C y) const { return C(1) - prod(y, y); } };
 struct DMulA { template <class C> C operator()(C, C b, C) const { return b; } };
 struct DMulB { template <class C> C operator()(C a, C, C) const { return a; } };
 struct DDivA { template <class C> C operator()(C, C b, C) const { return C(1) / b; } };
 struct DDivB { template <class C> C operator()(C, C b, C y) const { return -y / b; } };
-struct DPowA { template <class C> C operator()(C a, C b, C) const { return mul(b, std::pow(a, b - C(1))); } };
+struct DPowA { template <class C> C operator()(C a, C b, C) const { return prod(b, std::pow(a, b - C(1))); } };
 // The principal branch: y log a; 0 at a = 0 (where y is 0 or not finite), as for real numbers.
-struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : mul(y, std::log(a)); } };
+struct DPowB { template <class C> C operator()(C a, C, C y) const { return a == C(0) ? C(0) : prod(y, std::log(a)); } };
 
 // dst (+)= g * D or g * conj(D), from D over one operand pair (x, y) or triple (a, b, y).
 template <class D, class C, bool kAcc, bool kConj>
 struct Unary {
   void operator()(C& dst, C g, C x, C y) const {
     const C d = D{}(x, y);
-    put<kAcc>(dst, kConj ? mul_conj(g, d) : mul(g, d));
+    put<kAcc>(dst, kConj ? prod_conj(g, d) : prod(g, d));
   }
 };
 template <class D, class C, bool kAcc, bool kConj>
 struct Binary {
   void operator()(C& dst, C g, C a, C b, C y) const {
     const C d = D{}(a, b, y);
-    put<kAcc>(dst, kConj ? mul_conj(g, d) : mul(g, d));
+    put<kAcc>(dst, kConj ? prod_conj(g, d) : prod(g, d));
   }
 };
 // D = 1 and D = -1 (add, sub): the cotangent or tangent itself, with no product.

@@ -16,6 +16,7 @@
 
 #include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/contract_fixed.h"
+#include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
 
 namespace tenax::cpu {
@@ -23,17 +24,6 @@ namespace {
 
 using detail::ContractArgs;
 using detail::ContractGroup;
-
-// a b; for complex numbers by the textbook formula (std::complex's operator* adds C Annex G's
-// NaN check and library call per product, which keeps the loops scalar; docs/complex.md).
-template <class T>
-T prod(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return a * b;
-  } else {
-    return T(a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real());
-  }
-}
 
 // Per-matrix work from which BLAS beats direct loops (call overhead vs. blocking and SIMD).
 constexpr int64_t kBlasWork = 4096;

@@ -1,6 +1,8 @@
 // CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare;
 // each with its flat twin.
+#include <cmath>
 #include <complex>
+#include <cstring>
 #include <cstdint>
 #include <type_traits>
 
@@ -65,10 +67,28 @@ struct Scale {
     *static_cast<T*>(p[0]) = *static_cast<const T*>(p[1]) * static_cast<T>(*static_cast<const double*>(p[2]));
   }
 };
+// Whether the operand covers one dense row-major block (its last dim unit-stride, each dim's stride
+// the product of the sizes after it): the element count then, else -1.
+int64_t dense_count(const LoopDims& d, const LoopArg& a) {
+  int64_t n = 1;
+  for (int k = d.rank - 1; k >= 0; --k) {
+    if (d.sizes[k] != 1 && a.strides[k] != n) return -1;
+    n *= d.sizes[k];
+  }
+  return n;
+}
+
 template <class T>
 struct Fill {
   static void run(const LoopDims& d, const LoopArg* a) {
-    const T v = static_cast<T>(*static_cast<const double*>(a[1].data));
+    const double value = *static_cast<const double*>(a[1].data);
+    const T v = static_cast<T>(value);
+    // A zero fill of a dense block (a new zero tensor, a partial adjoint's slices) as memset.
+    if (value == 0.0 && !std::signbit(value))
+      if (const int64_t n = dense_count(d, a[0]); n >= 0) {
+        std::memset(a[0].data, 0, static_cast<size_t>(n) * sizeof(T));
+        return;
+      }
     for_each<T>(d, a, [v](T& y) { y = v; });
   }
   static void flat(int64_t outer, int64_t n, const detail::FlatArg* a) {

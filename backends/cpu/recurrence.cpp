@@ -5,6 +5,7 @@
 #include <complex>
 #include <type_traits>
 
+#include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
 
 namespace tenax::cpu {
@@ -41,7 +42,7 @@ void recurrence_blocked(const RecurrenceArgs& r) {
       const T* bt = b + t * r.step_b;
       T* xt = x + t * r.step_x;
       for (int64_t j = 0; j < nb; ++j) {
-        state[j] = at[oa[j]] * state[j] + bt[ob[j]];
+        state[j] = prod(at[oa[j]], state[j]) + bt[ob[j]];
         xt[ox[j]] = state[j];
       }
     }
@@ -60,7 +61,7 @@ void recurrence(const RecurrenceArgs& r) {
     T* xl = x + r.off_x[l];
     T state = T(0);
     for (int64_t t = 0; t < r.steps; ++t) {
-      state = al[t * r.step_a] * state + bl[t * r.step_b];
+      state = prod(al[t * r.step_a], state) + bl[t * r.step_b];
       xl[t * r.step_x] = state;
     }
   }
@@ -78,14 +79,14 @@ void vjp_lane(const RecurrenceVjpArgs& r, int64_t l) {
   T* dbl = r.db ? static_cast<T*>(r.db) + r.off_db[l] : nullptr;
   T lambda = T(0), a_next = T(0), sum_a = T(0), sum_b = T(0);
   for (int64_t t = f.steps - 1; t >= 0; --t) {
-    lambda = gl[t * r.step_g] + a_next * lambda;
+    lambda = gl[t * r.step_g] + prod(a_next, lambda);
     if (dbl) {
       if constexpr (kBroadcastB) sum_b += lambda;
       else dbl[t * r.step_db] += lambda;
     }
     if (dal && t > 0) {
-      if constexpr (kBroadcastA) sum_a += lambda * conj_of(xl[(t - 1) * f.step_x]);
-      else dal[t * r.step_da] += lambda * conj_of(xl[(t - 1) * f.step_x]);
+      if constexpr (kBroadcastA) sum_a += prod_conj(lambda, xl[(t - 1) * f.step_x]);
+      else dal[t * r.step_da] += prod_conj(lambda, xl[(t - 1) * f.step_x]);
     }
     a_next = conj_of(al[t * f.step_a]);
   }
@@ -110,13 +111,13 @@ void vjp_block(const RecurrenceVjpArgs& r, int64_t l0, int64_t nb) {
   for (int64_t j = 0; j < nb; ++j) lambda[j] = a_next[j] = sum_a[j] = sum_b[j] = T(0);
   for (int64_t t = f.steps - 1; t >= 0; --t) {
     for (int64_t j = 0; j < nb; ++j) {
-      lambda[j] = g[og[j] + t * r.step_g] + a_next[j] * lambda[j];
+      lambda[j] = g[og[j] + t * r.step_g] + prod(a_next[j], lambda[j]);
       if (db) {
         if constexpr (kBroadcastB) sum_b[j] += lambda[j];
         else db[odb[j] + t * r.step_db] += lambda[j];
       }
       if (da && t > 0) {
-        const T v = lambda[j] * conj_of(x[ox[j] + (t - 1) * f.step_x]);
+        const T v = prod_conj(lambda[j], x[ox[j] + (t - 1) * f.step_x]);
         if constexpr (kBroadcastA) sum_a[j] += v;
         else da[oda[j] + t * r.step_da] += v;
       }
