@@ -35,12 +35,16 @@ bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::v
     }
     for (size_t j = 0; j < ys_tan.size(); ++j) {
       const PlanRef r = p.y_out()[j];
-      if (r.var < 0 || !tan[static_cast<size_t>(r.var)].defined()) continue;
+      if (r.var < 0 || !tan[static_cast<size_t>(r.var)].defined()) {  // a zero tangent at this step
+        if (ys_tan[j].defined()) fill_zero(select(ys_tan[j], over, t));
+        continue;
+      }
       const Tensor& ty = tan[static_cast<size_t>(r.var)];
-      if (!ys_tan[j].defined()) {  // zero before the first step with a tangent
+      if (!ys_tan[j].defined()) {  // zero before the first step with a tangent; the rest is written
         Axes ax{{over, steps}};
         for (int i = 0; i < ty.rank(); ++i) ax.push_back(ty.axes()[i]);
-        ys_tan[j] = zeros(ax, ty.dtype(), ty.device());
+        ys_tan[j] = empty(ax, ty.dtype(), ty.device());
+        if (s > 0) fill_zero(opt.reverse ? slice(ys_tan[j], over, t + 1) : slice(ys_tan[j], over, 0, t));
       }
       copy_into(select(ys_tan[j], over, t), ty);
     }

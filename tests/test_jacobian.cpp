@@ -194,5 +194,45 @@ TEST(Jacobian, ForwardModeThroughScanMatchesReverseMode) {
   }
 }
 
+// The stacked outputs' tangent where an output has none at some steps: a carry's tangent that
+// only the first step sees (the next carry ignores it), and one that arrives at the second step
+// (the outputs read the carry, the inputs carry the tangent). Forwards and in reverse, against
+// the reverse-mode Jacobian; the pool's memory poisoned first, so an unwritten step shows.
+TEST(Jacobian, ForwardModeThroughScanWritesZeroTangentsAtStepsWithout) {
+  const int64_t T = 6;
+  std::vector<Tensor> args{tensor({0.7, -0.4}, "h"), randn(Axes{{"t", T}, {"h", 2}}, 13)};
+  for (bool rev : {false, true}) {
+    Function forgets = [rev](const std::vector<Tensor>& a) {  // d ys / d init: nonzero at the first step only
+      ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        return std::make_pair(std::vector<Tensor>{x[0] * 1.0}, std::vector<Tensor>{c[0] * 2.0});
+      };
+      ScanOptions o;
+      o.reverse = rev;
+      return scan(body, {a[0]}, {a[1] * 1.0}, "t", o).ys[0];
+    };
+    Function arrives = [rev](const std::vector<Tensor>& a) {  // d ys / d xs: none at the first step
+      ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        return std::make_pair(std::vector<Tensor>{c[0] * 0.5 + x[0]}, std::vector<Tensor>{c[0] * c[0]});
+      };
+      ScanOptions o;
+      o.reverse = rev;
+      return scan(body, {a[0] * 1.0}, {a[1]}, "t", o).ys[0];
+    };
+    for (const Function* f : {&forgets, &arrives}) {
+      {  // NaN in the pool's free buffers of both stacks' sizes
+        std::vector<Tensor> junk;
+        for (int i = 0; i < 16; ++i) {
+          junk.push_back(full(Axes{{"t", T}, {"h", 2}, {"h_in", 2}}, std::nan("")));
+          junk.push_back(full(Axes{{"t", T}, {"h", 2}, {"t_in", T}, {"h_in", 2}}, std::nan("")));
+        }
+      }
+      const std::vector<Tensor> fwd = jacobian(*f, args, {JacobianOptions::Mode::forward}), back = jacobian(*f, args);
+      for (size_t k = 0; k < args.size(); ++k)
+        EXPECT_LT(mismatch(fwd[k], back[k], 1e-13, 1e-14), 1.0)
+            << (f == &forgets ? "forgets" : "arrives") << " argument " << k << " reverse=" << rev;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tenax

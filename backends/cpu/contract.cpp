@@ -481,11 +481,32 @@ void outer_dims_to_batch(ContractArgs& a) {
   move(a.n, false);
 }
 
-// The complex dtypes: no fixed-size kernels (they are real); the axpy rows, the direct loops and
-// BLAS's zgemm / cgemm.
+// Merges neighbouring dims of a group that every operand walks as one (the outer dim's stride is
+// the inner one's times its size; absent operands have stride 0 in both).
+void merge_dims(ContractGroup& g) {
+  for (int d = g.rank - 2; d >= 0; --d) {
+    const int64_t n = g.sizes[d + 1];
+    if (g.x[d] != g.x[d + 1] * n || g.y[d] != g.y[d + 1] * n || g.z[d] != g.z[d + 1] * n) continue;
+    g.sizes[d] *= n;
+    g.x[d] = g.x[d + 1];
+    g.y[d] = g.y[d + 1];
+    g.z[d] = g.z[d + 1];
+    for (int k = d + 1; k + 1 < g.rank; ++k) {
+      g.sizes[k] = g.sizes[k + 1];
+      g.x[k] = g.x[k + 1];
+      g.y[k] = g.y[k + 1];
+      g.z[k] = g.z[k + 1];
+    }
+    --g.rank;
+  }
+}
+
+// The complex dtypes: no fixed-size kernels (they are real); with dims merged where the operands
+// allow and outer ones moved to the batch, the axpy rows, the direct loops and BLAS's zgemm / cgemm.
 template <class T>
 void contract_complex(const ContractArgs& args) {
   ContractArgs a = args;
+  for (ContractGroup* g : {&a.batch, &a.m, &a.n, &a.k}) merge_dims(*g);
   outer_dims_to_batch(a);
   if (contract_wide<T>(a, true) || contract_small<T>(a)) return;
   contract_general<T>(a);  // per batch entry zgemm in place where each group is then one dim

@@ -235,14 +235,18 @@ Tensor binary_jvp(JvpContext& c) {
   Axes ax = y.axes();
   for (int side = 0; side < 2; ++side)
     if (c.tangent(side).defined()) ax = align_axes(c.tangent(side).axes(), ax, "jvp");
-  Tensor out = zeros(ax, y.dtype(), y.device());
+  // The first side's term written (the loop covers every element of out), the second's added.
+  Tensor out = empty(ax, y.dtype(), y.device());
+  bool written = false;
   for (int side = 0; side < 2; ++side) {
     if (!c.tangent(side).defined()) continue;
     LoopArg args[5] = {loop_arg(out, ax), loop_arg(c.tangent(side), ax), loop_arg(c.input(0), ax),
                        loop_arg(c.input(1), ax), loop_arg(y, ax)};
-    tangent_kernel(kernels(y.device()), deriv_index(B, side), numeric_index(y.dtype(), "jvp"), false)(loop_dims(ax),
-                                                                                                     args);
+    tangent_kernel(kernels(y.device()), deriv_index(B, side), numeric_index(y.dtype(), "jvp"), !written)(
+        loop_dims(ax), args);
+    written = true;
   }
+  if (!written) fill_zero(out);
   return out;
 }
 
