@@ -235,6 +235,15 @@ Tensor binary_jvp(JvpContext& c) {
   Axes ax = y.axes();
   for (int side = 0; side < 2; ++side)
     if (c.tangent(side).defined()) ax = align_axes(c.tangent(side).axes(), ax, "jvp");
+  // a + b, a - b with one tangent covering the output: that tangent itself (tangents are values).
+  if constexpr (B == BinaryOp::add || B == BinaryOp::sub) {
+    const Tensor& ta = c.tangent(0);
+    const Tensor& tb = c.tangent(1);
+    if (ta.defined() != tb.defined()) {
+      const Tensor& t = ta.defined() ? ta : tb;
+      if ((B == BinaryOp::add || ta.defined()) && t.axes() == ax && t.dtype() == y.dtype()) return t;
+    }
+  }
   // The first side's term written (the loop covers every element of out), the second's added.
   Tensor out = empty(ax, y.dtype(), y.device());
   bool written = false;
