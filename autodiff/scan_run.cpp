@@ -278,6 +278,21 @@ void ScanRun::zero_outside_ranges() {
   if (program) program->set_y_ranges({});
 }
 
+// The host's step-by-step replays seed within the ranges; bisection's and devices' loops read
+// every step's cotangent (zeroed outside first).
+void ScanRun::use_ranges(const std::vector<Tensor>& ys_bar) {
+  ys_bar_ = ys_bar;
+  if (ranges_.empty()) return;
+  StepProgram& p = compiled();
+  if (bisection || !p.on_host()) {
+    zero_outside_ranges();
+    return;
+  }
+  std::vector<std::pair<int64_t, int64_t>> y;
+  for (size_t k = init.size(); k < ranges_.size(); ++k) y.emplace_back(ranges_[k].lo, ranges_[k].hi);
+  p.set_y_ranges(std::move(y));
+}
+
 void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) {
   PauseRecording pause;
   const size_t nc = init.size(), nx = xs.size();
@@ -289,18 +304,16 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
   for (size_t k = 0; k < nx; ++k) x_needs[k] = xs_adj[k].defined();
   StepProgram& p = compiled();
   p.prepare_backward(plan->needs_grad(x_needs), param_adj, ys_bar, xs_adj, carry_bar, batch_axes(adj));
-  ys_bar_ = ys_bar;
-  if (!ranges_.empty()) {
-    // The host's step-by-step replays seed within the ranges; bisection's and devices' loops read
-    // every step's cotangent.
-    if (bisection || !p.on_host()) {
-      zero_outside_ranges();
-    } else {
-      std::vector<std::pair<int64_t, int64_t>> y;
-      for (size_t k = nc; k < ranges_.size(); ++k) y.emplace_back(ranges_[k].lo, ranges_[k].hi);
-      p.set_y_ranges(std::move(y));
+  // The ranges offered serve this pass only, however it ends.
+  struct PassEnd {
+    ScanRun& run;
+    ~PassEnd() {
+      run.ranges_.clear();
+      run.ys_bar_.clear();
+      if (run.program) run.program->set_y_ranges({});
     }
-  }
+  } pass_end{*this};
+  use_ranges(ys_bar);
   if (bisection) {
     const auto depth = static_cast<int64_t>(std::ceil(std::log2(static_cast<double>(steps)))) + 1;
     CarrySlots snap(new_slots(depth), p.carry());
@@ -317,9 +330,6 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
     CarrySlots ck(checkpoints, p.carry(), nullptr, &no_load);
     reverse_chunks(ck, opt.checkpoint_every);
   }
-  ranges_.clear();
-  p.set_y_ranges({});
-  ys_bar_.clear();
   p.flush_stores();
   p.finish();
   if (entry) p.add_param_adjoints(param_adj);  // a reusable program accumulates into its own

@@ -116,6 +116,8 @@ struct ScanRun final : CustomNode {
   /// Zeroes the outputs' cotangents outside their ranges, where a fused or device loop is about
   /// to read every step's (the ranges then cover everything).
   void zero_outside_ranges();
+  /// Sets this pass's ranges (accept_cotangent_ranges) on the program, or zeroes outside them.
+  void use_ranges(const std::vector<Tensor>& ys_bar);
 
   // x_t, the step and the next carry, fused: what advance() runs (built with the forward programs;
   // it holds no reverse-pass buffers, so it serves every reverse pass of this scan).

@@ -11,7 +11,8 @@
 // inputs u real, lifted to complex before the product), Jacobians under docs/complex.md (the
 // holomorphic derivative w.r.t. λ, W, b, x0; ∂x/∂u for the real u).
 // `bench_s5 --s5_values=T` prints, instead of timing, one sequence's inputs and its complex128
-// Jacobians (one layer, both implementations) as JSON for bench/compare_jax_s5.py.
+// Jacobians (one layer, both implementations) as JSON for bench/compare_jax_s5.py;
+// `--s5_calls=T,WRT,N` runs N scan Jacobians untimed (instruction counts).
 #include <benchmark/benchmark.h>
 
 #include <tenax/tenax.h>
@@ -19,6 +20,7 @@
 #include <complex>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 namespace {
@@ -198,6 +200,36 @@ int print_values(int64_t steps) {
   return 0;
 }
 
+// `--s5_calls=T,WRT,N`: N calls of the one-layer complex128 scan Jacobian w.r.t. WRT (lambda, W or
+// u; reverse mode, all 16 sequences) and nothing else, for instruction counts (bench/RESULTS.md:
+// cachegrind at two T, the difference per sequence-step).
+int run_calls(const std::string& spec) {
+  const size_t c1 = spec.find(','), c2 = spec.rfind(',');
+  if (c1 == std::string::npos || c2 == c1) {
+    std::cerr << "bench_s5: --s5_calls=T,WRT,N (WRT: lambda, W or u)\n";
+    return 2;
+  }
+  const int64_t steps = std::stoll(spec.substr(0, c1));
+  const std::string wrt = spec.substr(c1 + 1, c2 - c1 - 1);
+  const int calls = std::stoi(spec.substr(c2 + 1));
+  const Model m = make_model(steps, 1, DType::c128);
+  for (int call = 0; call < calls; ++call)
+    for (int64_t s = 0; s < kBatch; ++s) {
+      const Tensor u = select(m.u, "s", s);
+      const Tensor arg = wrt == "lambda" ? m.layers[0].lambda : wrt == "W" ? m.layers[0].w : u;
+      Function f = [&](const std::vector<Tensor>& a) {
+        std::vector<Layer> layers = m.layers;
+        Tensor input = u;
+        if (wrt == "lambda") layers[0].lambda = a[0];
+        else if (wrt == "W") layers[0].w = a[0];
+        else input = a[0];
+        return final_state(Impl::scan, layers, input);
+      };
+      benchmark::DoNotOptimize(jacobian(f, {arg})[0].data_ptr());
+    }
+  return 0;
+}
+
 void register_all() {
   const char* impls[] = {"scan", "linear_recurrence", "associative_scan"};
   const char* wrts[] = {"forward", "jac_lambda", "jac_W", "jac_b", "jac_x0", "jac_u"};
@@ -223,6 +255,7 @@ void register_all() {
 int main(int argc, char** argv) {
   for (int k = 1; k < argc; ++k)
     if (std::string_view(argv[k]).starts_with("--s5_values=")) return print_values(std::atoll(argv[k] + 12));
+    else if (std::string_view(argv[k]).starts_with("--s5_calls=")) return run_calls(argv[k] + 11);
   register_all();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
