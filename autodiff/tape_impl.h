@@ -140,6 +140,7 @@ class TapeImpl final : public Recorder {
   /// The adjoint of select record r's parent p made or extended so; false where that does not apply.
   bool select_partial(const Record& r, int32_t p);
   bool reach_partial(int32_t v, Name axis, int64_t i);
+  bool partial_root(int32_t v, Name axis, int64_t i);
   /// v's range where its adjoint is partial, else null.
   [[nodiscard]] const CotangentRange* partial_range(int32_t v) const;
   /// Zeroes v's adjoint outside its range (a no-op for a whole one); it is whole afterwards.

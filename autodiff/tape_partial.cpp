@@ -34,29 +34,34 @@ bool TapeImpl::select_partial(const Record& r, int32_t p) {
 // so, the same view of that one's. False (nothing changed) where that does not apply.
 bool TapeImpl::reach_partial(int32_t v, Name axis, int64_t i) {
   const VarInfo& info = var(v);
+  if (info.record < 0 || !a_.records[static_cast<size_t>(info.record)].op->view) return partial_root(v, axis, i);
+  const Record& r = a_.records[static_cast<size_t>(info.record)];
+  const bool rename = std::strcmp(r.op->name, "rename") == 0;
+  if (!rename && std::strcmp(r.op->name, "transpose") != 0) return false;
+  const Attrs& at = attrs_of(r);
+  Name up = axis;  // the axis's name in the parent
+  if (rename)
+    for (int k = 0; k < at.axes2.size(); ++k)
+      if (at.axes2[k] == axis) up = at.axes[k];
+  const int32_t parent = a_.inputs[static_cast<size_t>(r.first_input)];
+  if (!reach_partial(parent, up, i)) return false;
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
-  if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) {
-    const Record& r = a_.records[static_cast<size_t>(info.record)];
-    const bool rename = std::strcmp(r.op->name, "rename") == 0;
-    if (!rename && std::strcmp(r.op->name, "transpose") != 0) return false;
-    const Attrs& at = attrs_of(r);
-    Name up = axis;  // the axis's name in the parent
-    if (rename)
-      for (int k = 0; k < at.axes2.size(); ++k)
-        if (at.axes2[k] == axis) up = at.axes[k];
-    const int32_t parent = a_.inputs[static_cast<size_t>(r.first_input)];
-    if (!reach_partial(parent, up, i)) return false;
-    if (!a.defined()) {
-      const Tensor* pa = &a_.adjoints[static_cast<size_t>(parent)];
-      std::optional<MappedScope> batch;
-      if (batch_.rank() > 0) batch.emplace(batch_.names());
-      a = r.op->forward(Inputs{&pa, 1}, at);
-    }
-    return true;
+  if (!a.defined()) {
+    const Tensor* pa = &a_.adjoints[static_cast<size_t>(parent)];
+    std::optional<MappedScope> batch;
+    if (batch_.rank() > 0) batch.emplace(batch_.names());
+    a = r.op->forward(Inputs{&pa, 1}, at);
   }
+  return true;
+}
+
+// reach_partial for a variable that is not a view: a large adjoint not made yet is made partial;
+// a partial one along the same axis has its range extended (the slices between zeroed).
+bool TapeImpl::partial_root(int32_t v, Name axis, int64_t i) {
+  Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (!a.defined()) {
     const Axes& ax = var_axes(v);
-    const int64_t bytes = ax.numel() * batch_.numel() * static_cast<int64_t>(itemsize(info.dtype));
+    const int64_t bytes = ax.numel() * batch_.numel() * static_cast<int64_t>(itemsize(var(v).dtype));
     if (bytes < kPartialBytes || !ax.contains(axis) || ax.size_of(axis, "select") < 2) return false;
     fill_zero(select(own_adjoint(v, false), axis, i));
     a_.partial.push_back({v, CotangentRange{axis, i, i + 1}});
