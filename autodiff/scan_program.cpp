@@ -495,6 +495,10 @@ void StepProgram::backward(int64_t s) {
 // The outputs' cotangents at step s into their adjoints (host), within the ranges of this pass.
 void StepProgram::seed_outputs(int64_t s) {
   const int64_t i = index(s);
+  if (y_ranges_.empty()) {  // every step's cotangents (the common case)
+    for (SliceCopy& c : y_seed_) c.run(i);
+    return;
+  }
   for (size_t j = 0; j < y_seed_.size(); ++j) {
     const size_t k = y_seed_output_[j];
     if (k < y_ranges_.size() && y_ranges_[k].second >= 0 && (i < y_ranges_[k].first || i >= y_ranges_[k].second)) {
