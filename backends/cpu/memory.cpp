@@ -1,5 +1,7 @@
 // CPU data-movement kernels: strided copy, accumulate, fill, scale, cast, select (where), compare;
 // each with its flat twin.
+#include <tbb/task_arena.h>
+
 #include <cmath>
 #include <complex>
 #include <cstring>
@@ -68,13 +70,15 @@ struct Scale {
   }
 };
 // Whether the operand covers one dense row-major block (its last dim unit-stride, each dim's stride
-// the product of the sizes after it): the element count then, else -1.
+// the product of the sizes after it) that one thread moves: the element count then, else -1 (a
+// block of 2 kParallelGrain elements or more with a second thread to help takes the parallel loop).
 int64_t dense_count(const LoopDims& d, const LoopArg& a) {
   int64_t n = 1;
   for (int k = d.rank - 1; k >= 0; --k) {
     if (d.sizes[k] != 1 && a.strides[k] != n) return -1;
     n *= d.sizes[k];
   }
+  if (n >= 2 * kParallelGrain && tbb::this_task_arena::max_concurrency() > 1) return -1;
   return n;
 }
 
