@@ -69,15 +69,17 @@ struct Scale {
     *static_cast<T*>(p[0]) = *static_cast<const T*>(p[1]) * static_cast<T>(*static_cast<const double*>(p[2]));
   }
 };
-// Whether the operand covers one dense row-major block (its last dim unit-stride, each dim's stride
-// the product of the sizes after it) that one thread moves: the element count then, else -1 (a
-// block of 2 kParallelGrain elements or more with a second thread to help takes the parallel loop).
-int64_t dense_count(const LoopDims& d, const LoopArg& a) {
+// The element count when the first N operands each cover one dense row-major block (loop.h's
+// flat_strides, unit stride) that one thread moves, else -1 (a block of 2 kParallelGrain elements
+// or more with a second thread to help takes the parallel loop).
+template <int N>
+int64_t dense_count(const LoopDims& d, const LoopArg* a) {
+  int64_t kind[N];
+  if (!loop_detail::flat_strides<N>(d, a, kind)) return -1;
   int64_t n = 1;
-  for (int k = d.rank - 1; k >= 0; --k) {
-    if (d.sizes[k] != 1 && a.strides[k] != n) return -1;
-    n *= d.sizes[k];
-  }
+  for (int k = 0; k < d.rank; ++k) n *= d.sizes[k];
+  for (int i = 0; i < N; ++i)
+    if (kind[i] != 1 && n > 1) return -1;
   if (n >= 2 * kParallelGrain && tbb::this_task_arena::max_concurrency() > 1) return -1;
   return n;
 }
@@ -89,7 +91,7 @@ struct Fill {
     const T v = static_cast<T>(value);
     // A zero fill of a dense block (a new zero tensor, a partial adjoint's slices) as memset.
     if (value == 0.0 && !std::signbit(value))
-      if (const int64_t n = dense_count(d, a[0]); n >= 0) {
+      if (const int64_t n = dense_count<1>(d, a); n >= 0) {
         std::memset(a[0].data, 0, static_cast<size_t>(n) * sizeof(T));
         return;
       }
@@ -108,7 +110,7 @@ struct Fill {
 template <class T>
 struct CopyKernel {
   static void run(const LoopDims& d, const LoopArg* a) {
-    if (const int64_t n = dense_count(d, a[0]); n >= 0 && dense_count(d, a[1]) == n) {  // one dense block
+    if (const int64_t n = dense_count<2>(d, a); n >= 0) {  // one dense block each
       std::memmove(a[0].data, a[1].data, static_cast<size_t>(n) * sizeof(T));
       return;
     }
