@@ -243,6 +243,12 @@ Tensor binary_jvp(JvpContext& c) {
       const Tensor& t = ta.defined() ? ta : tb;
       if ((B == BinaryOp::add || ta.defined()) && t.axes() == ax && t.dtype() == y.dtype()) return t;
     }
+    // Both, laid out as the output's tangent: the op itself (one pass, its flat kernels).
+    if (ta.defined() && tb.defined() && ta.axes() == ax && tb.axes() == ax && ta.dtype() == y.dtype() &&
+        tb.dtype() == y.dtype()) {
+      const Tensor* both[2] = {&ta, &tb};
+      return binary_forward<B>(Inputs{both, 2}, Attrs{});
+    }
   }
   // The first side's term written (the loop covers every element of out), the second's added.
   Tensor out = empty(ax, y.dtype(), y.device());
