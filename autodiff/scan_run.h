@@ -92,9 +92,14 @@ struct ScanRun final : CustomNode {
   /// refuses one of a carry or along another axis.
   bool accept_cotangent_ranges(const std::vector<CotangentRange>& ranges) override;
   void vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj) override;
+  /// Takes the demanded slices of the outputs' tangents for the next jvp() (the final state's
+  /// select): stacked outputs written only there, an unneeded one not at all.
+  bool accept_tangent_ranges(const std::vector<CotangentRange>& ranges) override;
   /// Forward mode (autodiff/scan_tangent.cpp): the steps run again op by op from `init`, each
   /// followed by its ops' JVP rules (ScanPlan::forward_tangent), the carries' tangents handed on.
   bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override;
+  /// The steps [first, second) of each stacked output whose tangents the next jvp() must write.
+  std::vector<std::pair<int64_t, int64_t>> wanted_steps();
 
  private:
   // The fused forms of the reverse sweep, built once the first chunk has built the programs.
@@ -128,6 +133,8 @@ struct ScanRun final : CustomNode {
   // The next pass's cotangent ranges (accept_cotangent_ranges), and that pass's outputs' cotangents.
   std::vector<CotangentRange> ranges_;
   std::vector<Tensor> ys_bar_;
+  // The next jvp()'s demanded slices of the stacked outputs' tangents (accept_tangent_ranges).
+  std::vector<CotangentRange> tangent_ranges_;
 };
 
 }  // namespace tenax::detail

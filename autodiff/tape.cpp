@@ -560,9 +560,12 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
     first = false;
     tan[static_cast<size_t>(v)] = astype(tangents[k], inputs[k].dtype());
   }
+  const bool tracked = output.var() >= 0 && output.tape_serial() == serial_;
+  const std::vector<CotangentRange> demand = tangent_demand(tracked ? output.var() : -1);
   for (const Record& r : a_.records) {
+    if (!needed(r, demand)) continue;
     if (r.op == &kCustomOp) {
-      custom_tangent(r, tan, batch);
+      custom_tangent(r, tan, batch, demand);
       continue;
     }
     if (batch.rank() > 0 && !r.op->batched_jvp)
@@ -583,7 +586,6 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
       tan[static_cast<size_t>(r.out)] = r.op->jvp(ctx);
     }
   }
-  const bool tracked = output.var() >= 0 && output.tape_serial() == serial_;
   Axes out_axes = output.axes();
   for (int i = 0; i < batch.rank(); ++i) out_axes.push_back(batch[i]);
   // Sharded like the output (this rank's block).
@@ -593,7 +595,8 @@ Tensor TapeImpl::forward_tangent(const Tensor& output, const std::vector<Tensor>
 }
 
 // A custom node's outputs' tangents, from its inputs'; an AutodiffError where it has no forward mode.
-void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch) {
+void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch,
+                              const std::vector<CotangentRange>& demand) {
   const CustomEntry& c = a_.customs[static_cast<size_t>(r.attrs)];
   std::vector<Tensor> in(static_cast<size_t>(r.n_inputs)), out;
   bool any = false;
@@ -603,6 +606,7 @@ void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const A
     any = any || in[static_cast<size_t>(i)].defined();
   }
   if (!any) return;
+  offer_tangent_ranges(c, demand);
   if (!c.node->jvp(in, batch, out))
     throw AutodiffError(std::string("[jvp] forward mode through ") + c.node->name() +
                         " is not supported yet; use reverse mode (grad, vjp)");

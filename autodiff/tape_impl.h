@@ -124,7 +124,16 @@ class TapeImpl final : public Recorder {
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
   void share_whole_cotangents(const CustomEntry& c, std::vector<Tensor>& cot) const;
-  void custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch);
+  void custom_tangent(const Record& r, std::vector<Tensor>& tan, const Axes& batch,
+                      const std::vector<CotangentRange>& demand);
+  // Forward mode's demand (autodiff/tape_demand.cpp).
+  /// Per variable, the slices of its tangent that the sweep towards `out` reads (empty: none).
+  [[nodiscard]] std::vector<CotangentRange> tangent_demand(int32_t out) const;
+  [[nodiscard]] CotangentRange input_demand(const Record& r, const CotangentRange& mine) const;
+  /// Whether any output of r has a demanded tangent (a collective op always runs).
+  [[nodiscard]] bool needed(const Record& r, const std::vector<CotangentRange>& demand) const;
+  /// A custom node offered the demanded slices of its outputs' tangents.
+  void offer_tangent_ranges(const CustomEntry& c, const std::vector<CotangentRange>& demand);
   // gradient(): the batch axes of a cotangent, the seed, the sweep over the records.
   static Axes cotangent_batch_axes(const Tensor& output, const Tensor& cotangent);
   void seed(const Tensor& output, const Tensor& cotangent);

@@ -201,17 +201,23 @@ int print_values(int64_t steps) {
 }
 
 // `--s5_calls=T,WRT,N`: N calls of the one-layer complex128 scan Jacobian w.r.t. WRT (lambda, W or
-// u; reverse mode, all 16 sequences) and nothing else, for instruction counts (bench/RESULTS.md:
-// cachegrind at two T, the difference per sequence-step).
+// u, in reverse mode; lambda/forward, W/forward or u/forward in forward mode; all 16 sequences)
+// and nothing else, for instruction counts (bench/RESULTS.md: cachegrind at two T, the difference
+// per sequence-step).
 int run_calls(const std::string& spec) {
   const size_t c1 = spec.find(','), c2 = spec.rfind(',');
   if (c1 == std::string::npos || c2 == c1) {
-    std::cerr << "bench_s5: --s5_calls=T,WRT,N (WRT: lambda, W or u)\n";
+    std::cerr << "bench_s5: --s5_calls=T,WRT,N (WRT: lambda, W or u, each with /forward for forward mode)\n";
     return 2;
   }
   const int64_t steps = std::stoll(spec.substr(0, c1));
-  const std::string wrt = spec.substr(c1 + 1, c2 - c1 - 1);
+  std::string wrt = spec.substr(c1 + 1, c2 - c1 - 1);
   const int calls = std::stoi(spec.substr(c2 + 1));
+  auto mode = JacobianOptions::Mode::reverse;
+  if (wrt.ends_with("/forward")) {
+    wrt.resize(wrt.size() - 8);
+    mode = JacobianOptions::Mode::forward;
+  }
   const Model m = make_model(steps, 1, DType::c128);
   for (int call = 0; call < calls; ++call)
     for (int64_t s = 0; s < kBatch; ++s) {
@@ -225,7 +231,7 @@ int run_calls(const std::string& spec) {
         else input = a[0];
         return final_state(Impl::scan, layers, input);
       };
-      benchmark::DoNotOptimize(jacobian(f, {arg})[0].data_ptr());
+      benchmark::DoNotOptimize(jacobian(f, {arg}, {mode})[0].data_ptr());
     }
   return 0;
 }

@@ -1,9 +1,12 @@
 // jacobian: both modes against central finite differences, the naming of colliding axes, the
-// fallback for ops without batched VJPs, and Jacobians through scan (both modes) and
-// linear_recurrence.
+// fallback for ops without batched VJPs, Jacobians through scan (both modes) and
+// linear_recurrence, and forward mode's demand (which tangent slices a custom node must write).
+#include <algorithm>
 #include <cmath>
 
 #include "op_check.h"
+#include "tenax/autodiff/recording.h"
+#include "tenax/core/ops/dispatch.h"
 
 namespace tenax {
 namespace {
@@ -232,6 +235,113 @@ TEST(Jacobian, ForwardModeThroughScanWritesZeroTangentsAtStepsWithout) {
             << (f == &forgets ? "forgets" : "arrives") << " argument " << k << " reverse=" << rev;
     }
   }
+}
+
+// Forward mode's demand (TapeImpl::tangent_demand): a multi-output node is offered the slices of
+// its outputs' tangents the function reads. ProbeNode's outputs are 2x, 3x and x of x over (t, h).
+class ProbeNode : public detail::CustomNode {
+ public:
+  std::vector<detail::CotangentRange> offered;
+  bool accept_tangent_ranges(const std::vector<detail::CotangentRange>& ranges) override {
+    offered = ranges;
+    return true;
+  }
+  [[nodiscard]] const char* name() const override { return "probe"; }
+  void vjp(const std::vector<Tensor>&, const std::vector<Tensor>&) override {}
+  [[nodiscard]] int64_t residual_bytes() const override { return 0; }
+  bool jvp(const std::vector<Tensor>& tangents, const Axes&, std::vector<Tensor>& out) override {
+    out = {tangents[0] * 2.0, tangents[0] * 3.0, tangents[0] * 1.0};
+    return true;
+  }
+};
+
+std::vector<Tensor> probe(const Tensor& x, const std::shared_ptr<ProbeNode>& node) {
+  std::vector<Tensor> out;
+  {
+    detail::PauseRecording pause;
+    out = {x * 2.0, x * 3.0, x * 1.0};
+  }
+  detail::g_record_state.recorder->record_custom(node, {x}, out);
+  return out;
+}
+
+// Output 0 is read through a select after a rename and one after a transpose (the hull of both
+// steps), output 1 whole (a sum over t), output 2 not at all; the tangent is 2 (d_2 + d_6) + 3 Σ d.
+TEST(Jacobian, ForwardModeOffersACustomNodeTheSlicesOfItsOutputsItReads) {
+  const Tensor x = randn(Axes{{"t", 8}, {"h", 2}}, 31), dir = randn(Axes{{"t", 8}, {"h", 2}}, 32);
+  auto node = std::make_shared<ProbeNode>();
+  Function f = [&](const std::vector<Tensor>& a) {
+    const std::vector<Tensor> y = probe(a[0], node);
+    return select(rename(y[0], "t", "s"), "s", 2) + select(transpose(y[0], {"h", "t"}), "t", 6) + sum(y[1], {"t"});
+  };
+  const Tensor tangent = jvp(f, {x}, {dir}).second;
+  ASSERT_EQ(node->offered.size(), 3U);
+  EXPECT_EQ(node->offered[0].axis, Name("t"));
+  EXPECT_EQ(node->offered[0].lo, 2);
+  EXPECT_EQ(node->offered[0].hi, 7);
+  EXPECT_TRUE(node->offered[1].whole());
+  EXPECT_TRUE(node->offered[2].empty());
+  const Tensor expect = (select(dir, "t", 2) + select(dir, "t", 6)) * 2.0 + sum(dir, {"t"}) * 3.0;
+  EXPECT_LT(mismatch(tangent, expect, 1e-14, 1e-15), 1.0);
+}
+
+// A scan's stacked output read only at its final step (the S5 Jacobian's final state) and at one
+// more step, forwards and in reverse: the forward Jacobian writes the tangents of those steps only
+// and equals the reverse one, with the pool poisoned so that a step it should have written shows.
+TEST(Jacobian, ForwardModeThroughScanWritesOnlyTheSelectedStepsOfStackedOutputs) {
+  const int64_t T = 40;
+  std::vector<Tensor> args{tensor({0.7, -0.4}, "h"), randn(Axes{{"t", T}, {"h", 2}}, 33)};
+  for (bool rev : {false, true}) {
+    Function f = [rev](const std::vector<Tensor>& a) {
+      ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        Tensor next = tanh(a[0] * c[0] + x[0]);
+        return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next, next * x[0]});
+      };
+      ScanOptions o;
+      o.reverse = rev;
+      const ScanResult r = scan(body, {a[0] * 0.5}, {a[1]}, "t", o);
+      const Tensor ys = rename(r.ys[0], "h", "k");
+      return rename(select(ys, "t", T - 1) + select(ys, "t", 3), "k", "h");  // r.ys[1] unread
+    };
+    {
+      std::vector<Tensor> junk;
+      for (int i = 0; i < 16; ++i) junk.push_back(full(Axes{{"t", T}, {"h", 2}, {"t_in", T}, {"h_in", 2}}, std::nan("")));
+    }
+    const std::vector<Tensor> fwd = jacobian(f, args, {JacobianOptions::Mode::forward}), back = jacobian(f, args);
+    for (size_t k = 0; k < args.size(); ++k)
+      EXPECT_LT(mismatch(fwd[k], back[k], 1e-13, 1e-14), 1.0) << "argument " << k << " reverse=" << rev;
+  }
+}
+
+// Forward mode through scan on a window of the batch (BatchWindow in autodiff/scan_tangent.cpp):
+// the forward Jacobian w.r.t. the inputs of a scan with a carry that passes through, one that has
+// no tangent and one that does, outputs at every step, forwards and in reverse, against the
+// reverse-mode Jacobian: as the scan sees them (the window grows with the steps and moves), with
+// the first steps' inputs masked (tangents zero until step 5), and mixed along t first (every
+// step's tangent dense: the window closes at the first step).
+TEST(Jacobian, ForwardModeThroughScanOnAWindowOfTheBasisMatchesReverseMode) {
+  const int64_t T = 40;
+  std::vector<double> m(T, 1.0);
+  std::fill(m.begin(), m.begin() + 5, 0.0);
+  const Tensor mask = tensor(m, Axes{{"t", T}});
+  std::vector<Tensor> args{randn(Axes{{"t", T}, {"h", 2}}, 41)};
+  for (int inputs = 0; inputs < 3; ++inputs)
+    for (bool rev : {false, true}) {
+      Function f = [&](const std::vector<Tensor>& a) {
+        const Tensor x = inputs == 0 ? a[0] : inputs == 1 ? a[0] * mask : a[0] + sum(a[0], {"t"}) * 0.1;
+        ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
+          Tensor next = tanh(c[0] * 0.8 + xt[0] * c[2]);
+          return std::make_pair(std::vector<Tensor>{next, c[1], c[2] * 1.01}, std::vector<Tensor>{next * xt[0]});
+        };
+        ScanOptions o;
+        o.reverse = rev;
+        const ScanResult r = scan(body, {tensor({0.1, -0.2}, "h"), tensor({1.0, 2.0}, "h"), tensor({0.5, 1.5}, "h")},
+                                  {x}, "t", o);
+        return r.ys[0] + r.carry[0] + r.carry[1];
+      };
+      const std::vector<Tensor> fwd = jacobian(f, args, {JacobianOptions::Mode::forward}), back = jacobian(f, args);
+      EXPECT_LT(mismatch(fwd[0], back[0], 1e-13, 1e-14), 1.0) << "inputs " << inputs << " reverse=" << rev;
+    }
 }
 
 }  // namespace

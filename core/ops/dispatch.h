@@ -14,12 +14,14 @@ namespace tenax::detail {
 
 static_assert(kMaxLoopRank == kMaxRank);
 
-/// Where a cotangent handed to CustomNode::vjp can be nonzero: the slices [lo, hi) along `axis`
-/// (hi < 0: all of it). The rest is zero but its memory unwritten.
+/// Slices [lo, hi) along `axis` of an output's cotangent or tangent (hi < 0: all of it; lo == hi:
+/// none). For CustomNode::vjp, where the cotangent can be nonzero (the rest is zero but its memory
+/// unwritten); for CustomNode::jvp, the slices of the tangent that anything reads.
 struct CotangentRange {
   Name axis;
   int64_t lo = 0, hi = -1;
   [[nodiscard]] bool whole() const { return hi < 0; }
+  [[nodiscard]] bool empty() const { return hi >= 0 && hi <= lo; }
 };
 
 /// A node with several outputs recorded by a control-flow op (scan): its reverse rule sees the
@@ -43,6 +45,13 @@ class CustomNode {
   [[nodiscard]] virtual int64_t residual_bytes() const = 0;
   /// Whether vjp() accepts cotangents (and adjoints) with batch axes beyond the outputs' own.
   [[nodiscard]] virtual bool batched_vjp() const { return false; }
+  /// Offers which slices of the next jvp()'s output tangents are read (one range per output; empty
+  /// where the output's tangent is not needed). A node that accepts may leave the rest of a
+  /// tangent unwritten (or an unneeded one undefined); one that refuses (the default) writes all.
+  virtual bool accept_tangent_ranges(const std::vector<CotangentRange>& ranges) {
+    (void)ranges;
+    return false;
+  }
   /// Forward mode: from the inputs' tangents (undefined: zero; `batch` axes beyond the inputs'
   /// own), the outputs' tangents into `out` (one per output; undefined: zero). False when the node
   /// has no forward mode (the sweep then raises an AutodiffError naming it).
