@@ -25,51 +25,76 @@ struct Range {
   }
 };
 
+// Whether `bytes` bytes at p are all zero: 256-byte blocks OR-ed whole (a loop the compiler
+// vectorises), then the rest.
 bool bytes_zero(const char* p, size_t bytes) {
   size_t k = 0;
-  for (; k + 8 <= bytes; k += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + k, 8);
-    if (w != 0) return false;
+  for (; k + 256 <= bytes; k += 256) {
+    uint64_t w[32], any = 0;
+    std::memcpy(w, p + k, 256);
+    for (uint64_t v : w) any |= v;
+    if (any != 0) return false;
   }
   for (; k < bytes; ++k)
     if (p[k] != 0) return false;
   return true;
 }
 
-// Whether every byte of the elements of host tensor x from dim on is zero (-0.0 and NaN are not).
-bool all_zero(const char* p, const Tensor& x, int dim, size_t item) {
-  if (dim == x.rank()) return bytes_zero(p, item);
-  const int64_t n = x.axes().size(dim), st = x.strides()[dim] * static_cast<int64_t>(item);
-  if (dim + 1 == x.rank() && st == static_cast<int64_t>(item)) return bytes_zero(p, static_cast<size_t>(n) * item);
-  for (int64_t i = 0; i < n; ++i)
-    if (!all_zero(p + i * st, x, dim + 1, item)) return false;
-  return true;
-}
+// Host memory laid out as a tensor: sizes and byte strides, adjacent dims that run on as one
+// merged.
+struct Block {
+  int rank = 0;
+  int64_t size[kMaxRank], stride[kMaxRank];
+  size_t item;
 
-// The hull of `known` and the indices along axis b of x outside which x is zero; only the indices
-// outside `known` are read.
-Range nonzero_range(const Tensor& x, Name b, Range known) {
-  const int64_t n = x.size(b);
-  auto zero_at = [&](int64_t i) {
-    const Tensor s = select(x, b, i);
-    return all_zero(static_cast<const char*>(s.data_ptr()), s, 0, itemsize(s.dtype()));
-  };
-  Range r = known;
-  int64_t i = 0;
-  for (const int64_t stop = known.empty() ? n : known.lo; i < stop && zero_at(i);) ++i;
-  if (known.empty()) {
-    if (i == n) return {};
-    r = {i, i + 1};
-  } else {
-    r.lo = std::min(i, known.lo);
-  }
-  for (int64_t k = n; k-- > r.hi;)
-    if (!zero_at(k)) {
-      r.hi = k + 1;
-      break;
+  // x's dims with dim d cut to m indices (dropped where m < 0).
+  Block(const Tensor& x, int d, int64_t m) : item(itemsize(x.dtype())) {
+    for (int i = 0; i < x.rank(); ++i) {
+      const int64_t n = i == d ? m : x.axes().size(i), st = x.strides()[i] * static_cast<int64_t>(item);
+      if (n < 0 || n == 1) continue;
+      if (n == 0) {
+        rank = -1;  // nothing to read
+        return;
+      }
+      if (rank > 0 && stride[rank - 1] == n * st) {
+        size[rank - 1] *= n;
+        stride[rank - 1] = st;
+        continue;
+      }
+      size[rank] = n;
+      stride[rank++] = st;
     }
-  return r;
+  }
+  // Whether every byte of the elements from dim on is zero (-0.0 and NaN are not).
+  [[nodiscard]] bool zero(const char* p, int dim = 0) const {
+    if (rank < 0) return true;
+    if (dim == rank) return bytes_zero(p, item);
+    if (dim + 1 == rank && stride[dim] == static_cast<int64_t>(item))
+      return bytes_zero(p, static_cast<size_t>(size[dim]) * item);
+    for (int64_t i = 0; i < size[dim]; ++i)
+      if (!zero(p + i * stride[dim], dim + 1)) return false;
+    return true;
+  }
+};
+
+// Indices [lo, hi) along axis b of x outside which x is zero (empty where x is). `hint` (the
+// previous step's range, say): the spans below and above it are checked whole first, so that a
+// range that moves by a few indices per step costs a pass over memory, not one per index.
+Range nonzero_range(const Tensor& x, Name b, Range hint) {
+  const int d = x.axes().index_of(b);
+  const int64_t n = x.axes().size(d);
+  const Block one(x, d, -1);
+  const char* base = static_cast<const char*>(x.data_ptr());
+  const int64_t step = x.strides()[d] * static_cast<int64_t>(one.item);
+  auto zero_at = [&](int64_t i) { return one.zero(base + i * step); };
+  auto zero_span = [&](int64_t a, int64_t e) { return a >= e || Block(x, d, e - a).zero(base + a * step); };
+  int64_t lo = !hint.empty() && hint.lo <= n && zero_span(0, hint.lo) ? hint.lo : 0;
+  while (lo < n && zero_at(lo)) ++lo;
+  if (lo == n) return {};
+  int64_t hi = std::max(lo + 1, std::min(hint.hi, n));
+  if (hint.empty() || !zero_span(hi, n)) hi = n;
+  while (hi > lo + 1 && zero_at(hi - 1)) --hi;
+  return {lo, hi};
 }
 
 // Stores step t's tangent `ty` (undefined: zero) of a stacked output into `ys`, within the steps
@@ -112,7 +137,7 @@ struct BatchWindow {
   bool open = false;
   Name axis;
   int64_t size = 0;
-  Range current;
+  Range current, fresh;
   std::vector<Tensor> part, full;
 
   BatchWindow(const std::vector<Tensor>& tangents, size_t nc, size_t nx, const Axes& batch) {
@@ -124,14 +149,17 @@ struct BatchWindow {
     full.resize(nc);
   }
 
-  // Step t's window: the hull of the current one and the xs tangents' nonzero ranges, rounded.
-  // The first step with a nonzero tangent picks the batch axis along which its range is narrowest;
-  // the window closes (open = false, `full` holding the carries) once it covers the whole axis.
+  // Step t's window: the hull of the current one and `fresh`, the xs tangents' nonzero range,
+  // rounded. The first step with a nonzero tangent picks the batch axis along which that range is
+  // narrowest; the window closes (open = false, `full` holding the carries) once it covers the
+  // whole axis.
   Range step(const std::vector<Tensor>& x_tan, const Axes& batch) {
     if (axis.empty() && !pick_axis(x_tan, batch)) return {};
-    Range r = current;
+    Range now;
     for (const Tensor& x : x_tan)
-      if (x.defined()) r = nonzero_range(x, axis, r);
+      if (x.defined()) now = now.hull(nonzero_range(x, axis, fresh.empty() ? current : fresh));
+    fresh = now;
+    Range r = current.hull(fresh);
     if (r.empty()) return r;
     const int64_t g = std::max<int64_t>(1, size / 16);
     r = {r.lo / g * g, std::min(size, (r.hi + g - 1) / g * g)};
@@ -145,7 +173,7 @@ struct BatchWindow {
     for (int i = 0; i < batch.rank(); ++i) {
       Range r;
       for (const Tensor& x : x_tan)
-        if (x.defined()) r = nonzero_range(x, batch.name(i), r);
+        if (x.defined()) r = r.hull(nonzero_range(x, batch.name(i), {}));
       if (r.empty()) return false;  // every tangent zero at this step
       if (const double share = double(r.hi - r.lo) / double(batch.size(i)); share < best) {
         best = share;
@@ -176,6 +204,65 @@ struct BatchWindow {
     current = r;
   }
 };
+
+// The step's tangents of the carries, then of the stacked outputs, from `tan` after the program's
+// tangents ran (undefined: zero); `tan` is cleared.
+std::vector<Tensor> take_outputs(const ScanPlan& p, std::vector<Tensor>& tan) {
+  std::vector<Tensor> out;
+  for (const auto* refs : {&p.carry_out(), &p.y_out()})
+    for (const PlanRef& r : *refs) out.push_back(r.var >= 0 ? tan[static_cast<size_t>(r.var)] : Tensor());
+  std::fill(tan.begin(), tan.end(), Tensor());
+  return out;
+}
+
+// One step on the window. Tangents are linear in the tangents given, so the program's tangents
+// run twice: the carries' over the window, and the inputs' over their own range `fresh` only (a
+// forward Jacobian w.r.t. a sequence's inputs: the basis vectors of step t's input), that result
+// added into the first's there. The sum is written in place where the first is a buffer of its
+// own; an output that several refer to is summed once.
+std::vector<Tensor> window_step(const ScanPlan& p, const std::vector<Tensor>& values, std::vector<Tensor>& tan,
+                                const BatchWindow& w, Range window, const std::vector<Tensor>& x_tan,
+                                const Axes& batch) {
+  auto batch_over = [&](Range r) {
+    Axes b = batch;
+    b.set_size(b.index_of(w.axis), r.hi - r.lo);
+    return b;
+  };
+  const size_t nc = w.part.size();
+  for (size_t k = 0; k < nc; ++k) tan[k] = w.part[k];
+  p.forward_tangent(values, tan, batch_over(window));
+  std::vector<Tensor> out = take_outputs(p, tan);
+  if (w.fresh.empty()) return out;
+  for (size_t j = 0; j < x_tan.size(); ++j)
+    if (x_tan[j].defined()) tan[nc + j] = slice(x_tan[j], w.axis, w.fresh.lo, w.fresh.hi);
+  p.forward_tangent(values, tan, batch_over(w.fresh));
+  const std::vector<Tensor> add = take_outputs(p, tan);
+  std::vector<int32_t> vars;
+  for (const auto* refs : {&p.carry_out(), &p.y_out()})
+    for (const PlanRef& r : *refs) vars.push_back(r.var);
+  std::vector<size_t> first(out.size());  // the first output that refers to the same variable
+  for (size_t i = 0; i < out.size(); ++i) {
+    first[i] = static_cast<size_t>(std::find(vars.begin(), vars.end(), vars[i]) - vars.begin());
+    if (first[i] < i) out[i] = Tensor();  // held once while summed
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (first[i] < i) {
+      out[i] = out[first[i]];
+      continue;
+    }
+    if (!add[i].defined()) continue;
+    Tensor& o = out[i];
+    if (!o.defined()) {
+      Axes ax = add[i].axes();
+      ax.set_size(ax.index_of(w.axis), window.hi - window.lo);
+      o = zeros(ax, add[i].dtype(), add[i].device());
+    } else if (o.storage()->use_count() > 1) {
+      o = copy_of(o);
+    }
+    accumulate(slice(o, w.axis, w.fresh.lo - window.lo, w.fresh.hi - window.lo), add[i]);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -212,33 +299,25 @@ bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::v
     const bool was_open = w.open;
     const Range window = w.open ? w.step(x_tan, batch) : Range{};
     if (was_open && !w.open) carry_tan = w.full;  // the whole axis from here: step by step
-    std::fill(tan.begin(), tan.end(), Tensor());
-    Axes step_batch = batch;
+    p.forward(values);
+    std::vector<Tensor> step_out(nc + ys_tan.size());  // the carries' then the outputs' tangents
     if (!w.open) {
       for (size_t k = 0; k < params.size(); ++k) tan[static_cast<size_t>(p.param_var(k))] = tangents[nc + nx + k];
       for (size_t k = 0; k < nc; ++k) tan[k] = carry_tan[k];
       for (size_t j = 0; j < nx; ++j) tan[nc + j] = x_tan[j];
+      p.forward_tangent(values, tan, batch);
+      step_out = take_outputs(p, tan);
     } else if (!window.empty()) {
-      step_batch.set_size(step_batch.index_of(w.axis), window.hi - window.lo);
-      for (size_t k = 0; k < nc; ++k) tan[k] = w.part[k];
-      for (size_t j = 0; j < nx; ++j)
-        if (x_tan[j].defined()) tan[nc + j] = slice(x_tan[j], w.axis, window.lo, window.hi);
+      step_out = window_step(p, values, tan, w, window, x_tan, batch);
     }
-    p.forward(values);
-    if (!w.open || !window.empty()) p.forward_tangent(values, tan, step_batch);
     for (size_t k = 0; k < nc; ++k) {
-      const PlanRef r = p.carry_out()[k];
-      carry[k] = p.value(values, r);
-      const Tensor ct = r.var >= 0 ? tan[static_cast<size_t>(r.var)] : Tensor();
-      if (!w.open) carry_tan[k] = ct;
-      else if (!window.empty()) w.part[k] = ct;
+      carry[k] = p.value(values, p.carry_out()[k]);
+      if (!w.open) carry_tan[k] = step_out[k];
+      else if (!window.empty()) w.part[k] = step_out[k];
     }
     const StackedTangent st{over, w.axis, steps, w.size, opt.reverse};
-    for (size_t j = 0; j < ys_tan.size(); ++j) {
-      const PlanRef r = p.y_out()[j];
-      st.store(ys_tan[j], r.var >= 0 ? tan[static_cast<size_t>(r.var)] : Tensor(), t,
-               Range{wanted[j].first, wanted[j].second}, window);
-    }
+    for (size_t j = 0; j < ys_tan.size(); ++j)
+      st.store(ys_tan[j], step_out[nc + j], t, Range{wanted[j].first, wanted[j].second}, window);
   }
   if (w.open) w.move_to({});
   out = w.open ? w.full : carry_tan;  // undefined where zero

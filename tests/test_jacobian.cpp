@@ -315,10 +315,11 @@ TEST(Jacobian, ForwardModeThroughScanWritesOnlyTheSelectedStepsOfStackedOutputs)
 
 // Forward mode through scan on a window of the batch (BatchWindow in autodiff/scan_tangent.cpp):
 // the forward Jacobian w.r.t. the inputs of a scan with a carry that passes through, one that has
-// no tangent and one that does, outputs at every step, forwards and in reverse, against the
-// reverse-mode Jacobian: as the scan sees them (the window grows with the steps and moves), with
-// the first steps' inputs masked (tangents zero until step 5), and mixed along t first (every
-// step's tangent dense: the window closes at the first step).
+// no tangent, one that sums the inputs and is an output as it comes in (its tangent is the carried
+// one plus the step's: summed into a copy) and one that is also an output as it leaves, forwards and in reverse, against the reverse-mode
+// Jacobian: as the scan sees them (the window grows with the steps and moves), with the first
+// steps' inputs masked (tangents zero until step 5), and mixed along t first (every step's tangent
+// dense: the window closes at the first step).
 TEST(Jacobian, ForwardModeThroughScanOnAWindowOfTheBasisMatchesReverseMode) {
   const int64_t T = 40;
   std::vector<double> m(T, 1.0);
@@ -331,13 +332,15 @@ TEST(Jacobian, ForwardModeThroughScanOnAWindowOfTheBasisMatchesReverseMode) {
         const Tensor x = inputs == 0 ? a[0] : inputs == 1 ? a[0] * mask : a[0] + sum(a[0], {"t"}) * 0.1;
         ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
           Tensor next = tanh(c[0] * 0.8 + xt[0] * c[2]);
-          return std::make_pair(std::vector<Tensor>{next, c[1], c[2] * 1.01}, std::vector<Tensor>{next * xt[0]});
+          return std::make_pair(std::vector<Tensor>{next, c[1], c[2] * 1.01, c[3] + xt[0]},
+                                std::vector<Tensor>{next * xt[0], next, c[3]});
         };
         ScanOptions o;
         o.reverse = rev;
-        const ScanResult r = scan(body, {tensor({0.1, -0.2}, "h"), tensor({1.0, 2.0}, "h"), tensor({0.5, 1.5}, "h")},
-                                  {x}, "t", o);
-        return r.ys[0] + r.carry[0] + r.carry[1];
+        const ScanResult r = scan(
+            body, {tensor({0.1, -0.2}, "h"), tensor({1.0, 2.0}, "h"), tensor({0.5, 1.5}, "h"), zeros(Axes{{"h", 2}})},
+            {x}, "t", o);
+        return r.ys[0] + r.ys[1] * 0.5 + r.ys[2] + r.carry[0] + r.carry[1] + r.carry[3];
       };
       const std::vector<Tensor> fwd = jacobian(f, args, {JacobianOptions::Mode::forward}), back = jacobian(f, args);
       EXPECT_LT(mismatch(fwd[0], back[0], 1e-13, 1e-14), 1.0) << "inputs " << inputs << " reverse=" << rev;
