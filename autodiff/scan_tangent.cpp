@@ -151,8 +151,8 @@ struct BatchWindow {
 
   // Step t's window: the hull of the current one and `fresh`, the xs tangents' nonzero range,
   // rounded. The first step with a nonzero tangent picks the batch axis along which that range is
-  // narrowest; the window closes (open = false, `full` holding the carries) once it covers the
-  // whole axis.
+  // narrowest; the window closes (open = false, `full` holding the carries) once `fresh` is more
+  // than half of it (two runs of the program would then cost more than one step as a whole).
   Range step(const std::vector<Tensor>& x_tan, const Axes& batch) {
     if (axis.empty() && !pick_axis(x_tan, batch)) return {};
     Range now;
@@ -163,8 +163,8 @@ struct BatchWindow {
     if (r.empty()) return r;
     const int64_t g = std::max<int64_t>(1, size / 16);
     r = {r.lo / g * g, std::min(size, (r.hi + g - 1) / g * g)};
-    if (r.lo != current.lo || r.hi != current.hi) move_to(r);
-    open = r.lo > 0 || r.hi < size;
+    open = 2 * (fresh.hi - fresh.lo) <= r.hi - r.lo;  // else one run over the window costs less
+    if (!open || r.lo != current.lo || r.hi != current.hi) move_to(r);
     return open ? r : Range{};
   }
 

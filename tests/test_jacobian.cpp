@@ -318,18 +318,25 @@ TEST(Jacobian, ForwardModeThroughScanWritesOnlyTheSelectedStepsOfStackedOutputs)
 // no tangent, one that sums the inputs and is an output as it comes in (its tangent is the carried
 // one plus the step's: summed into a copy) and one that is also an output as it leaves, forwards and in reverse, against the reverse-mode
 // Jacobian: as the scan sees them (the window grows with the steps and moves), with the first
-// steps' inputs masked (tangents zero until step 5), and mixed along t first (every step's tangent
-// dense: the window closes at the first step).
+// steps' inputs masked (tangents zero until step 5), mixed along t first (every step's tangent
+// dense: the window closes at the first step), and mixed at the last step only (it closes there,
+// its window already whole).
 TEST(Jacobian, ForwardModeThroughScanOnAWindowOfTheBasisMatchesReverseMode) {
   const int64_t T = 40;
   std::vector<double> m(T, 1.0);
   std::fill(m.begin(), m.begin() + 5, 0.0);
   const Tensor mask = tensor(m, Axes{{"t", T}});
+  std::vector<double> m2(T, 0.0);
+  m2[T - 1] = 0.1;
+  const Tensor late = tensor(m2, Axes{{"t", T}});
   std::vector<Tensor> args{randn(Axes{{"t", T}, {"h", 2}}, 41)};
-  for (int inputs = 0; inputs < 3; ++inputs)
+  for (int inputs = 0; inputs < 4; ++inputs)
     for (bool rev : {false, true}) {
       Function f = [&](const std::vector<Tensor>& a) {
-        const Tensor x = inputs == 0 ? a[0] : inputs == 1 ? a[0] * mask : a[0] + sum(a[0], {"t"}) * 0.1;
+        const Tensor x = inputs == 0   ? a[0]
+                         : inputs == 1 ? a[0] * mask
+                         : inputs == 2 ? a[0] + sum(a[0], {"t"}) * 0.1
+                                       : a[0] + sum(a[0], {"t"}) * late;
         ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& xt) {
           Tensor next = tanh(c[0] * 0.8 + xt[0] * c[2]);
           return std::make_pair(std::vector<Tensor>{next, c[1], c[2] * 1.01, c[3] + xt[0]},
