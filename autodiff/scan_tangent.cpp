@@ -151,8 +151,8 @@ struct BatchWindow {
 
   // Step t's window: the hull of the current one and `fresh`, the xs tangents' nonzero range,
   // rounded. The first step with a nonzero tangent picks the batch axis along which that range is
-  // narrowest; the window closes (open = false, `full` holding the carries) once `fresh` is more
-  // than half of it (two runs of the program would then cost more than one step as a whole).
+  // narrowest; the window closes (open = false, `full` holding the carries) once it covers the
+  // whole axis and `fresh` more than half of it (window_step would run once over everything).
   Range step(const std::vector<Tensor>& x_tan, const Axes& batch) {
     if (axis.empty() && !pick_axis(x_tan, batch)) return {};
     Range now;
@@ -163,7 +163,7 @@ struct BatchWindow {
     if (r.empty()) return r;
     const int64_t g = std::max<int64_t>(1, size / 16);
     r = {r.lo / g * g, std::min(size, (r.hi + g - 1) / g * g)};
-    open = 2 * (fresh.hi - fresh.lo) <= r.hi - r.lo;  // else one run over the window costs less
+    open = r.lo > 0 || r.hi < size || 2 * (fresh.hi - fresh.lo) <= size;  // else: as a whole from here
     if (!open || r.lo != current.lo || r.hi != current.hi) move_to(r);
     return open ? r : Range{};
   }
@@ -215,11 +215,12 @@ std::vector<Tensor> take_outputs(const ScanPlan& p, std::vector<Tensor>& tan) {
   return out;
 }
 
-// One step on the window. Tangents are linear in the tangents given, so the program's tangents
-// run twice: the carries' over the window, and the inputs' over their own range `fresh` only (a
-// forward Jacobian w.r.t. a sequence's inputs: the basis vectors of step t's input), that result
-// added into the first's there. The sum is written in place where the first is a buffer of its
-// own; an output that several refer to is summed once.
+// One step on the window. Where the inputs' range `fresh` is at most half of it (a forward
+// Jacobian w.r.t. a sequence's inputs: the basis vectors of step t's input), the program's tangents
+// run twice, as tangents are linear in the tangents given: the carries' over the window, and the
+// inputs' over `fresh` only, that result added into the first's there (in place where the first
+// is a buffer of its own; an output that several refer to summed once). Otherwise once, both over
+// the window.
 std::vector<Tensor> window_step(const ScanPlan& p, const std::vector<Tensor>& values, std::vector<Tensor>& tan,
                                 const BatchWindow& w, Range window, const std::vector<Tensor>& x_tan,
                                 const Axes& batch) {
@@ -229,10 +230,13 @@ std::vector<Tensor> window_step(const ScanPlan& p, const std::vector<Tensor>& va
     return b;
   };
   const size_t nc = w.part.size();
+  const bool split = 2 * (w.fresh.hi - w.fresh.lo) <= window.hi - window.lo;
   for (size_t k = 0; k < nc; ++k) tan[k] = w.part[k];
+  for (size_t j = 0; j < x_tan.size() && !split; ++j)
+    if (x_tan[j].defined()) tan[nc + j] = slice(x_tan[j], w.axis, window.lo, window.hi);
   p.forward_tangent(values, tan, batch_over(window));
   std::vector<Tensor> out = take_outputs(p, tan);
-  if (w.fresh.empty()) return out;
+  if (!split || w.fresh.empty()) return out;
   for (size_t j = 0; j < x_tan.size(); ++j)
     if (x_tan[j].defined()) tan[nc + j] = slice(x_tan[j], w.axis, w.fresh.lo, w.fresh.hi);
   p.forward_tangent(values, tan, batch_over(w.fresh));
