@@ -139,14 +139,22 @@ struct BatchWindow {
   int64_t size = 0;
   Range current, fresh;
   std::vector<Tensor> part, full;
+  // Per step output (the carries', then the stacked outputs'): the first that is the same variable.
+  std::vector<size_t> first;
 
-  BatchWindow(const std::vector<Tensor>& tangents, size_t nc, size_t nx, const Axes& batch) {
+  BatchWindow(const ScanPlan& p, const std::vector<Tensor>& tangents, const Axes& batch) {
+    const auto nc = static_cast<size_t>(p.n_carry()), nx = static_cast<size_t>(p.n_x());
     if (batch.rank() == 0) return;
     for (size_t k = 0; k < tangents.size(); ++k)
       if (tangents[k].defined() && (k < nc || k >= nc + nx || tangents[k].device().kind != Device::Kind::cpu)) return;
     open = true;
     part.resize(nc);
     full.resize(nc);
+    std::vector<int32_t> vars;
+    for (const auto* refs : {&p.carry_out(), &p.y_out()})
+      for (const PlanRef& r : *refs) vars.push_back(r.var);
+    for (size_t i = 0; i < vars.size(); ++i)
+      first.push_back(static_cast<size_t>(std::find(vars.begin(), vars.end(), vars[i]) - vars.begin()));
   }
 
   // Step t's window: the hull of the current one and `fresh`, the xs tangents' nonzero range,
@@ -241,14 +249,9 @@ std::vector<Tensor> window_step(const ScanPlan& p, const std::vector<Tensor>& va
     if (x_tan[j].defined()) tan[nc + j] = slice(x_tan[j], w.axis, w.fresh.lo, w.fresh.hi);
   p.forward_tangent(values, tan, batch_over(w.fresh));
   const std::vector<Tensor> add = take_outputs(p, tan);
-  std::vector<int32_t> vars;
-  for (const auto* refs : {&p.carry_out(), &p.y_out()})
-    for (const PlanRef& r : *refs) vars.push_back(r.var);
-  std::vector<size_t> first(out.size());  // the first output that refers to the same variable
-  for (size_t i = 0; i < out.size(); ++i) {
-    first[i] = static_cast<size_t>(std::find(vars.begin(), vars.end(), vars[i]) - vars.begin());
+  const std::vector<size_t>& first = w.first;
+  for (size_t i = 0; i < out.size(); ++i)
     if (first[i] < i) out[i] = Tensor();  // held once while summed
-  }
   for (size_t i = 0; i < out.size(); ++i) {
     if (first[i] < i) {
       out[i] = out[first[i]];
@@ -291,8 +294,9 @@ bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::v
   for (size_t k = 0; k < params.size(); ++k) values[static_cast<size_t>(p.param_var(k))] = params[k];
   std::vector<Tensor> carry = init, carry_tan(tangents.begin(), tangents.begin() + static_cast<std::ptrdiff_t>(nc));
   std::vector<Tensor> ys_tan(p.y_out().size());
-  const auto wanted = wanted_steps();
-  BatchWindow w(tangents, nc, nx, batch);
+  std::vector<Range> wanted;
+  for (const auto& [lo, hi] : wanted_steps()) wanted.push_back({lo, hi});
+  BatchWindow w(p, tangents, batch);
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t t = index(s);
     for (size_t j = 0; j < nx; ++j) {
@@ -321,7 +325,7 @@ bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::v
     }
     const StackedTangent st{over, w.axis, steps, w.size, opt.reverse};
     for (size_t j = 0; j < ys_tan.size(); ++j)
-      st.store(ys_tan[j], step_out[nc + j], t, Range{wanted[j].first, wanted[j].second}, window);
+      st.store(ys_tan[j], step_out[nc + j], t, wanted[j], window);
   }
   if (w.open) w.move_to({});
   out = w.open ? w.full : carry_tan;  // undefined where zero

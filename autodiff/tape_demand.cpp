@@ -25,16 +25,13 @@ CotangentRange merged(const CotangentRange& a, const CotangentRange& b) {
 // What record r reads of its inputs' tangents when `mine` of its output's is read: a select one
 // slice, a rename or transpose the same slices (under the parent's name), anything else all.
 CotangentRange TapeImpl::input_demand(const Record& r, const CotangentRange& mine) const {
-  const bool select = std::strcmp(r.op->name, "select") == 0;
-  const bool rename = std::strcmp(r.op->name, "rename") == 0;
-  if (!select && !rename && std::strcmp(r.op->name, "transpose") != 0) return kWhole;
-  const Attrs& at = attrs_of(r);
-  if (select) return {at.axes[0], at.i[0], at.i[0] + 1};
-  if (mine.whole() || !rename) return mine;
-  CotangentRange up = mine;
-  for (int k = 0; k < at.axes2.size(); ++k)
-    if (at.axes2[k] == mine.axis) up.axis = at.axes[k];
-  return up;
+  if (std::strcmp(r.op->name, "select") == 0) {
+    const Attrs& at = attrs_of(r);
+    return {at.axes[0], at.i[0], at.i[0] + 1};
+  }
+  const Name up = axis_in_parent(r, mine.axis);
+  if (up.empty()) return kWhole;
+  return mine.whole() ? mine : CotangentRange{up, mine.lo, mine.hi};
 }
 
 std::vector<CotangentRange> TapeImpl::tangent_demand(int32_t out) const {

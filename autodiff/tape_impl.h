@@ -149,6 +149,9 @@ class TapeImpl final : public Recorder {
   /// The adjoint of select record r's parent p made or extended so; false where that does not apply.
   bool select_partial(const Record& r, int32_t p);
   bool reach_partial(int32_t v, Name axis, int64_t i);
+  /// For a rename or transpose record, `axis` of its output under the parent's name; empty for
+  /// any other record (shared with forward mode's demand).
+  [[nodiscard]] Name axis_in_parent(const Record& r, Name axis) const;
   bool partial_root(int32_t v, Name axis, int64_t i);
   /// v's range where its adjoint is partial, else null.
   [[nodiscard]] const CotangentRange* partial_range(int32_t v) const;

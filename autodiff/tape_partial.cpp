@@ -29,6 +29,16 @@ bool TapeImpl::select_partial(const Record& r, int32_t p) {
   return reach_partial(p, at.axes[0], at.i[0]);
 }
 
+Name TapeImpl::axis_in_parent(const Record& r, Name axis) const {
+  const bool rename = std::strcmp(r.op->name, "rename") == 0;
+  if (!rename && std::strcmp(r.op->name, "transpose") != 0) return Name();
+  if (!rename) return axis;
+  const Attrs& at = attrs_of(r);
+  for (int k = 0; k < at.axes2.size(); ++k)
+    if (at.axes2[k] == axis) return at.axes[k];
+  return axis;
+}
+
 // v's adjoint with slice i along `axis` zeroed and written nowhere else: v's own (a root) made
 // partial or its range extended, or, for a rename or transpose of a variable that can be reached
 // so, the same view of that one's. False (nothing changed) where that does not apply.
@@ -36,13 +46,9 @@ bool TapeImpl::reach_partial(int32_t v, Name axis, int64_t i) {
   const VarInfo& info = var(v);
   if (info.record < 0 || !a_.records[static_cast<size_t>(info.record)].op->view) return partial_root(v, axis, i);
   const Record& r = a_.records[static_cast<size_t>(info.record)];
-  const bool rename = std::strcmp(r.op->name, "rename") == 0;
-  if (!rename && std::strcmp(r.op->name, "transpose") != 0) return false;
+  const Name up = axis_in_parent(r, axis);
+  if (up.empty()) return false;
   const Attrs& at = attrs_of(r);
-  Name up = axis;  // the axis's name in the parent
-  if (rename)
-    for (int k = 0; k < at.axes2.size(); ++k)
-      if (at.axes2[k] == axis) up = at.axes[k];
   const int32_t parent = a_.inputs[static_cast<size_t>(r.first_input)];
   if (!reach_partial(parent, up, i)) return false;
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
