@@ -538,6 +538,51 @@ TEST_F(Cuda, CompiledFunctionsAndForwardModeThroughScanMatchTheHost) {
   EXPECT_LE(testing::mismatch(to(dy, Device::cpu()), dye, 1e-11, 1e-13), 1.0);
 }
 
+// Outputs selected at a few steps on the device: the tape leaves the stacked outputs' adjoint
+// partial (TapeStats::partial_adjoints) and the device's reverse steps zero the rest first; forward
+// mode's demand pass writes the tangent only at the selected steps. Both against the host, under
+// two checkpoint schedules, the device pool's memory poisoned first.
+TEST_F(Cuda, OutputsSelectedAtAFewStepsMatchTheHostBothWays) {
+  const Device gpu = Device::cuda(0);
+  const int64_t T = 48, H = 256;  // each output 96 KiB, above the tape's partial-adjoint threshold
+  const std::vector<Tensor> host{uniform(Axes{{"h", H}}, 8, 0.5, 0.95), randn(Axes{{"h", H}}, 9),
+                                 randn(Axes{{"t", T}, {"h", H}}, 10) * 0.5};
+  for (const int64_t k : {int64_t{1}, int64_t{5}}) {
+    SCOPED_TRACE("checkpoint every " + std::to_string(k));
+    ScanOptions o;
+    o.checkpoint_every = k;
+    Function loss = [&](const std::vector<Tensor>& a) {
+      ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        Tensor next = tanh(a[0] * c[0] + x[0]);
+        return std::make_pair(std::vector<Tensor>{next}, std::vector<Tensor>{next, square(next)});
+      };
+      ScanResult r = scan(body, {a[1]}, {a[2]}, "t", o);
+      return sum(select(r.ys[0], "t", T - 1) * a[0]) + sum(select(r.ys[1], "t", 17)) + sum(select(r.ys[1], "t", 30));
+    };
+    {
+      Tensor junk = full(Axes{{"t", T}, {"h", H}}, std::nan(""), DType::f64, gpu);
+      Tensor junk2 = full(Axes{{"t", T}, {"h", H}}, std::nan(""), DType::f64, gpu);
+      (void)junk, (void)junk2;
+    }
+    const std::vector<Tensor> dev = on(host, gpu);
+    Tape tape;
+    std::vector<Tensor> watched;
+    for (const Tensor& t : dev) watched.push_back(tape.watch(t));
+    const std::vector<Tensor> g = tape.gradient(loss(watched), watched);
+    EXPECT_EQ(tape.stats().partial_adjoints, 2);
+    const std::vector<Tensor> g_host = grad(loss, host);
+    for (size_t i = 0; i < host.size(); ++i) {
+      ASSERT_EQ(g[i].device(), gpu);
+      EXPECT_LT(testing::mismatch(to(g[i], Device::cpu()), g_host[i], 1e-11, 1e-13), 1.0) << "argument " << i;
+    }
+    const auto [y, dy] = jvp(loss, dev, dev);
+    const auto [y_host, dy_host] = jvp(loss, host, host);
+    ASSERT_EQ(dy.device(), gpu);
+    EXPECT_NEAR(to(y, Device::cpu()).item(), y_host.item(), 1e-11 * std::abs(y_host.item()));
+    EXPECT_NEAR(to(dy, Device::cpu()).item(), dy_host.item(), 1e-11 * (1.0 + std::abs(dy_host.item())));
+  }
+}
+
 TEST_F(Cuda, AScanStepIsOneLaunchEachWay) {
   const Device gpu = Device::cuda(0);
   auto launches = [&](int64_t steps, bool fused) {
