@@ -8,11 +8,16 @@
 #include <Eigen/Core>
 #include <LBFGS.h>
 
+#include <array>
 #include <cmath>
 #include <complex>
+#include <cstring>
+#include <random>
 #include <string>
 
 #include "expect_message.h"
+#include "tenax/backends/kernels.h"
+#include "tenax/core/ops/capture.h"
 #include "tenax/core/ops/dispatch.h"
 #include "op_check.h"
 #include "op_reference_values.h"
@@ -465,6 +470,87 @@ TEST(ComplexContraction, EveryKernelPathEqualsTheStdComplexSums) {
   a.n.z[0] = S;
   detail::kernels(z.device()).contract[2](a);
   EXPECT_EQ(z.to_complex_vector(), expect);
+}
+
+// mul and its rules (VJP and JVP, written and accumulated) in both complex dtypes over rows of
+// every length up to past a few vectors, each operand a row, a strided row or one number, through
+// the strided kernel and its flat twin: bitwise the scalar twin's product on every element (the
+// AVX2 rows where dispatched, the scalar loop under TENAX_CPU_AVX2=0: test_complex_baseline).
+// Runs fn over a row of n elements, operand a at data[a] with stride[a]: its flat twin or itself.
+template <class C>
+void run_row(detail::ElementwiseFn fn, bool use_flat, int arity, int64_t n, std::vector<std::vector<C>>& data,
+             const int64_t* stride) {
+  if (use_flat) {
+    detail::FlatArg args[5];
+    for (int a = 0; a < arity; ++a) args[a] = {data[static_cast<size_t>(a)].data(), stride[a], 0};
+    detail::flat_twin(fn)(1, n, args);
+    return;
+  }
+  detail::LoopDims dims;
+  dims.rank = 1;
+  dims.sizes[0] = n;
+  detail::LoopArg args[5];
+  for (int a = 0; a < arity; ++a) {
+    args[a].data = data[static_cast<size_t>(a)].data();
+    args[a].strides[0] = stride[a];
+  }
+  fn(dims, args);
+}
+
+template <class C>
+void check_product_rows(detail::ElementwiseFn fn, int arity, const std::string& what) {
+  const detail::ScalarFn one = detail::scalar_twin(fn);
+  ASSERT_TRUE(detail::flat_twin(fn) && one) << what;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  using R = typename C::value_type;
+  for (const int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 12, 17, 33})
+    for (int pattern = 0; pattern < (arity == 3 ? 9 : 27); ++pattern) {  // operands 1, 2 (3): stride 1, 0 or 2
+      int64_t stride[5] = {1, 0, 0, 0, 0};
+      for (int a = 1, p = pattern; a < std::min(arity, 4); ++a, p /= 3) stride[a] = p % 3 == 2 ? 2 : p % 3;
+      std::vector<std::vector<C>> data(5);
+      for (int a = 0; a < arity; ++a) {
+        data[static_cast<size_t>(a)].resize(static_cast<size_t>(std::max<int64_t>(1, n * stride[a])));
+        for (C& v : data[static_cast<size_t>(a)]) v = C(static_cast<R>(normal(rng)), static_cast<R>(normal(rng)));
+      }
+      std::vector<C> expect = data[0];
+      for (int64_t i = 0; i < n; ++i) {
+        void* p[5] = {&expect[static_cast<size_t>(i)]};
+        for (int a = 1; a < arity; ++a) p[a] = &data[static_cast<size_t>(a)][static_cast<size_t>(i * stride[a])];
+        one(p);
+      }
+      const std::vector<C> before = data[0];
+      for (const bool use_flat : {false, true}) {
+        SCOPED_TRACE(what + " n " + std::to_string(n) + " pattern " + std::to_string(pattern) + (use_flat ? " flat" : " strided"));
+        data[0] = before;
+        run_row(fn, use_flat, arity, n, data, stride);
+        ASSERT_EQ(std::memcmp(data[0].data(), expect.data(), expect.size() * sizeof(C)), 0);
+      }
+    }
+}
+
+TEST(ComplexProducts, RowsOfEveryLayoutEqualTheScalarKernelBitwise) {
+  const detail::KernelTable& k = detail::kernels(Device::cpu());
+  const int mul = static_cast<int>(detail::BinaryOp::mul);
+  const int da = static_cast<int>(detail::DerivOp::mul_a), db = static_cast<int>(detail::DerivOp::mul_b);
+  check_product_rows<std::complex<double>>(k.binary[mul][2], 3, "mul c128");
+  check_product_rows<std::complex<float>>(k.binary[mul][3], 3, "mul c64");
+  for (const int d : {da, db}) {
+    const std::string side = d == da ? " a" : " b";
+    check_product_rows<std::complex<double>>(k.deriv_set[d][2], 5, "vjp set" + side);
+    check_product_rows<std::complex<double>>(k.deriv_acc[d][2], 5, "vjp acc" + side);
+    check_product_rows<std::complex<double>>(k.complex.tangent_set[d][0], 5, "jvp set" + side);
+    check_product_rows<std::complex<double>>(k.complex.tangent_acc[d][0], 5, "jvp acc" + side);
+    check_product_rows<std::complex<float>>(k.deriv_acc[d][3], 5, "vjp acc c64" + side);
+    check_product_rows<std::complex<float>>(k.complex.tangent_set[d][1], 5, "jvp set c64" + side);
+  }
+  // And the scalar twin is the textbook product: (1 + 2i)(3 - i) = 5 + 5i, conj for the VJP.
+  std::complex<double> y(0.5, 0), g(1, 2), a(0, 0), b(3, -1), unused(0, 0);
+  void* p[5] = {&y, &g, &a, &b, &unused};  // mul_a's VJP: dst += g conj(b)
+  detail::scalar_twin(k.deriv_acc[da][2])(p);
+  EXPECT_EQ(y, std::complex<double>(0.5 + 1.0, 7.0));  // (1 + 2i)(3 + i) = 1 + 7i
+  detail::scalar_twin(k.binary[mul][2])(std::array<void*, 3>{&y, &g, &b}.data());
+  EXPECT_EQ(y, std::complex<double>(5, 5));
 }
 
 TEST(ComplexConvention, AComplexRecurrenceThroughScanAndLinearRecurrence) {

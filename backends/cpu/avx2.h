@@ -2,7 +2,8 @@
 // The CPU backend's AVX2 + FMA builds: their entry points, in builds for x86-64 with a compiler
 // that has those flags (TENAX_HAVE_AVX2_KERNELS), and whether this process uses them. Each build
 // is a file compiled with -mavx2 -mfma that exports its entry points only (tests/ checks this):
-// tridiagonal_avx2.cpp (the Thomas panels) and contract_avx2.cpp (the tiny contractions).
+// tridiagonal_avx2.cpp (the Thomas panels), contract_avx2.cpp (the tiny contractions) and
+// complex_avx2.cpp (complex products).
 #include <cstdint>
 
 #include "tenax/backends/kernels.h"
@@ -36,6 +37,16 @@ void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, i
                        double* sums);
 void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end,
                            float* sums);
+
+/// complex_product_avx2's form: y += instead of y =, and conj(d) instead of d.
+inline constexpr int kComplexAccumulate = 1, kComplexConjugate = 2;
+/// y (+)= g d or g conj(d) over the first elements of n complex numbers that fill whole vectors
+/// (complex_avx2.cpp; bitwise the scalar kernels' products), as interleaved parts; g and d are rows
+/// (`g_row`, `d_row`) or one number each. Returns how many it did (the caller does the rest).
+int64_t complex_product_avx2(int64_t n, double* y, const double* g, bool g_row, const double* d, bool d_row,
+                             int form);
+int64_t complex_product_avx2_f32(int64_t n, float* y, const float* g, bool g_row, const float* d, bool d_row,
+                                 int form);
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).

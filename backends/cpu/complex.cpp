@@ -5,7 +5,10 @@
 // Each registers its flat and scalar twins (loop.h), so captured steps replay them like the real ones.
 #include <cmath>
 #include <complex>
+#include <tuple>
+#include <type_traits>
 
+#include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/loop.h"
 #include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
@@ -18,6 +21,25 @@ using detail::DerivOp;
 template <class C>
 using Part = typename C::value_type;
 
+// The products over a row whose output is contiguous and whose g and d are each contiguous or one
+// number, y (+)= g d or g conj(d): the whole vectors in the AVX2 build (bitwise the scalar loop's
+// results); returns how many elements it did.
+template <class C>
+int64_t product_rows(int64_t n, C* y, int64_t sy, const C* g, int64_t sg, const C* d, int64_t sd, int form) {
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if (sy != 1 || (sg != 0 && sg != 1) || (sd != 0 && sd != 1) || n < 4 || !cpu_avx2()) return 0;
+  using R = Part<C>;
+  auto* yr = reinterpret_cast<R*>(y);
+  const auto* gr = reinterpret_cast<const R*>(g);
+  const auto* dr = reinterpret_cast<const R*>(d);
+  if constexpr (std::is_same_v<R, double>) return complex_product_avx2(n, yr, gr, sg == 1, dr, sd == 1, form);
+  else return complex_product_avx2_f32(n, yr, gr, sg == 1, dr, sd == 1, form);
+#else
+  (void)n, (void)y, (void)sy, (void)g, (void)sg, (void)d, (void)sd, (void)form;
+  return 0;
+#endif
+}
+
 // ---- forward ----
 template <class C> struct Neg { void operator()(C& y, C x) const { y = -x; } };
 template <class C> struct Square { void operator()(C& y, C x) const { y = prod(x, x); } };
@@ -27,7 +49,13 @@ template <class C> struct Sqrt { void operator()(C& y, C x) const { y = std::sqr
 template <class C> struct Tanh { void operator()(C& y, C x) const { y = std::tanh(x); } };
 template <class C> struct Add { void operator()(C& y, C a, C b) const { y = a + b; } };
 template <class C> struct Sub { void operator()(C& y, C a, C b) const { y = a - b; } };
-template <class C> struct Mul { void operator()(C& y, C a, C b) const { y = prod(a, b); } };
+template <class C> struct Mul {
+  void operator()(C& y, C a, C b) const { y = prod(a, b); }
+  static constexpr bool kRows = true;
+  static int64_t rows(int64_t n, std::tuple<C*, C*, C*> p, const int64_t* s) {
+    return product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<2>(p), s[2], 0);
+  }
+};
 template <class C> struct Div { void operator()(C& y, C a, C b) const { y = a / b; } };
 template <class C> struct Pow { void operator()(C& y, C a, C b) const { y = std::pow(a, b); } };
 
@@ -54,11 +82,28 @@ struct Unary {
     put<kAcc>(dst, kConj ? prod_conj(g, d) : prod(g, d));
   }
 };
+// mul's rules take D from one operand (b for a's, a for b's): their rows are products.
+template <class D>
+inline constexpr int kFactorOperand = 0;
+template <>
+inline constexpr int kFactorOperand<DMulA> = 3;
+template <>
+inline constexpr int kFactorOperand<DMulB> = 2;
 template <class D, class C, bool kAcc, bool kConj>
 struct Binary {
   void operator()(C& dst, C g, C a, C b, C y) const {
     const C d = D{}(a, b, y);
     put<kAcc>(dst, kConj ? prod_conj(g, d) : prod(g, d));
+  }
+  static constexpr bool kRows = kFactorOperand<D> != 0;
+  static int64_t rows(int64_t n, std::tuple<C*, C*, C*, C*, C*> p, const int64_t* s) {
+    constexpr int k = kFactorOperand<D>;
+    if constexpr (k == 0) {
+      return 0;
+    } else {
+      const int form = (kAcc ? kComplexAccumulate : 0) | (kConj ? kComplexConjugate : 0);
+      return product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<k>(p), s[k], form);
+    }
   }
 };
 // D = 1 and D = -1 (add, sub): the cotangent or tangent itself, with no product.
@@ -112,7 +157,21 @@ template <class C> struct Imag { void operator()(Part<C>& y, C x) const { y = x.
 template <class C> struct Conj { void operator()(C& y, C x) const { y = std::conj(x); } };
 template <class C> struct Abs { void operator()(Part<C>& y, C x) const { y = std::abs(x); } };
 template <class C> struct Angle { void operator()(Part<C>& y, C x) const { y = std::arg(x); } };
-template <class C> struct FromReal { void operator()(C& y, Part<C> x) const { y = C(x, Part<C>(0)); } };
+template <class C> struct FromReal {
+  void operator()(C& y, Part<C> x) const { y = C(x, Part<C>(0)); }
+  // A contiguous row as a loop over the parts (vectorised; the one over std::complex is not).
+  static constexpr bool kRows = true;
+  static int64_t rows(int64_t n, std::tuple<C*, Part<C>*> p, const int64_t* s) {
+    if (s[0] != 1 || s[1] != 1) return 0;
+    auto* y = reinterpret_cast<Part<C>*>(std::get<0>(p));
+    const Part<C>* x = std::get<1>(p);
+    for (int64_t i = 0; i < n; ++i) {
+      y[2 * i] = x[i];
+      y[2 * i + 1] = Part<C>(0);
+    }
+    return n;
+  }
+};
 template <class To, class From> struct Convert { void operator()(To& y, From x) const { y = To(x); } };
 
 template <class C, int dt>

@@ -173,10 +173,12 @@ inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
       }
     }
   }
+  int64_t i0 = 0;  // a functor with a row form (kRows) does a first part of the row: its own loop
+  if constexpr (requires { F::kRows; }) i0 = F::rows(len, ptr, s);
   if (((s[I] == 1) && ...)) {
-    for (int64_t i = 0; i < len; ++i) f(std::get<I>(ptr)[i]...);
+    for (int64_t i = i0; i < len; ++i) f(std::get<I>(ptr)[i]...);
   } else {
-    for (int64_t i = 0; i < len; ++i) f(std::get<I>(ptr)[i * s[I]]...);
+    for (int64_t i = i0; i < len; ++i) f(std::get<I>(ptr)[i * s[I]]...);
   }
 }
 
