@@ -1,5 +1,5 @@
 # Fails unless each AVX2 member of libtenax (tridiagonal_avx2.cpp.o, contract_avx2.cpp.o,
-# complex_avx2.cpp.o) defines no
+# complex_avx2.cpp.o, unary_avx2.cpp.o) defines no
 # external symbol but its entry points (backends/cpu/avx2.h): an inline or template function
 # compiled with -mavx2 and also emitted by another file is one definition the linker may pick for
 # every caller, which would crash a CPU without AVX2.
@@ -25,14 +25,14 @@ foreach(line IN LISTS lines)
     set(kind "${CMAKE_MATCH_1}")
     set(name "${CMAKE_MATCH_2}")
     # Upper case: external (T, D, B, R, W, V, u); lower case: local to the object.
-    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "(thomas_range|shared_range|fixed_kernel|chunked_range|chunkable|complex_product)_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
+    if(kind MATCHES "^[A-Zu]$" AND NOT name MATCHES "(thomas_range|shared_range|fixed_kernel|chunked_range|chunkable|complex_product|unary)_avx2" AND NOT name MATCHES "^DW\\.ref\\.__gxx_personality_v0$")
       list(APPEND bad "${kind} ${name}")
     endif()
   endif()
 endforeach()
 list(LENGTH found members)
-if(NOT members EQUAL 3)
-  message(FATAL_ERROR "expected the three AVX2 objects in ${LIB}, found: ${found}")
+if(NOT members EQUAL 4)
+  message(FATAL_ERROR "expected the four AVX2 objects in ${LIB}, found: ${found}")
 endif()
 if(bad)
   string(REPLACE ";" "\n  " bad "${bad}")

@@ -434,7 +434,9 @@ TEST(ComplexContraction, EveryKernelPathEqualsTheStdComplexSums) {
   struct Case {
     int64_t B, M, K, N;
   };
-  for (const Case c : {Case{1, 3, 4, 5}, Case{1, 40, 3, 2}, Case{1, 2, 50, 3}, Case{1, 30, 20, 25}, Case{3, 4, 5, 6}}) {
+  // {3, 4, 40} and {5, 6, 33}: the wide axis n in rows of axpy passes (contract_wide).
+  for (const Case c : {Case{1, 3, 4, 5}, Case{1, 40, 3, 2}, Case{1, 2, 50, 3}, Case{1, 30, 20, 25}, Case{3, 4, 5, 6},
+                       Case{1, 3, 4, 40}, Case{2, 5, 6, 33}}) {
     SCOPED_TRACE("B M K N = " + std::to_string(c.B) + " " + std::to_string(c.M) + " " + std::to_string(c.K) + " " +
                  std::to_string(c.N));
     const Tensor x = randn(Axes{{"b", c.B}, {"m", c.M}, {"k", c.K}}, 3, DType::c128);

@@ -3,7 +3,7 @@
 // that has those flags (TENAX_HAVE_AVX2_KERNELS), and whether this process uses them. Each build
 // is a file compiled with -mavx2 -mfma that exports its entry points only (tests/ checks this):
 // tridiagonal_avx2.cpp (the Thomas panels), contract_avx2.cpp (the tiny contractions) and
-// complex_avx2.cpp (complex products).
+// complex_avx2.cpp (complex products), unary_avx2.cpp (the unary ops' vector forms).
 #include <cstdint>
 
 #include "tenax/backends/kernels.h"
@@ -14,6 +14,9 @@ namespace tenax::cpu {
 /// variable TENAX_CPU_AVX2 is not 0 (for comparison, and to test the baseline on AVX2 machines).
 /// Decided once per process.
 bool cpu_avx2();
+
+/// complex_product_avx2's form: y += instead of y =, and conj(d) instead of d.
+inline constexpr int kComplexAccumulate = 1, kComplexConjugate = 2;
 
 #if defined(TENAX_HAVE_AVX2_KERNELS)
 /// thomas_range for float64 with 4-wide vectors: systems [begin, end) of `a` (rows-inner panels
@@ -38,8 +41,6 @@ void shared_range_avx2(const detail::TridiagonalArgs& a, const double* factor, i
 void shared_range_avx2_f32(const detail::TridiagonalArgs& a, const float* factor, int64_t begin, int64_t end,
                            float* sums);
 
-/// complex_product_avx2's form: y += instead of y =, and conj(d) instead of d.
-inline constexpr int kComplexAccumulate = 1, kComplexConjugate = 2;
 /// y (+)= g d or g conj(d) over the first elements of n complex numbers that fill whole vectors
 /// (complex_avx2.cpp; bitwise the scalar kernels' products), as interleaved parts; g and d are rows
 /// (`g_row`, `d_row`) or one number each. Returns how many it did (the caller does the rest).
@@ -47,6 +48,12 @@ int64_t complex_product_avx2(int64_t n, double* y, const double* g, bool g_row, 
                              int form);
 int64_t complex_product_avx2_f32(int64_t n, float* y, const float* g, bool g_row, const float* d, bool d_row,
                                  int form);
+
+/// A unary op with a vector form (unary_forms.h) over the first elements of n contiguous ones that
+/// fill whole 256-bit vectors, bitwise the baseline's (unary_avx2.cpp); returns how many it did
+/// (0 for an op without a vector form).
+int64_t unary_avx2(detail::UnaryOp op, int64_t n, float* y, const float* x);
+int64_t unary_avx2(detail::UnaryOp op, int64_t n, double* y, const double* x);
 
 /// The AVX2 build's kernel for a tiny contraction plan (contract_fixed.h's fixed_kernel, which may
 /// rewrite the plan).

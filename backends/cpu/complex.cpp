@@ -8,7 +8,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "tenax/backends/cpu/avx2.h"
+#include "tenax/backends/cpu/complex_rows.h"
 #include "tenax/backends/cpu/loop.h"
 #include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
@@ -20,25 +20,6 @@ using detail::DerivOp;
 
 template <class C>
 using Part = typename C::value_type;
-
-// The products over a row whose output is contiguous and whose g and d are each contiguous or one
-// number, y (+)= g d or g conj(d): the whole vectors in the AVX2 build (bitwise the scalar loop's
-// results); returns how many elements it did.
-template <class C>
-int64_t product_rows(int64_t n, C* y, int64_t sy, const C* g, int64_t sg, const C* d, int64_t sd, int form) {
-#if defined(TENAX_HAVE_AVX2_KERNELS)
-  if (sy != 1 || (sg != 0 && sg != 1) || (sd != 0 && sd != 1) || n < 4 || !cpu_avx2()) return 0;
-  using R = Part<C>;
-  auto* yr = reinterpret_cast<R*>(y);
-  const auto* gr = reinterpret_cast<const R*>(g);
-  const auto* dr = reinterpret_cast<const R*>(d);
-  if constexpr (std::is_same_v<R, double>) return complex_product_avx2(n, yr, gr, sg == 1, dr, sd == 1, form);
-  else return complex_product_avx2_f32(n, yr, gr, sg == 1, dr, sd == 1, form);
-#else
-  (void)n, (void)y, (void)sy, (void)g, (void)sg, (void)d, (void)sd, (void)form;
-  return 0;
-#endif
-}
 
 // ---- forward ----
 template <class C> struct Neg { void operator()(C& y, C x) const { y = -x; } };
@@ -53,7 +34,7 @@ template <class C> struct Mul {
   void operator()(C& y, C a, C b) const { y = prod(a, b); }
   static constexpr bool kRows = true;
   static int64_t rows(int64_t n, std::tuple<C*, C*, C*> p, const int64_t* s) {
-    return product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<2>(p), s[2], 0);
+    return complex_product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<2>(p), s[2], 0);
   }
 };
 template <class C> struct Div { void operator()(C& y, C a, C b) const { y = a / b; } };
@@ -102,7 +83,7 @@ struct Binary {
       return 0;
     } else {
       const int form = (kAcc ? kComplexAccumulate : 0) | (kConj ? kComplexConjugate : 0);
-      return product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<k>(p), s[k], form);
+      return complex_product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<k>(p), s[k], form);
     }
   }
 };

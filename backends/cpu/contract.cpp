@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tenax/backends/cpu/avx2.h"
+#include "tenax/backends/cpu/complex_rows.h"
 #include "tenax/backends/cpu/contract_fixed.h"
 #include "tenax/backends/cpu/product.h"
 #include "tenax/backends/cpu/register.h"
@@ -307,6 +308,23 @@ bool contract_tiny_batch(const ContractArgs& a) {
   return true;
 }
 
+// row[j] = ce · vr[j * vj] (`first`) or += for j < w; complex rows of unit stride in vectors first.
+template <class T>
+void axpy_pass(T* row, int64_t w, T ce, const T* vr, int64_t vj, bool first) {
+  int64_t j = 0;
+  if constexpr (!std::is_floating_point_v<T>)
+    if (vj == 1) j = complex_product_rows(w, row, 1, vr, 1, &ce, 0, first ? 0 : kComplexAccumulate);
+  if (first && vj == 1) {
+    for (; j < w; ++j) row[j] = prod(ce, vr[j]);
+  } else if (first) {
+    for (; j < w; ++j) row[j] = prod(ce, vr[j * vj]);
+  } else if (vj == 1) {
+    for (; j < w; ++j) row[j] += prod(ce, vr[j]);
+  } else {
+    for (; j < w; ++j) row[j] += prod(ce, vr[j * vj]);
+  }
+}
+
 // z[r, j] (+)= Σ_k c[r, k] · v[k, j] for r < R, j < W: each row of z (unit stride along j) built in
 // a buffer by axpy passes over k in order (the sums the direct loops form, to the bit), then
 // stored or added.
@@ -314,11 +332,7 @@ template <class T>
 void axpy_rows(int64_t R, int64_t W, int64_t K, const T* c, int64_t cr, int64_t ck, const T* v, int64_t vk,
                int64_t vj, T* z, int64_t zr, bool accumulate) {
   if (K == 1 && accumulate && vj == 1) {  // an outer product added in: one pass, no row buffer
-    for (int64_t r = 0; r < R; ++r) {
-      const T ce = c[r * cr];
-      T* out = z + r * zr;
-      for (int64_t j = 0; j < W; ++j) out[j] += prod(ce, v[j]);
-    }
+    for (int64_t r = 0; r < R; ++r) axpy_pass(z + r * zr, W, c[r * cr], v, 1, false);
     return;
   }
   constexpr int64_t kChunk = 256;
@@ -326,19 +340,7 @@ void axpy_rows(int64_t R, int64_t W, int64_t K, const T* c, int64_t cr, int64_t 
   for (int64_t r = 0; r < R; ++r)
     for (int64_t j0 = 0; j0 < W; j0 += kChunk) {
       const int64_t w = std::min(kChunk, W - j0);
-      for (int64_t k = 0; k < K; ++k) {
-        const T ce = c[r * cr + k * ck];
-        const T* vr = v + k * vk + j0 * vj;
-        if (k == 0 && vj == 1) {
-          for (int64_t j = 0; j < w; ++j) row[j] = prod(ce, vr[j]);
-        } else if (k == 0) {
-          for (int64_t j = 0; j < w; ++j) row[j] = prod(ce, vr[j * vj]);
-        } else if (vj == 1) {
-          for (int64_t j = 0; j < w; ++j) row[j] += prod(ce, vr[j]);
-        } else {
-          for (int64_t j = 0; j < w; ++j) row[j] += prod(ce, vr[j * vj]);
-        }
-      }
+      for (int64_t k = 0; k < K; ++k) axpy_pass(row, w, c[r * cr + k * ck], v + k * vk + j0 * vj, vj, k == 0);
       T* out = z + r * zr + j0;
       if (accumulate) {
         for (int64_t j = 0; j < w; ++j) out[j] += row[j];

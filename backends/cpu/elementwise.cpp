@@ -3,15 +3,32 @@
 // or writes a fresh one. Each kernel also registers its flat and scalar twins (loop.h) for captured
 // steps.
 #include <cmath>
+#include <cstdint>
+#include <tuple>
 
+#include "tenax/backends/cpu/avx2.h"
 #include "tenax/backends/cpu/loop.h"
 #include "tenax/backends/cpu/register.h"
+#include "tenax/backends/cpu/unary_forms.h"
 #include "tenax/core/ops/vmath.h"
 
 namespace tenax::cpu {
 namespace {
 
 using detail::UnaryOp;
+
+// The whole AVX2 vectors of a contiguous row of a unary op with a vector form (unary_avx2.cpp,
+// bitwise the baseline's lanes); how many elements they took.
+template <class T>
+int64_t unary_rows(UnaryOp op, int64_t n, T* y, int64_t sy, const T* x, int64_t sx) {
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  if (sy != 1 || sx != 1 || n < 8 || !cpu_avx2()) return 0;
+  return unary_avx2(op, n, y, x);
+#else
+  (void)op, (void)n, (void)y, (void)sy, (void)x, (void)sx;
+  return 0;
+#endif
+}
 using vmath::exp;
 using vmath::fabs;
 using vmath::log;
@@ -19,52 +36,6 @@ using vmath::log1p;
 using vmath::pow;
 using vmath::sqrt;
 using vmath::tanh;
-
-// The vector form of a unary op over xsimd batches, where vmath defines its functions by vectors
-// (loop.h's contiguous loops then run it a batch at a time; each lane has the scalar form's bits).
-template <UnaryOp op, class T>
-struct VectorForm {
-  static constexpr bool kHas = false;
-};
-template <class T>
-struct VectorForm<UnaryOp::tanh, T> {
-  static constexpr bool kHas = vmath::kVectorTanh<T>;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::tanh(x); }
-};
-template <class T>
-struct VectorForm<UnaryOp::exp, T> {
-  static constexpr bool kHas = vmath::kVectorExpLog<T>;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::exp(x); }
-};
-template <class T>
-struct VectorForm<UnaryOp::log, T> {
-  static constexpr bool kHas = vmath::kVectorExpLog<T>;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::log(x); }
-};
-template <class T>
-struct VectorForm<UnaryOp::log1p, T> {
-  static constexpr bool kHas = vmath::kVectorExpLog<T>;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) { return vmath::log1p(x); }
-};
-// sigmoid and softplus: both branches of their forms read exp(-|x|) (exp(-x) where x >= 0, exp(x)
-// where x < 0), so one exp per lane gives the branch the scalar form takes, to the bit, without
-// the scalar form's branch (float64's exp is libm's, lane by lane).
-template <class T>
-struct VectorForm<UnaryOp::sigmoid, T> {
-  static constexpr bool kHas = true;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) {
-    const vmath::Batch<T> one(T(1)), e = vmath::exp(-xsimd::abs(x));
-    return xsimd::select(x >= vmath::Batch<T>(T(0)), one / (one + e), e / (one + e));
-  }
-};
-template <class T>
-struct VectorForm<UnaryOp::softplus, T> {
-  static constexpr bool kHas = true;
-  static vmath::Batch<T> apply(const vmath::Batch<T>& x) {
-    const vmath::Batch<T> l = vmath::log1p(vmath::exp(-xsimd::abs(x)));
-    return xsimd::select(x > vmath::Batch<T>(T(0)), x + l, l);
-  }
-};
 
 #define TENAX_UNARY(name, f, df, saves)                                                  \
   template <class T>                                                                     \
@@ -74,6 +45,10 @@ struct VectorForm<UnaryOp::softplus, T> {
     static vmath::Batch<T> vec(const vmath::Batch<T>& x) {                               \
       if constexpr (kVectorized) return VectorForm<UnaryOp::name, T>::apply(x);          \
       return x;                                                                          \
+    }                                                                                    \
+    static constexpr bool kRows = kVectorized;                                           \
+    static int64_t rows(int64_t n, std::tuple<T*, T*> p, const int64_t* s) {             \
+      return unary_rows(UnaryOp::name, n, std::get<0>(p), s[0], std::get<1>(p), s[1]);   \
     }                                                                                    \
     void operator()(T& y, T x) const { y = (f); }                                        \
   };                                                                                     \

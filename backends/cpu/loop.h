@@ -159,6 +159,8 @@ inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
       return;
     }
   }
+  int64_t i0 = 0;  // a functor with a row form (kRows) does a first part of the row: its own loop
+  if constexpr (requires { F::kRows; }) i0 = F::rows(len, ptr, s);
   if constexpr (requires { F::kVectorized; }) {  // a unary op with a vector form (elementwise.cpp)
     if constexpr (F::kVectorized && sizeof...(Ts) == 2) {
       if (s[0] == 1 && s[1] == 1) {
@@ -166,15 +168,13 @@ inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
         using B = xsimd::batch<T>;
         T* y = std::get<0>(ptr);
         const T* x = std::get<1>(ptr);
-        int64_t i = 0;
+        int64_t i = i0;
         for (; i + int64_t(B::size) <= len; i += int64_t(B::size)) F::vec(B::load_unaligned(x + i)).store_unaligned(y + i);
         for (; i < len; ++i) f(y[i], x[i]);  // the tail: one lane of the same function
         return;
       }
     }
   }
-  int64_t i0 = 0;  // a functor with a row form (kRows) does a first part of the row: its own loop
-  if constexpr (requires { F::kRows; }) i0 = F::rows(len, ptr, s);
   if (((s[I] == 1) && ...)) {
     for (int64_t i = i0; i < len; ++i) f(std::get<I>(ptr)[i]...);
   } else {
