@@ -3,10 +3,12 @@
 // different budgets for the steps' kept intermediates: the tape's shared default, none, the
 // former 64 MiB per scan, and no limit. Reports the host allocator's peak beside the time, and
 // the hand-counted minimum a reverse pass that recomputes nothing needs (per layer and step: the
-// four gates, c_{t-1} and h_{t-1}).
+// four gates, c_{t-1} and h_{t-1}). `--lstm_calls=N` runs N calls untimed (instruction counts).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include <tenax/tenax.h>
@@ -43,30 +45,37 @@ Tensor run_layer(const Layer& p, const Tensor& xs, Name in, const ScanOptions& o
   return scan(body, {zero, zero}, {xs}, "t", opt).ys[0];
 }
 
-void BM_Lstm2_ValueAndGradient(benchmark::State& state) {
-  const int mode = static_cast<int>(state.range(0));
-  const Tensor xs = randn(Axes{{"t", kSteps}, {"batch", kBatch}, {"in", kInputs}}, 1, DType::f32);
-  // layer 2 reads layer 1's h, its unit axis renamed "hid1"
-  const Layer l1 = layer("in", kInputs, 10), l2 = layer("hid1", kUnits, 20);
+// One value + gradient of both layers under budget mode `mode`; the allocator's peak during it.
+int64_t value_and_gradient(int mode, const Tensor& xs, const Layer& l1, const Layer& l2) {
   ScanOptions opt;
   if (mode == 2) opt.residual_budget = int64_t{64} << 20;
+  Tape tape;
+  if (mode == 1) tape.set_residual_budget(0);
+  if (mode >= 2) tape.set_residual_budget(INT64_MAX);
+  std::vector<Tensor> w;
+  for (const Layer* l : {&l1, &l2})
+    for (const Tensor* t : {&l->wx, &l->wh, &l->b}) w.push_back(tape.watch(*t));
+  allocator_for(Device::cpu()).reset_stats();
+  const int64_t base = allocator_stats().bytes_in_use;
+  Tensor h1 = run_layer({w[0], w[1], w[2]}, xs, "in", opt);
+  Tensor h2 = run_layer({w[3], w[4], w[5]}, rename(h1, "unit", "hid1"), "hid1", opt);
+  Tensor loss = sum(h2 * h2);
+  std::vector<Tensor> g = tape.gradient(loss, w);
+  benchmark::DoNotOptimize(g[0].data_ptr());
+  return allocator_stats().peak_bytes - base;
+}
+
+Tensor inputs() { return randn(Axes{{"t", kSteps}, {"batch", kBatch}, {"in", kInputs}}, 1, DType::f32); }
+// layer 2 reads layer 1's h, its unit axis renamed "hid1"
+Layer first_layer() { return layer("in", kInputs, 10); }
+Layer second_layer() { return layer("hid1", kUnits, 20); }
+
+void BM_Lstm2_ValueAndGradient(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const Tensor xs = inputs();
+  const Layer l1 = first_layer(), l2 = second_layer();
   int64_t peak = 0;
-  for (auto _ : state) {
-    Tape tape;
-    if (mode == 1) tape.set_residual_budget(0);
-    if (mode >= 2) tape.set_residual_budget(INT64_MAX);
-    std::vector<Tensor> w;
-    for (const Layer* l : {&l1, &l2})
-      for (const Tensor* t : {&l->wx, &l->wh, &l->b}) w.push_back(tape.watch(*t));
-    allocator_for(Device::cpu()).reset_stats();
-    const int64_t base = allocator_stats().bytes_in_use;
-    Tensor h1 = run_layer({w[0], w[1], w[2]}, xs, "in", opt);
-    Tensor h2 = run_layer({w[3], w[4], w[5]}, rename(h1, "unit", "hid1"), "hid1", opt);
-    Tensor loss = sum(h2 * h2);
-    std::vector<Tensor> g = tape.gradient(loss, w);
-    benchmark::DoNotOptimize(g[0].data_ptr());
-    peak = std::max(peak, allocator_stats().peak_bytes - base);
-  }
+  for (auto _ : state) peak = std::max(peak, value_and_gradient(mode, xs, l1, l2));
   const double mib = 1024.0 * 1024.0;
   state.counters["peak_MiB"] = double(peak) / mib;
   state.counters["min_MiB"] = double(2 * kSteps * 6 * kBatch * kUnits * 4) / mib;
@@ -81,4 +90,18 @@ BENCHMARK(BM_Lstm2_ValueAndGradient)
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// `--lstm_calls=N`: N value + gradient calls under the tape's default budget and nothing else, for
+// instruction counts (bench/RESULTS.md: cachegrind at two N, the difference per call).
+int main(int argc, char** argv) {
+  for (int k = 1; k < argc; ++k)
+    if (std::string_view(argv[k]).starts_with("--lstm_calls=")) {
+      const Tensor xs = inputs();
+      const Layer l1 = first_layer(), l2 = second_layer();
+      for (int call = 0, n = std::atoi(argv[k] + 13); call < n; ++call) (void)value_and_gradient(0, xs, l1, l2);
+      return 0;
+    }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
