@@ -29,6 +29,7 @@ int64_t unary_rows(UnaryOp op, int64_t n, T* y, int64_t sy, const T* x, int64_t 
   return 0;
 #endif
 }
+
 using vmath::exp;
 using vmath::fabs;
 using vmath::log;

@@ -160,7 +160,9 @@ inline void inner(int64_t len, std::tuple<Ts*...> ptr, const int64_t* s, F& f,
     }
   }
   int64_t i0 = 0;  // a functor with a row form (kRows) does a first part of the row: its own loop
-  if constexpr (requires { F::kRows; }) i0 = F::rows(len, ptr, s);
+  if constexpr (requires { F::kRows; }) {
+    if constexpr (F::kRows) i0 = F::rows(len, ptr, s);
+  }
   if constexpr (requires { F::kVectorized; }) {  // a unary op with a vector form (elementwise.cpp)
     if constexpr (F::kVectorized && sizeof...(Ts) == 2) {
       if (s[0] == 1 && s[1] == 1) {
