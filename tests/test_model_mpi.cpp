@@ -27,9 +27,11 @@ const Communicator& world() {
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
 
-// A folder all ranks share, made by rank 0.
+// A folder all ranks share, made by rank 0; one per process count, since ctest runs the 1- to
+// 4-rank tests side by side (one folder for all of them let one run's files overwrite another's).
 std::filesystem::path shared_dir() {
-  const std::filesystem::path d = std::filesystem::temp_directory_path() / "tenax_test_model_mpi";
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("tenax_test_model_mpi_np" + std::to_string(world().size()));
   if (world().rank() == 0) std::filesystem::create_directories(d);
   world().barrier();
   return d;
