@@ -76,15 +76,11 @@ struct Binary {
     const C d = D{}(a, b, y);
     put<kAcc>(dst, kConj ? prod_conj(g, d) : prod(g, d));
   }
-  static constexpr bool kRows = kFactorOperand<D> != 0;
+  static constexpr bool kRows = kFactorOperand<D> != 0;  // loop.h calls rows() only then
   static int64_t rows(int64_t n, std::tuple<C*, C*, C*, C*, C*> p, const int64_t* s) {
     constexpr int k = kFactorOperand<D>;
-    if constexpr (k == 0) {
-      return 0;
-    } else {
-      const int form = (kAcc ? kComplexAccumulate : 0) | (kConj ? kComplexConjugate : 0);
-      return complex_product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<k>(p), s[k], form);
-    }
+    const int form = (kAcc ? kComplexAccumulate : 0) | (kConj ? kComplexConjugate : 0);
+    return complex_product_rows(n, std::get<0>(p), s[0], std::get<1>(p), s[1], std::get<k>(p), s[k], form);
   }
 };
 // D = 1 and D = -1 (add, sub): the cotangent or tangent itself, with no product.

@@ -24,18 +24,14 @@ struct Copy {
   void operator()(T& y, T x) const { y = x; }
   // A contiguous row of complex numbers is copied as its parts (the compiler vectorises that loop,
   // not the one over std::complex).
-  static constexpr bool kRows = true;
+  static constexpr bool kRows = !std::is_arithmetic_v<T>;
   static int64_t rows(int64_t n, std::tuple<T*, T*> p, const int64_t* s) {
-    if constexpr (std::is_floating_point_v<T> || std::is_integral_v<T>) {
-      return 0;
-    } else {
-      if (s[0] != 1 || s[1] != 1) return 0;
-      using R = typename T::value_type;
-      auto* y = reinterpret_cast<R*>(std::get<0>(p));
-      const auto* x = reinterpret_cast<const R*>(std::get<1>(p));
-      for (int64_t i = 0; i < 2 * n; ++i) y[i] = x[i];
-      return n;
-    }
+    if (s[0] != 1 || s[1] != 1) return 0;
+    using R = typename T::value_type;
+    auto* y = reinterpret_cast<R*>(std::get<0>(p));
+    const auto* x = reinterpret_cast<const R*>(std::get<1>(p));
+    for (int64_t i = 0; i < 2 * n; ++i) y[i] = x[i];
+    return n;
   }
 };
 // y += x; marked as a sum so a reduction into one element runs on partial sums (loop.h).
