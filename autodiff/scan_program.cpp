@@ -12,15 +12,6 @@ namespace {
 
 bool any(const std::vector<char>& flags) { return std::find(flags.begin(), flags.end(), 1) != flags.end(); }
 
-bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
-  const auto* p = static_cast<const char*>(a.data_ptr());
-  for (const Tensor& b : buffers) {
-    const auto* lo = static_cast<const char*>(b.data_ptr());
-    if (p >= lo && p < lo + bytes_of(b)) return true;
-  }
-  return false;
-}
-
 // Whether `a` shares its storage with any of `others` (undefined ones skipped).
 bool overlaps(const Tensor& a, const std::vector<Tensor>& others) {
   for (const Tensor& b : others)
@@ -29,6 +20,15 @@ bool overlaps(const Tensor& a, const std::vector<Tensor>& others) {
 }
 
 }  // namespace
+
+bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
+  const auto* p = static_cast<const char*>(a.data_ptr());
+  for (const Tensor& b : buffers) {
+    const auto* lo = static_cast<const char*>(b.data_ptr());
+    if (p >= lo && p < lo + bytes_of(b)) return true;
+  }
+  return false;
+}
 
 BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared) {
   BufferSplit b;
@@ -376,17 +376,20 @@ void StepProgram::next_carry() {
     next_.run("scan step", 0);
     return;
   }
-  // A new carry that reads a carry buffer (a carry passed on unchanged, swapped, or viewed) goes
-  // through a staging buffer so that no carry is overwritten before it is read.
+  // A new carry that reads a carry buffer (a carry passed on unchanged, swapped, or viewed: the
+  // (x_t, x_{t-1}) carries of a second-order recurrence) goes through a staging buffer, copied
+  // before any carry buffer is written, so that no carry is overwritten before it is read.
   capture_into(next_, [&] {
     std::vector<std::pair<size_t, Tensor>> staged;
+    std::vector<size_t> direct;
     for (size_t k = 0; k < carry_.size(); ++k) {
       const PlanRef r = plan_->carry_out()[k];
       if (r.var == static_cast<int32_t>(k) || carry_in_place_[k]) continue;  // (in place: read from its slot)
       const Tensor& src = plan_->value(values_, r);
       if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
-      else copy_into(carry_[k], src);
+      else direct.push_back(k);
     }
+    for (size_t k : direct) copy_into(carry_[k], plan_->value(values_, plan_->carry_out()[k]));
     for (auto& [k, t] : staged) copy_into(carry_[k], t);
   });
   next_built_ = true;

@@ -202,6 +202,40 @@ TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries)
     }
 }
 
+// A second-order recurrence with carries (x_t, x_{t-1}) -> (a x_t + 0.5 x_{t-1} + u, x_t): the
+// lag carry is the state before the state carry is written. The compiled step's carry hand-on
+// once wrote the new state first and the lag copied the new value (wrong from the fourth step,
+// the first replayed one); in single elements (the fused scalar loop) and in vectors.
+TEST(Scan, ASecondOrderRecurrenceHandsTheStateOnAsTheLagCarry) {
+  ScanBody body = [](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor next = c[0] * 0.8 + c[1] * 0.5 + x[0];
+    return std::make_pair(std::vector<Tensor>{next, c[0]}, std::vector<Tensor>{next * next});
+  };
+  for (int64_t j : {1, 3}) {
+    std::vector<Tensor> init{randn(Axes{{"j", j}}, 1), randn(Axes{{"j", j}}, 2)};
+    Tensor xs = randn(Axes{{"t", 9}, {"j", j}}, 4) * 0.5;
+    for (int64_t k : {1, 4})
+      for (bool rev : {false, true}) {
+        ScanOptions o;
+        o.checkpoint_every = k;
+        o.reverse = rev;
+        expect_scan_matches_unrolled(body, init, xs, o);
+      }
+    // The stacked values against the recurrence in doubles.
+    const std::vector<double> u = xs.to_vector({"t", "j"}), x0 = init[0].to_vector(), x1 = init[1].to_vector();
+    const std::vector<double> ys = scan(body, init, {xs}, "t").ys[0].to_vector({"t", "j"});
+    for (int64_t i = 0; i < j; ++i) {
+      double now = x0[static_cast<size_t>(i)], lag = x1[static_cast<size_t>(i)];
+      for (int64_t t = 0; t < 9; ++t) {
+        const double next = now * 0.8 + lag * 0.5 + u[static_cast<size_t>(t * j + i)];
+        lag = now;
+        now = next;
+        EXPECT_DOUBLE_EQ(ys[static_cast<size_t>(t * j + i)], next * next) << "t=" << t << " j=" << i;
+      }
+    }
+  }
+}
+
 TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
   // A simulation that returns its new state each step (y_t = carry_{t+1}, as examples/diffusion
   // does): the stacked output and the carry's checkpoints share one buffer (autodiff/scan.cpp,
