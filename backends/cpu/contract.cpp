@@ -226,6 +226,50 @@ bool contract_small(const ContractArgs& a) {
   return true;
 }
 
+// Moves the outer dims of an m or n group of several dims into the batch (up to two batch axes),
+// so that the loops of one dim per group take the product: the reverse rule of a dot with a
+// parameter, z[h, i, basis] += g[h, basis] x[i], as 64 axpy passes per h.
+void outer_dims_to_batch(ContractArgs& a) {
+  auto move = [&](ContractGroup& g, bool in_x) {
+    while (g.rank > 1 && a.batch.rank < 2) {
+      const int b = a.batch.rank++;
+      a.batch.sizes[b] = g.sizes[0];
+      a.batch.x[b] = in_x ? g.x[0] : 0;
+      a.batch.y[b] = in_x ? 0 : g.y[0];
+      a.batch.z[b] = g.z[0];
+      for (int d = 1; d < g.rank; ++d) {
+        g.sizes[d - 1] = g.sizes[d];
+        g.x[d - 1] = g.x[d];
+        g.y[d - 1] = g.y[d];
+        g.z[d - 1] = g.z[d];
+      }
+      --g.rank;
+    }
+  };
+  move(a.m, true);
+  move(a.n, false);
+}
+
+// Merges neighbouring dims of a group that every operand walks as one (the outer dim's stride is
+// the inner one's times its size; absent operands have stride 0 in both).
+void merge_dims(ContractGroup& g) {
+  for (int d = g.rank - 2; d >= 0; --d) {
+    const int64_t n = g.sizes[d + 1];
+    if (g.x[d] != g.x[d + 1] * n || g.y[d] != g.y[d + 1] * n || g.z[d] != g.z[d + 1] * n) continue;
+    g.sizes[d] *= n;
+    g.x[d] = g.x[d + 1];
+    g.y[d] = g.y[d + 1];
+    g.z[d] = g.z[d + 1];
+    for (int k = d + 1; k + 1 < g.rank; ++k) {
+      g.sizes[k] = g.sizes[k + 1];
+      g.x[k] = g.x[k + 1];
+      g.y[k] = g.y[k + 1];
+      g.z[k] = g.z[k + 1];
+    }
+    --g.rank;
+  }
+}
+
 // The size and stride of a group whose dims of size > 1 number at most one; false otherwise.
 // Unlike single(), which routes groups of several dims to the offset-table loops (measured faster
 // there, and merging the two helpers measurably slowed the state-8 Kalman step), size-1 dims are
@@ -243,8 +287,11 @@ bool squeeze(const ContractGroup& g, const int64_t* st, int64_t& size, int64_t& 
 }
 
 template <class T>
-bool contract_plan(const ContractArgs& a, detail::ContractPlan& p) {
-  if (group_size(a.batch) != 1) return false;
+bool contract_plan(const ContractArgs& args, detail::ContractPlan& p) {
+  if (group_size(args.batch) != 1) return false;
+  // Dims that every operand walks as one count as one (a tangent's or cotangent's basis axes).
+  ContractArgs a = args;
+  for (ContractGroup* g : {&a.m, &a.n, &a.k}) merge_dims(*g);
   int64_t M, N, K, unused;
   if (!squeeze(a.m, a.m.x, M, p.mx) || !squeeze(a.m, a.m.z, unused, p.mz) || !squeeze(a.n, a.n.y, N, p.ny) ||
       !squeeze(a.n, a.n.z, unused, p.nz) || !squeeze(a.k, a.k.x, K, p.kx) ||
@@ -452,55 +499,24 @@ void contract_general(const ContractArgs& a) {
   }
 }
 
+// What the loops above did not take, with dims merged and outer ones moved to the batch (as for the
+// complex dtypes): a tangent's or cotangent's basis axes beside the primal's axes (the forward
+// Jacobian of a scan step: (h, h_in, h2_in) by h2), which the offset-table loops ran at several
+// times the arithmetic's cost.
+template <class T>
+bool contract_merged(const ContractArgs& args) {
+  ContractArgs a = args;
+  for (ContractGroup* g : {&a.batch, &a.m, &a.n, &a.k}) merge_dims(*g);
+  outer_dims_to_batch(a);
+  return contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a);
+}
+
 template <class T>
 void contract(const ContractArgs& a) {
-  if (contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a))
+  if (contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a) ||
+      contract_merged<T>(a))
     return;
   contract_general<T>(a);
-}
-
-// Moves the outer dims of an m or n group of several dims into the batch (up to two batch axes),
-// so that the loops of one dim per group take the product: the reverse rule of a dot with a
-// parameter, z[h, i, basis] += g[h, basis] x[i], as 64 axpy passes per h.
-void outer_dims_to_batch(ContractArgs& a) {
-  auto move = [&](ContractGroup& g, bool in_x) {
-    while (g.rank > 1 && a.batch.rank < 2) {
-      const int b = a.batch.rank++;
-      a.batch.sizes[b] = g.sizes[0];
-      a.batch.x[b] = in_x ? g.x[0] : 0;
-      a.batch.y[b] = in_x ? 0 : g.y[0];
-      a.batch.z[b] = g.z[0];
-      for (int d = 1; d < g.rank; ++d) {
-        g.sizes[d - 1] = g.sizes[d];
-        g.x[d - 1] = g.x[d];
-        g.y[d - 1] = g.y[d];
-        g.z[d - 1] = g.z[d];
-      }
-      --g.rank;
-    }
-  };
-  move(a.m, true);
-  move(a.n, false);
-}
-
-// Merges neighbouring dims of a group that every operand walks as one (the outer dim's stride is
-// the inner one's times its size; absent operands have stride 0 in both).
-void merge_dims(ContractGroup& g) {
-  for (int d = g.rank - 2; d >= 0; --d) {
-    const int64_t n = g.sizes[d + 1];
-    if (g.x[d] != g.x[d + 1] * n || g.y[d] != g.y[d + 1] * n || g.z[d] != g.z[d + 1] * n) continue;
-    g.sizes[d] *= n;
-    g.x[d] = g.x[d + 1];
-    g.y[d] = g.y[d + 1];
-    g.z[d] = g.z[d + 1];
-    for (int k = d + 1; k + 1 < g.rank; ++k) {
-      g.sizes[k] = g.sizes[k + 1];
-      g.x[k] = g.x[k + 1];
-      g.y[k] = g.y[k + 1];
-      g.z[k] = g.z[k + 1];
-    }
-    --g.rank;
-  }
 }
 
 // The complex dtypes: no fixed-size kernels (they are real); with dims merged where the operands
