@@ -15,12 +15,6 @@ constexpr const char* kWhat = "a call of a compiled function";
 constexpr const char* kDeferredWhat = "compiled function call";
 constexpr int64_t kNoPosition = -1;
 
-// `axes`, then the batch axes of a pass (several VJPs or JVPs at once).
-Axes with_batch(Axes axes, const Axes& batch) {
-  for (int i = 0; i < batch.rank(); ++i) axes.push_back(batch[i]);
-  return axes;
-}
-
 }  // namespace
 
 FunctionProgram::FunctionProgram(std::shared_ptr<const ScanPlan> plan, const std::vector<Tensor>& args,

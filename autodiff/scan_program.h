@@ -19,6 +19,15 @@ namespace tenax::detail {
 /// The bytes a tensor's elements take.
 inline int64_t bytes_of(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
+/// `axes`, then the batch axes of a pass (several VJPs or JVPs at once).
+inline Axes with_batch(Axes axes, const Axes& batch) {
+  for (int i = 0; i < batch.rank(); ++i) axes.push_back(batch[i]);
+  return axes;
+}
+
+/// Whether a's first element lies in one of `buffers`.
+bool aliases(const Tensor& a, const std::vector<Tensor>& buffers);
+
 /// allow_copy_forwarding's arguments from per-variable tensors: the buffers of those flagged
 /// shared (read or written outside the program too) as storages, the others' as pointers (its own).
 struct BufferSplit {

@@ -95,9 +95,17 @@ struct ScanRun final : CustomNode {
   /// Takes the demanded slices of the outputs' tangents for the next jvp() (the final state's
   /// select): stacked outputs written only there, an unneeded one not at all.
   bool accept_tangent_ranges(const std::vector<CotangentRange>& ranges) override;
-  /// Forward mode (autodiff/scan_tangent.cpp): the steps run again op by op from `init`, each
-  /// followed by its ops' JVP rules (ScanPlan::forward_tangent), the carries' tangents handed on.
+  /// Forward mode (autodiff/scan_tangent.cpp): the steps run again from `init`, each followed by
+  /// its ops' JVP rules (ScanPlan::forward_tangent), the carries' tangents handed on; on the host
+  /// as kernel programs captured at the first step (compiled_jvp), except where the tangents
+  /// enter on a window of their batch that moves with the steps (then op by op).
   bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override;
+  /// jvp() compiled (autodiff/scan_tangent_program.cpp), with the stacked outputs' tangents
+  /// written at the steps `wanted` only; false (nothing done) where it does not apply: a device,
+  /// no steps, carries' tangents over 32 KiB in all (their copy per step would cost more than
+  /// the dispatch saves), or TENAX_SCAN_TANGENT_PROGRAM=0.
+  bool compiled_jvp(const std::vector<Tensor>& tangents, const Axes& batch,
+                    const std::vector<std::pair<int64_t, int64_t>>& wanted, std::vector<Tensor>& out);
   /// The steps [first, second) of each stacked output whose tangents the next jvp() must write.
   std::vector<std::pair<int64_t, int64_t>> wanted_steps();
 

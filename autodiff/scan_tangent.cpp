@@ -1,5 +1,6 @@
 // Forward mode through a scan: the tangents of its final carries and stacked outputs from those of
-// its init, xs and parameters, step by step (ScanRun::jvp). While the tangents entering the steps
+// its init, xs and parameters, step by step (ScanRun::jvp): on the host, compiled
+// (autodiff/scan_tangent_program.cpp) except on a window; otherwise op by op here. While the tangents entering the steps
 // are zero outside a range of one batch axis that grows with the steps (a forward Jacobian w.r.t. a
 // sequence's inputs: input s's basis vectors are zero before step s), each step runs on that range
 // of the batch only (BatchWindow).
@@ -194,7 +195,15 @@ struct BatchWindow {
   }
 
   // The carries' tangents over the current window written into `full`; `part` then covers `r`.
+  // A part that views another carry's `full` (a carry handed on as another: (x_t, x_{t-1})) is
+  // copied out first, so that no part is overwritten before it is written.
   void move_to(Range r) {
+    for (size_t k = 0; k < part.size(); ++k)
+      for (size_t j = 0; j < full.size() && part[k].defined(); ++j)
+        if (j != k && full[j].defined() && full[j].storage().get() == part[k].storage().get()) {
+          part[k] = copy_of(part[k]);
+          break;
+        }
     for (size_t k = 0; k < part.size(); ++k) {
       Tensor& f = full[k];
       if (part[k].defined() && !f.defined()) {
@@ -294,9 +303,11 @@ bool ScanRun::jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::v
   for (size_t k = 0; k < params.size(); ++k) values[static_cast<size_t>(p.param_var(k))] = params[k];
   std::vector<Tensor> carry = init, carry_tan(tangents.begin(), tangents.begin() + static_cast<std::ptrdiff_t>(nc));
   std::vector<Tensor> ys_tan(p.y_out().size());
-  std::vector<Range> wanted;
-  for (const auto& [lo, hi] : wanted_steps()) wanted.push_back({lo, hi});
+  const std::vector<std::pair<int64_t, int64_t>> steps_wanted = wanted_steps();
   BatchWindow w(p, tangents, batch);
+  if (!w.open && compiled_jvp(tangents, batch, steps_wanted, out)) return true;
+  std::vector<Range> wanted;
+  for (const auto& [lo, hi] : steps_wanted) wanted.push_back({lo, hi});
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t t = index(s);
     for (size_t j = 0; j < nx; ++j) {

@@ -4,7 +4,8 @@
 //    forward + reverse; baseline: the chain and its adjoint written by hand;
 //  - a Kalman filter (state 4, 2 observations, T = 1000) as a plain C++ loop of tensor ops, its
 //    log-likelihood and gradient with respect to F, Q and r; eager, the loop inside compile(), the
-//    step through scan from C++; baseline: the same step through the JSON model;
+//    step through scan from C++ (and its forward mode: jvp along one direction); baseline: the
+//    same step through the JSON model;
 //  - a scalar recurrence x_t = a x_{t-1} + u_t, loss = sum_t x_t^2, T = 1000, as a loop of select()
 //    and arithmetic: eager, compiled, through scan (loss emitted per step and summed, or
 //    accumulated in a carry), through linear_recurrence; baseline: a hand-written adjoint.
@@ -163,6 +164,19 @@ void kalman_compiled() {
 
 void kalman_scan_cpp() { kalman_value_and_grad(kalman_scan); }
 
+// Forward mode through the same scan: the log-likelihood's derivative along one direction of
+// (F, Q, r) (compiled steps; TENAX_SCAN_TANGENT_PROGRAM=0 runs them op by op).
+void kalman_scan_jvp() {
+  static const std::vector<Tensor> dir = [] {
+    const std::vector<Tensor> a = kalman_args();
+    return std::vector<Tensor>{randn(a[0].axes(), 5) * 0.01, randn(a[1].axes(), 6) * 0.01, a[2] * 0.01};
+  }();
+  const std::vector<Tensor> a = kalman_args();
+  auto [v, t] = jvp([&](const std::vector<Tensor>& p) { return kalman_scan({p[0], p[1], p[2], a[3]}); },
+                    {a[0], a[1], a[2]}, dir);
+  benchmark::DoNotOptimize(t.data_ptr());
+}
+
 Tensor series_input() {
   return tensor(kalman_params().y.to_vector({"time", "obs"}), Axes{{"series", 1}, {"time", kSteps}, {"obs", kObs}});
 }
@@ -270,6 +284,7 @@ const std::map<std::string, Program>& programs() {
       {"Kalman_EagerLoop", {kalman_eager, double(kSteps), "step"}},
       {"Kalman_CompiledLoop", {kalman_compiled, double(kSteps), "step"}},
       {"Kalman_ScanFromCpp", {kalman_scan_cpp, double(kSteps), "step"}},
+      {"Kalman_ScanJvp", {kalman_scan_jvp, double(kSteps), "step"}},
       {"Kalman_JsonModel", {kalman_json, double(kSteps), "step"}},
       {"Recurrence_EagerLoop", {rec_eager, double(kRecSteps), "step"}},
       {"Recurrence_CompiledLoop", {rec_compiled, double(kRecSteps), "step"}},

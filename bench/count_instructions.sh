@@ -28,7 +28,7 @@ instructions() {  # program, repetitions[, more arguments before them]
 }
 printf '%-30s %16s\n' program "instr per unit"
 for p in Chain_EagerForward Chain_EagerForwardReverse Chain_CompiledForward Chain_CompiledForwardReverse \
-  Chain_HandWritten Kalman_EagerLoop Kalman_CompiledLoop Kalman_ScanFromCpp Kalman_JsonModel Recurrence_EagerLoop \
+  Chain_HandWritten Kalman_EagerLoop Kalman_CompiledLoop Kalman_ScanFromCpp Kalman_ScanJvp Kalman_JsonModel Recurrence_EagerLoop \
   Recurrence_CompiledLoop Recurrence_ScanEmitted Recurrence_ScanCarried Recurrence_LinearRecurrence \
   Recurrence_HandWritten; do
   [[ $p =~ $filter ]] || continue

@@ -25,6 +25,9 @@ constexpr EnvVariable kEnvironment[] = {
     {"TENAX_SCAN_IN_PLACE", K::flag, "1",
      "0: host scans copy each step's slice of their scanned inputs, and each new carry that is also an output, "
      "into a buffer instead of reading them in place"},
+    {"TENAX_SCAN_TANGENT_PROGRAM", K::flag, "1",
+     "0: forward mode through a host scan runs each step's ops and JVP rules op by op instead of replaying "
+     "kernel programs captured at the first step"},
     {"TENAX_CPU_AVX2", K::flag, "1 (where the CPU has AVX2 and FMA)",
      "0: the CPU kernels that have an AVX2 + FMA build (tridiagonal solves, small contractions) run their SSE2 "
      "build"},

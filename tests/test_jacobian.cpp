@@ -237,6 +237,64 @@ TEST(Jacobian, ForwardModeThroughScanWritesZeroTangentsAtStepsWithout) {
   }
 }
 
+// The compiled forward step (ScanRun::compiled_jvp): carries swapped, one passed on unchanged,
+// an integer counter, an output that is the incoming carry and a carry whose tangent arrives
+// only at the second step — forwards and in reverse, against the reverse-mode Jacobian (J v for
+// jvp, the whole Jacobian in forward mode) and central differences. The steps replay a program
+// captured at the first: the buffers allocated do not grow with the steps (op by op, every step's
+// rules allocate their results: TENAX_SCAN_TANGENT_PROGRAM=0 fails the last check).
+TEST(Jacobian, ForwardModeThroughScanReplaysTheFirstStepsProgram) {
+  auto make = [](int64_t T, bool rev) {
+    return Function([T, rev](const std::vector<Tensor>& a) {
+      ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        const Tensor n0 = tanh(a[0] * c[1] + x[0]) + c[3] * 0.25;
+        const Tensor n2 = c[2] + scalar(int64_t{1});
+        return std::make_pair(std::vector<Tensor>{n0, c[0], n2, c[3]},
+                              std::vector<Tensor>{c[0], n0 * astype(n2, DType::f64)});
+      };
+      ScanOptions o;
+      o.reverse = rev;
+      const std::vector<Tensor> init{zeros(Axes{{"h", 2}}), a[2], scalar(int64_t{0}), a[3]};
+      ScanResult r = scan(body, init, {slice(a[1], "t", 0, T)}, "t", o);
+      return r.ys[0] + r.ys[1] * 0.01 + r.carry[1] * r.carry[3];
+    });
+  };
+  const std::vector<Tensor> args{tensor({0.9, -0.5}, "h"), randn(Axes{{"t", 400}, {"h", 2}}, 5) * 0.5,
+                                 tensor({0.3, 0.2}, "h"), tensor({-0.1, 0.4}, "h")};
+  const std::vector<Tensor> short_args{args[0], slice(args[1], "t", 0, 6), args[2], args[3]};
+  const std::vector<Tensor> dir{tensor({0.4, -1.0}, "h"), randn(Axes{{"t", 6}, {"h", 2}}, 9), tensor({1.0, 0.5}, "h"),
+                                tensor({-0.3, 0.7}, "h")};
+  for (bool rev : {false, true}) {
+    const Function f = make(6, rev);
+    const std::vector<Tensor> fwd = jacobian(f, short_args, {JacobianOptions::Mode::forward});
+    const std::vector<Tensor> back = jacobian(f, short_args);
+    Tensor expect = zeros(f(short_args).axes());
+    for (size_t k = 0; k < args.size(); ++k) {
+      EXPECT_LT(mismatch(fwd[k], back[k], 1e-12, 1e-14), 1.0) << "argument " << k << " reverse=" << rev;
+      EXPECT_LT(mismatch(fwd[k], fd_jacobian(f, short_args, k, fwd[k]), 1e-6, 1e-7), 1.0) << "argument " << k;
+      const Axes& ax = short_args[k].axes();
+      AxisList in;
+      for (int i = 0; i < ax.rank(); ++i) in.push_back(Name(ax.name(i).str() + "_in"));
+      expect = expect + dot(back[k], rename(dir[k], ax.names(), in), in);
+    }
+    auto [value, tangent] = jvp(f, short_args, dir);
+    EXPECT_LT(mismatch(tangent, expect, 1e-12, 1e-14), 1.0) << "reverse=" << rev;
+    EXPECT_EQ(contiguous(value).to_vector(), contiguous(f(short_args)).to_vector());
+    // Buffers per jvp at 100 and at 400 steps.
+    int64_t buffers[2];
+    for (int i = 0; i < 2; ++i) {
+      const Function g = make(i == 0 ? 100 : 400, rev);
+      std::vector<Tensor> d{dir[0], randn(Axes{{"t", 400}, {"h", 2}}, 3), dir[2], dir[3]};
+      (void)jvp(g, args, d);  // warm: the pool holds what it needs
+      const int64_t before = allocator_stats().allocations;
+      (void)jvp(g, args, d);
+      buffers[i] = allocator_stats().allocations - before;
+    }
+    EXPECT_LT(buffers[1] - buffers[0], 30) << "buffers per jvp: " << buffers[0] << " at 100 steps, " << buffers[1]
+                                           << " at 400; reverse=" << rev;
+  }
+}
+
 // Forward mode's demand (TapeImpl::tangent_demand): a multi-output node is offered the slices of
 // its outputs' tangents the function reads. ProbeNode's outputs are 2x, 3x and x of x over (t, h).
 class ProbeNode : public detail::CustomNode {
