@@ -236,6 +236,79 @@ TEST(Scan, ASecondOrderRecurrenceHandsTheStateOnAsTheLagCarry) {
   }
 }
 
+// Three carries handed on in every order, each as it is, plus x_t, minus 0.3 x_t or times
+// (0.5 + x_t); outputs made of the new carries, the new carries themselves (read in place from
+// their output slots) or some of them; forwards and in reverse, one and two steps per checkpoint,
+// in single elements and in vectors: the value, the gradient and the forward-mode derivative
+// along a random direction against the loop written out on the tape.
+TEST(Scan, CarriesHandedOnInEveryOrderMatchTheUnrolledLoop) {
+  const int T = 6;
+  for (int64_t J : {1, 3}) {
+    const std::vector<Tensor> args{randn(Axes{{"j", J}}, 1), randn(Axes{{"j", J}}, 2), randn(Axes{{"j", J}}, 3),
+                                   randn(Axes{{"t", T}, {"j", J}}, 4) * 0.5};
+    std::vector<Tensor> dir;
+    for (size_t k = 0; k < args.size(); ++k) dir.push_back(randn(args[k].axes(), 100 + k));
+    int perm[3] = {0, 1, 2};
+    do {
+      for (int w = 0; w < 27; ++w) {
+        const int wrap[3] = {w % 3, (w / 3) % 3, w / 9};
+        auto step = [&](const std::vector<Tensor>& c, const Tensor& x) {
+          std::vector<Tensor> n(3);
+          for (int k = 0; k < 3; ++k) {
+            const Tensor& v = c[static_cast<size_t>(perm[k])];
+            n[static_cast<size_t>(k)] = wrap[k] == 0 ? v : wrap[k] == 1 ? v - x * 0.3 : v * (x + 0.5);
+          }
+          return n;
+        };
+        auto outputs = [](int mode, const std::vector<Tensor>& n) {
+          if (mode == 0) return std::vector<Tensor>{n[0] * n[1] + n[2]};
+          if (mode == 1) return n;
+          return std::vector<Tensor>{n[1], n[0] * 1.0};
+        };
+        for (int mode = 0; mode < 3; ++mode)
+          for (bool rev : {false, true})
+            for (int64_t every : {1, 2}) {
+              Function by_scan = [&](const std::vector<Tensor>& a) {
+                ScanBody body = [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+                  std::vector<Tensor> n = step(c, x[0]);
+                  return std::make_pair(n, outputs(mode, n));
+                };
+                ScanOptions o;
+                o.checkpoint_every = every;
+                o.reverse = rev;
+                ScanResult r = scan(body, {a[0], a[1], a[2]}, {a[3]}, "t", o);
+                Tensor total = sum(r.carry[0] * r.carry[1] * r.carry[2]);
+                for (const Tensor& y : r.ys) total = total + sum(y * y);
+                return total;
+              };
+              Function unrolled = [&](const std::vector<Tensor>& a) {
+                std::vector<Tensor> c{a[0], a[1], a[2]};
+                Tensor total = scalar(0.0);
+                for (int i = 0; i < T; ++i) {
+                  c = step(c, select(a[3], "t", rev ? T - 1 - i : i));
+                  for (const Tensor& y : outputs(mode, c)) total = total + sum(y * y);
+                }
+                return total + sum(c[0] * c[1] * c[2]);
+              };
+              const std::string what = "perm " + std::to_string(perm[0]) + std::to_string(perm[1]) +
+                                       std::to_string(perm[2]) + " wrap " + std::to_string(w) + " outputs " +
+                                       std::to_string(mode) + " reverse " + std::to_string(rev) + " every " +
+                                       std::to_string(every) + " J " + std::to_string(J);
+              const std::vector<Tensor> g = grad(by_scan, args), expect = grad(unrolled, args);
+              double along = 0;
+              for (size_t k = 0; k < args.size(); ++k) {
+                EXPECT_LT(mismatch(g[k], expect[k], 1e-12, 1e-14), 1.0) << what << " argument " << k;
+                along += sum(expect[k] * dir[k]).item();
+              }
+              auto [value, tangent] = jvp(by_scan, args, dir);
+              EXPECT_NEAR(value.item(), unrolled(args).item(), 1e-12 * (1 + std::abs(value.item()))) << what;
+              EXPECT_NEAR(tangent.item(), along, 1e-11 * (1 + std::abs(along))) << what;
+            }
+      }
+    } while (std::next_permutation(perm, perm + 3));
+  }
+}
+
 TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
   // A simulation that returns its new state each step (y_t = carry_{t+1}, as examples/diffusion
   // does): the stacked output and the carry's checkpoints share one buffer (autodiff/scan.cpp,
