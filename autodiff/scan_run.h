@@ -101,9 +101,9 @@ struct ScanRun final : CustomNode {
   /// enter on a window of their batch that moves with the steps (then op by op).
   bool jvp(const std::vector<Tensor>& tangents, const Axes& batch, std::vector<Tensor>& out) override;
   /// jvp() compiled (autodiff/scan_tangent_program.cpp), with the stacked outputs' tangents
-  /// written at the steps `wanted` only; false (nothing done) where it does not apply: a device,
-  /// no steps, carries' tangents over 32 KiB in all (their copy per step would cost more than
-  /// the dispatch saves), or TENAX_SCAN_TANGENT_PROGRAM=0.
+  /// written at the steps `wanted` only; false (then nothing of it is used) where it does not
+  /// apply: a device, no steps, TENAX_SCAN_TANGENT_PROGRAM=0, or carries' tangents the replays
+  /// would copy per step beyond 32 KiB in all (known once the first steps are captured).
   bool compiled_jvp(const std::vector<Tensor>& tangents, const Axes& batch,
                     const std::vector<std::pair<int64_t, int64_t>>& wanted, std::vector<Tensor>& out);
   /// The steps [first, second) of each stacked output whose tangents the next jvp() must write.
