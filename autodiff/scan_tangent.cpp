@@ -1,9 +1,9 @@
 // Forward mode through a scan: the tangents of its final carries and stacked outputs from those of
-// its init, xs and parameters, step by step (ScanRun::jvp): on the host, compiled
-// (autodiff/scan_tangent_program.cpp) except on a window; otherwise op by op here. While the tangents entering the steps
-// are zero outside a range of one batch axis that grows with the steps (a forward Jacobian w.r.t. a
-// sequence's inputs: input s's basis vectors are zero before step s), each step runs on that range
-// of the batch only (BatchWindow).
+// its init, xs and parameters, step by step (ScanRun::jvp): on the host compiled where it pays
+// (autodiff/scan_tangent_program.cpp), otherwise op by op here. While the tangents entering the
+// steps are zero outside a range of one batch axis that grows with the steps (a forward Jacobian
+// w.r.t. a sequence's inputs: input s's basis vectors are zero before step s), each step runs on
+// that range of the batch only (BatchWindow).
 #include <algorithm>
 #include <cstring>
 
