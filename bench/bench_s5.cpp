@@ -7,6 +7,7 @@
 // one reverse sweep each with the 64-vector basis as batch axes (or, "/forward_mode", one forward
 // sweep with the argument's basis as batch axes of the tangent); the 16 sequences run in a loop.
 // Complexity(oN) fits time = slope * T and reports the slope and the RMS of the fit.
+// "S5/scan_nmap/...": the same Jacobians of all 16 sequences as one nmap (jit(vmap(jacrev))).
 // complex128: the seed's own model (λ, W = B, b and x0 complex, λ = ρ e^{iθ} with |λ| < 1; the
 // inputs u real, lifted to complex before the product), Jacobians under docs/complex.md (the
 // holomorphic derivative w.r.t. λ, W, b, x0; ∂x/∂u for the real u).
@@ -144,6 +145,29 @@ void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt, Ja
   state.SetComplexityN(steps);
 }
 
+// The same per-sequence Jacobians (one complex128 layer through scan) of all 16 sequences at once:
+// nmap over the sequences of the function that takes one sequence's Jacobian (the seed's
+// jit(vmap(jacrev)); `run`'s loop over the sequences is the baseline).
+void run_nmapped(benchmark::State& state, Wrt wrt, JacobianOptions::Mode mode) {
+  const int64_t steps = state.range(0);
+  const Model m = make_model(steps, 1, DType::c128);
+  const MultiFunction per_sequence = [&](const std::vector<Tensor>& a) {
+    const Tensor& u = a[0];
+    Function f = [&](const std::vector<Tensor>& p) {
+      std::vector<Layer> layers = m.layers;
+      Tensor input = u;
+      if (wrt == Wrt::lambda) layers[0].lambda = p[0];
+      else if (wrt == Wrt::w) layers[0].w = p[0];
+      else input = p[0];
+      return final_state(Impl::scan, layers, input);
+    };
+    const Tensor arg = wrt == Wrt::lambda ? m.layers[0].lambda : wrt == Wrt::w ? m.layers[0].w : u;
+    return std::vector<Tensor>{jacobian(f, {arg}, {mode})[0]};
+  };
+  for (auto _ : state) benchmark::DoNotOptimize(nmap(per_sequence, {"s"}, {m.u})[0].data_ptr());
+  state.SetComplexityN(steps);
+}
+
 // ---- --s5_values=T: values for bench/compare_jax_s5.py ----
 // {"axes": [...], "shape": [...], "re": [...], "im": [...]}, row-major in `order`.
 void print_tensor(std::ostream& out, const Tensor& t, const AxisList& order) {
@@ -254,6 +278,14 @@ void register_all() {
             run(st, Impl(impl), layers, dt, Wrt(w), JacobianOptions::Mode::forward);
           })->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
         }
+  for (Wrt w : {Wrt::lambda, Wrt::w, Wrt::u})
+    for (auto mode : {JacobianOptions::Mode::reverse, JacobianOptions::Mode::forward}) {
+      const std::string name = std::string("S5/scan_nmap/layers:1/complex128/") +
+                               (w == Wrt::lambda ? "jac_lambda" : w == Wrt::w ? "jac_W" : "jac_u") +
+                               (mode == JacobianOptions::Mode::forward ? "/forward_mode" : "");
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_nmapped(st, w, mode); })
+          ->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
+    }
 }
 
 }  // namespace
