@@ -240,9 +240,11 @@ TEST(Jacobian, ForwardModeThroughScanWritesZeroTangentsAtStepsWithout) {
 // The compiled forward step (ScanRun::compiled_jvp): carries swapped, one passed on unchanged,
 // an integer counter, an output that is the incoming carry and a carry whose tangent arrives
 // only at the second step — forwards and in reverse, against the reverse-mode Jacobian (J v for
-// jvp, the whole Jacobian in forward mode) and central differences. The steps replay a program
-// captured at the first: the buffers allocated do not grow with the steps (op by op, every step's
-// rules allocate their results: TENAX_SCAN_TANGENT_PROGRAM=0 fails the last check).
+// jvp, the whole Jacobian in forward mode) and central differences (w.r.t. the inputs the forward
+// Jacobian runs op by op on a window of its basis, where a carry handed on as another once read a
+// window already overwritten). The steps replay a program captured at the first: the buffers
+// allocated do not grow with the steps (op by op, every step's rules allocate their results:
+// TENAX_SCAN_TANGENT_PROGRAM=0 fails the last check).
 TEST(Jacobian, ForwardModeThroughScanReplaysTheFirstStepsProgram) {
   auto make = [](int64_t T, bool rev) {
     return Function([T, rev](const std::vector<Tensor>& a) {
