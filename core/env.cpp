@@ -27,7 +27,7 @@ constexpr EnvVariable kEnvironment[] = {
      "into a buffer instead of reading them in place"},
     {"TENAX_SCAN_TANGENT_PROGRAM", K::flag, "1",
      "0: forward mode through a host scan runs each step's ops and JVP rules op by op instead of replaying "
-     "kernel programs captured at the first step"},
+     "kernel programs captured at the first steps"},
     {"TENAX_CPU_AVX2", K::flag, "1 (where the CPU has AVX2 and FMA)",
      "0: the CPU kernels that have an AVX2 + FMA build (tridiagonal solves, small contractions) run their SSE2 "
      "build"},
