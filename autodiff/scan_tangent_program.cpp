@@ -29,7 +29,8 @@ std::vector<char> tangent_vars(const ScanPlan& p, const std::vector<Tensor>& tan
           has[static_cast<size_t>(op.out)] = 1;
     for (size_t k = 0; k < nc; ++k) {
       const PlanRef r = p.carry_out()[k];
-      if (!has[k] && r.var >= 0 && has[static_cast<size_t>(r.var)] && is_inexact(p.var(static_cast<int32_t>(k)).dtype)) {
+      if (!has[k] && r.var >= 0 && has[static_cast<size_t>(r.var)] &&
+          is_inexact(p.var(static_cast<int32_t>(k)).dtype)) {
         has[k] = 1;
         changed = true;
       }
@@ -45,13 +46,17 @@ void hand_on(const std::vector<Tensor>& dst, std::vector<Tensor> src) {
   for (const Tensor& d : dst)
     if (d.defined()) bufs.push_back(d);
   for (size_t k = 0; k < dst.size(); ++k)
-    if (dst[k].defined() && src[k].defined() && src[k].data_ptr() != dst[k].data_ptr() && aliases(src[k], bufs))
+    if (dst[k].defined() && src[k].defined() && src[k].data_ptr() != dst[k].data_ptr() &&
+        aliases(src[k], bufs))
       src[k] = copy_of(src[k]);
   for (size_t k = 0; k < dst.size(); ++k) {
-    if (!dst[k].defined() || (src[k].defined() && src[k].data_ptr() == dst[k].data_ptr() && src[k].axes() == dst[k].axes()))
+    if (!dst[k].defined() ||
+        (src[k].defined() && src[k].data_ptr() == dst[k].data_ptr() && src[k].axes() == dst[k].axes()))
       continue;
-    if (src[k].defined()) copy_into(dst[k], src[k]);
-    else fill_zero(dst[k]);  // no tangent reached it this step
+    if (src[k].defined())
+      copy_into(dst[k], src[k]);
+    else
+      fill_zero(dst[k]);  // no tangent reached it this step
   }
 }
 
@@ -67,7 +72,7 @@ constexpr int64_t kSwapMin = 16 << 10;
 // The programs of the even steps (phase 0, captured at the first) or of the odd ones (phase 1,
 // captured at the second): the step (values, then tangents), the outputs' stores, the hand-on of
 // the new carries and of the tangents that are copied, and (phase 1) the copies of swapped
-// tangents that phase 0 could not be pointed at.
+// tangents it writes in another layout than phase 0 reads (TangentSweep::copied).
 struct Phase {
   KernelProgram step, next, fix;
   std::vector<std::pair<size_t, SliceCopy>> stores;  // per output with a tangent: its store
@@ -88,11 +93,16 @@ struct TangentSweep {
   std::vector<SliceCopy> loads;  // x_t and its tangent into their buffers
   std::vector<std::unique_ptr<KernelProgram::MovingBase>> bases;
   Phase phase[2];
+  std::vector<size_t> copied;  // swapped carries whose tangents phase 1 copies (Phase::fix)
 
-  std::vector<size_t> copied;  // swapped carries whose tangents phase 1 copies (fix)
-
-  TangentSweep(const ScanRun& r, const std::vector<Tensor>& tangents, const Axes& batch, std::vector<char> vars)
-      : p(*r.plan), nc(r.init.size()), nx(r.xs.size()), has(std::move(vars)), swap(nc, 0), values(p.n_vars()),
+  TangentSweep(const ScanRun& r, const std::vector<Tensor>& tangents, const Axes& batch,
+               std::vector<char> vars)
+      : p(*r.plan),
+        nc(r.init.size()),
+        nx(r.xs.size()),
+        has(std::move(vars)),
+        swap(nc, 0),
+        values(p.n_vars()),
         tan(p.n_vars()) {
     for (size_t k = 0; k < r.params.size(); ++k) {
       values[static_cast<size_t>(p.param_var(k))] = r.params[k];
@@ -105,8 +115,10 @@ struct TangentSweep {
       bases.push_back(std::make_unique<KernelProgram::MovingBase>());
       if (!has[k]) continue;
       tan[k] = empty(with_batch(v.axes, batch), v.dtype, r.init[k].device());
-      if (tangents[k].defined()) copy_into(tan[k], tangents[k]);
-      else fill_zero(tan[k]);
+      if (tangents[k].defined())
+        copy_into(tan[k], tangents[k]);
+      else
+        fill_zero(tan[k]);
     }
     for (size_t j = 0; j < nx; ++j) {
       const PlanVar& v = p.var(static_cast<int32_t>(nc + j));
@@ -139,7 +151,7 @@ struct TangentSweep {
         for (int i = 0; i < ty.rank(); ++i) ax.push_back(ty.axes()[i]);
         ys_tan[j] = empty(ax, ty.dtype(), ty.device());
       }
-      f.stores.emplace_back(j, SliceCopy(ty, ys_tan[j], over, false, false));  // both phases write the stack: unstaged
+      f.stores.emplace_back(j, SliceCopy(ty, ys_tan[j], over, false, false));  // unstaged: two phases
     }
   }
 
@@ -188,7 +200,8 @@ struct TangentSweep {
     for (size_t k = 0; k < nc; ++k) {
       const Tensor* t = written_whole(k);
       const Tensor& buf = carry_tan[k];
-      if (!t || in(outside, buf) || referenced(static_cast<int32_t>(k)) || in(held, *t) || bytes_of(*t) < kSwapMin)
+      if (!t || in(outside, buf) || referenced(static_cast<int32_t>(k)) || in(held, *t) ||
+          bytes_of(*t) < kSwapMin)
         continue;
       // Phase 0's calls read the tangent into the step through bases[k] (at the carry's buffer
       // until link_phases points it at phase 1's): not where some call cannot be redirected.
@@ -215,8 +228,10 @@ struct TangentSweep {
       if (!swap[k]) continue;
       const Tensor* t = written_whole(k);
       phase[1].out_tan[k] = t ? *t : tan[static_cast<size_t>(p.carry_out()[k].var)];
-      if (t) *bases[k] = {static_cast<const char*>(t->data_ptr()), 0};
-      else copied.push_back(k);
+      if (t)
+        *bases[k] = {static_cast<const char*>(t->data_ptr()), 0};
+      else
+        copied.push_back(k);
     }
     capture_into(phase[1].fix, [&] {
       for (size_t k : copied) copy_into(carry_tan[k], phase[1].out_tan[k]);
@@ -248,7 +263,8 @@ struct TangentSweep {
     int64_t n = 0;
     for (size_t k = 0; k < nc; ++k) {
       const bool fixed = std::find(copied.begin(), copied.end(), k) != copied.end();
-      if (has[k] && p.carry_out()[k].var != static_cast<int32_t>(k) && (!swap[k] || fixed)) n += bytes_of(carry_tan[k]);
+      if (has[k] && p.carry_out()[k].var != static_cast<int32_t>(k) && (!swap[k] || fixed))
+        n += bytes_of(carry_tan[k]);
     }
     return n;
   }
@@ -264,8 +280,10 @@ struct TangentSweep {
     if (build) {
       if (s == 1) read_phase_0();
       capture_step(f, s, batch, over, steps, wanted);
-      if (s == 0) choose_swaps();
-      else link_phases();
+      if (s == 0)
+        choose_swaps();
+      else
+        link_phases();
     } else {
       f.step.run("scan step", s);
     }
@@ -300,7 +318,8 @@ bool ScanRun::compiled_jvp(const std::vector<Tensor>& tangents, const Axes& batc
     return std::all_of(list.begin(), list.end(),
                        [](const Tensor& t) { return !t.defined() || t.device().kind == Device::Kind::cpu; });
   };
-  if (!on || steps == 0 || !on_host(tangents) || !on_host(init) || !on_host(xs) || !on_host(params)) return false;
+  if (!on || steps == 0 || !on_host(tangents) || !on_host(init) || !on_host(xs) || !on_host(params))
+    return false;
   TangentSweep sweep(*this, tangents, batch, tangent_vars(*plan, tangents));
   for (int64_t s = 0; s < steps; ++s)
     if (!sweep.run_step(s, index(s), batch, over, steps, wanted)) return false;

@@ -284,7 +284,11 @@ void register_all() {
                                (w == Wrt::lambda ? "jac_lambda" : w == Wrt::w ? "jac_W" : "jac_u") +
                                (mode == JacobianOptions::Mode::forward ? "/forward_mode" : "");
       benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) { run_nmapped(st, w, mode); })
-          ->RangeMultiplier(2)->Range(32, 512)->Complexity(benchmark::oN)->Unit(benchmark::kMillisecond)->MinTime(0.05);
+          ->RangeMultiplier(2)
+          ->Range(32, 512)
+          ->Complexity(benchmark::oN)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.05);
     }
 }
 

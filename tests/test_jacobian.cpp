@@ -264,8 +264,8 @@ TEST(Jacobian, ForwardModeThroughScanReplaysTheFirstStepsProgram) {
   const std::vector<Tensor> args{tensor({0.9, -0.5}, "h"), randn(Axes{{"t", 400}, {"h", 2}}, 5) * 0.5,
                                  tensor({0.3, 0.2}, "h"), tensor({-0.1, 0.4}, "h")};
   const std::vector<Tensor> short_args{args[0], slice(args[1], "t", 0, 6), args[2], args[3]};
-  const std::vector<Tensor> dir{tensor({0.4, -1.0}, "h"), randn(Axes{{"t", 6}, {"h", 2}}, 9), tensor({1.0, 0.5}, "h"),
-                                tensor({-0.3, 0.7}, "h")};
+  const std::vector<Tensor> dir{tensor({0.4, -1.0}, "h"), randn(Axes{{"t", 6}, {"h", 2}}, 9),
+                                tensor({1.0, 0.5}, "h"), tensor({-0.3, 0.7}, "h")};
   for (bool rev : {false, true}) {
     const Function f = make(6, rev);
     const std::vector<Tensor> fwd = jacobian(f, short_args, {JacobianOptions::Mode::forward});
@@ -292,8 +292,8 @@ TEST(Jacobian, ForwardModeThroughScanReplaysTheFirstStepsProgram) {
       (void)jvp(g, args, d);
       buffers[i] = allocator_stats().allocations - before;
     }
-    EXPECT_LT(buffers[1] - buffers[0], 30) << "buffers per jvp: " << buffers[0] << " at 100 steps, " << buffers[1]
-                                           << " at 400; reverse=" << rev;
+    EXPECT_LT(buffers[1] - buffers[0], 30)
+        << "buffers per jvp: " << buffers[0] << " at 100 steps, " << buffers[1] << " at 400; reverse=" << rev;
   }
 }
 

@@ -222,7 +222,8 @@ TEST(Scan, ASecondOrderRecurrenceHandsTheStateOnAsTheLagCarry) {
         expect_scan_matches_unrolled(body, init, xs, o);
       }
     // The stacked values against the recurrence in doubles.
-    const std::vector<double> u = xs.to_vector({"t", "j"}), x0 = init[0].to_vector(), x1 = init[1].to_vector();
+    const std::vector<double> u = xs.to_vector({"t", "j"}), x0 = init[0].to_vector();
+    const std::vector<double> x1 = init[1].to_vector();
     const std::vector<double> ys = scan(body, init, {xs}, "t").ys[0].to_vector({"t", "j"});
     for (int64_t i = 0; i < j; ++i) {
       double now = x0[static_cast<size_t>(i)], lag = x1[static_cast<size_t>(i)];
@@ -245,8 +246,8 @@ TEST(Scan, ASecondOrderRecurrenceHandsTheStateOnAsTheLagCarry) {
 TEST(Scan, CarriesHandedOnInEveryOrderMatchTheUnrolledLoop) {
   const int T = 6;
   for (int64_t J : {1, 3, 72}) {  // 72: the forward Jacobian's carry tangents swap buffers (41 KiB)
-    const std::vector<Tensor> args{randn(Axes{{"j", J}}, 1), randn(Axes{{"j", J}}, 2), randn(Axes{{"j", J}}, 3),
-                                   randn(Axes{{"t", T}, {"j", J}}, 4) * 0.5};
+    const std::vector<Tensor> args{randn(Axes{{"j", J}}, 1), randn(Axes{{"j", J}}, 2),
+                                   randn(Axes{{"j", J}}, 3), randn(Axes{{"t", T}, {"j", J}}, 4) * 0.5};
     std::vector<Tensor> dir;
     for (size_t k = 0; k < args.size(); ++k) dir.push_back(randn(args[k].axes(), 100 + k));
     int perm[3] = {0, 1, 2};
@@ -309,7 +310,7 @@ TEST(Scan, CarriesHandedOnInEveryOrderMatchTheUnrolledLoop) {
               // input's tangent on as its own).
               const std::vector<Tensor> fwd = jacobian(by_scan, args, {JacobianOptions::Mode::forward});
               for (size_t k = 0; k < args.size(); ++k)
-                EXPECT_LT(mismatch(fwd[k], expect[k], 1e-12, 1e-14), 1.0) << what << " forward, argument " << k;
+                EXPECT_LT(mismatch(fwd[k], expect[k], 1e-12, 1e-14), 1.0) << what << " forward, arg " << k;
             }
       }
     } while (std::next_permutation(perm, perm + 3));

@@ -508,7 +508,8 @@ bool contract_merged(const ContractArgs& args) {
   ContractArgs a = args;
   for (ContractGroup* g : {&a.batch, &a.m, &a.n, &a.k}) merge_dims(*g);
   outer_dims_to_batch(a);
-  return contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) || contract_small<T>(a);
+  return contract_tiny<T>(a) || contract_tiny_batch<T>(a) || contract_wide<T>(a, true) ||
+         contract_small<T>(a);
 }
 
 template <class T>
