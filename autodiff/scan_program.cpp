@@ -30,6 +30,28 @@ bool aliases(const Tensor& a, const std::vector<Tensor>& buffers) {
   return false;
 }
 
+void hand_on(const std::vector<Tensor>& dst, std::vector<Tensor> src, const std::vector<Tensor>& read) {
+  auto in_place = [&](size_t k) {
+    if (!src[k].defined() || src[k].data_ptr() != dst[k].data_ptr() || !(src[k].axes() == dst[k].axes()))
+      return false;
+    for (int i = 0; i < dst[k].rank(); ++i)
+      if (src[k].strides()[i] != dst[k].strides()[i]) return false;
+    return true;
+  };
+  std::vector<Tensor> buffers;
+  for (const Tensor& t : read)
+    if (t.defined()) buffers.push_back(t);
+  for (size_t k = 0; k < dst.size(); ++k)
+    if (dst[k].defined() && src[k].defined() && !in_place(k) && aliases(src[k], buffers)) src[k] = copy_of(src[k]);
+  for (size_t k = 0; k < dst.size(); ++k) {
+    if (!dst[k].defined() || in_place(k)) continue;
+    if (src[k].defined())
+      copy_into(dst[k], src[k]);
+    else
+      fill_zero(dst[k]);
+  }
+}
+
 BufferSplit split_buffers(const std::vector<Tensor>& tensors, const std::vector<char>& shared) {
   BufferSplit b;
   for (size_t v = 0; v < tensors.size(); ++v) {
@@ -378,19 +400,16 @@ void StepProgram::next_carry() {
   }
   // A new carry that reads a carry buffer (a carry passed on unchanged, swapped, or viewed: the
   // (x_t, x_{t-1}) carries of a second-order recurrence) goes through a staging buffer, copied
-  // before any carry buffer is written, so that no carry is overwritten before it is read.
+  // before any carry buffer is written (hand_on).
   capture_into(next_, [&] {
-    std::vector<std::pair<size_t, Tensor>> staged;
-    std::vector<size_t> direct;
+    std::vector<Tensor> dst(carry_.size()), src(carry_.size());
     for (size_t k = 0; k < carry_.size(); ++k) {
       const PlanRef r = plan_->carry_out()[k];
       if (r.var == static_cast<int32_t>(k) || carry_in_place_[k]) continue;  // (in place: read from its slot)
-      const Tensor& src = plan_->value(values_, r);
-      if (aliases(src, carry_)) staged.emplace_back(k, copy_of(src));
-      else direct.push_back(k);
+      dst[k] = carry_[k];
+      src[k] = plan_->value(values_, r);
     }
-    for (size_t k : direct) copy_into(carry_[k], plan_->value(values_, plan_->carry_out()[k]));
-    for (auto& [k, t] : staged) copy_into(carry_[k], t);
+    hand_on(dst, src, carry_);
   });
   next_built_ = true;
 }

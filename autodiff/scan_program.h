@@ -28,6 +28,12 @@ inline Axes with_batch(Axes axes, const Axes& batch) {
 /// Whether a's first element lies in one of `buffers`.
 bool aliases(const Tensor& a, const std::vector<Tensor>& buffers);
 
+/// dst[k] = src[k] for each defined dst[k] (an undefined src[k]: zeros), where a source may be (a
+/// view of) one of `read` — the destinations, and buffers read but not written — : those are
+/// copied out first, so that no destination is overwritten before it is read. A source that is its
+/// destination, laid out alike, is left as it is. Under a kernel capture the copies are captured.
+void hand_on(const std::vector<Tensor>& dst, std::vector<Tensor> src, const std::vector<Tensor>& read);
+
 /// allow_copy_forwarding's arguments from per-variable tensors: the buffers of those flagged
 /// shared (read or written outside the program too) as storages, the others' as pointers (its own).
 struct BufferSplit {

@@ -39,27 +39,6 @@ std::vector<char> tangent_vars(const ScanPlan& p, const std::vector<Tensor>& tan
   return has;
 }
 
-// dst[k] = src[k] for every defined pair, where a source may be (a view of) another destination:
-// those are copied out first, so that no destination is overwritten before it is read.
-void hand_on(const std::vector<Tensor>& dst, std::vector<Tensor> src) {
-  std::vector<Tensor> bufs;
-  for (const Tensor& d : dst)
-    if (d.defined()) bufs.push_back(d);
-  for (size_t k = 0; k < dst.size(); ++k)
-    if (dst[k].defined() && src[k].defined() && src[k].data_ptr() != dst[k].data_ptr() &&
-        aliases(src[k], bufs))
-      src[k] = copy_of(src[k]);
-  for (size_t k = 0; k < dst.size(); ++k) {
-    if (!dst[k].defined() ||
-        (src[k].defined() && src[k].data_ptr() == dst[k].data_ptr() && src[k].axes() == dst[k].axes()))
-      continue;
-    if (src[k].defined())
-      copy_into(dst[k], src[k]);
-    else
-      fill_zero(dst[k]);  // no tangent reached it this step
-  }
-}
-
 // The carries' tangents the replays may copy into their buffers per step, at most: the op-by-op
 // steps hand the new tensors on instead, and beyond a few tens of KiB a copy costs more than the
 // dispatch saves (the S5 layer's forward Jacobians, 64 and 512 KiB per step: 12% more instructions
@@ -251,8 +230,8 @@ struct TangentSweep {
         if (vt[k].defined() && !has[k])
           throw AutodiffError("[jvp] internal: a scan carry's tangent appeared where none was expected");
       }
-      hand_on(carry, v);
-      hand_on(into, vt);
+      hand_on(carry, v, carry);
+      hand_on(into, vt, carry_tan);
     });
   }
 

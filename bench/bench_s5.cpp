@@ -109,6 +109,33 @@ Tensor final_state(Impl impl, const std::vector<Layer>& layers, const Tensor& u)
   return rename(select(x, "t", x.size("t") - 1), "h_prev", "h");
 }
 
+// The tensor a Jacobian is taken w.r.t.: one of the first layer's, or the inputs u.
+Tensor argument(const std::vector<Layer>& layers, const Tensor& u, Wrt wrt) {
+  switch (wrt) {
+    case Wrt::lambda: return layers[0].lambda;
+    case Wrt::w: return layers[0].w;
+    case Wrt::b: return layers[0].b;
+    case Wrt::x0: return layers[0].x0;
+    default: return u;
+  }
+}
+
+// The final state as a function of argument(layers, u, wrt), closing over the rest.
+Function with_argument(Impl impl, const std::vector<Layer>& layers, const Tensor& u, Wrt wrt) {
+  return [impl, &layers, u, wrt](const std::vector<Tensor>& a) {
+    std::vector<Layer> changed = layers;
+    Tensor input = u;
+    switch (wrt) {
+      case Wrt::lambda: changed[0].lambda = a[0]; break;
+      case Wrt::w: changed[0].w = a[0]; break;
+      case Wrt::b: changed[0].b = a[0]; break;
+      case Wrt::x0: changed[0].x0 = a[0]; break;
+      default: input = a[0]; break;
+    }
+    return final_state(impl, changed, input);
+  };
+}
+
 void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt, JacobianOptions::Mode mode) {
   const int64_t steps = state.range(0);
   Model m = make_model(steps, n_layers, dt);
@@ -121,24 +148,7 @@ void run(benchmark::State& state, Impl impl, int n_layers, DType dt, Wrt wrt, Ja
         continue;
       }
       // Differentiate w.r.t. one tensor of the first layer (or the inputs), closing over the rest.
-      Tensor arg = wrt == Wrt::lambda ? m.layers[0].lambda
-                   : wrt == Wrt::w    ? m.layers[0].w
-                   : wrt == Wrt::b    ? m.layers[0].b
-                   : wrt == Wrt::x0   ? m.layers[0].x0
-                                      : u;
-      Function f = [&](const std::vector<Tensor>& a) {
-        std::vector<Layer> layers = m.layers;
-        Tensor input = u;
-        switch (wrt) {
-          case Wrt::lambda: layers[0].lambda = a[0]; break;
-          case Wrt::w: layers[0].w = a[0]; break;
-          case Wrt::b: layers[0].b = a[0]; break;
-          case Wrt::x0: layers[0].x0 = a[0]; break;
-          default: input = a[0]; break;
-        }
-        return final_state(impl, layers, input);
-      };
-      Tensor j = jacobian(f, {arg}, {mode})[0];
+      Tensor j = jacobian(with_argument(impl, m.layers, u, wrt), {argument(m.layers, u, wrt)}, {mode})[0];
       benchmark::DoNotOptimize(j.data_ptr());
     }
   }
@@ -153,16 +163,8 @@ void run_nmapped(benchmark::State& state, Wrt wrt, JacobianOptions::Mode mode) {
   const Model m = make_model(steps, 1, DType::c128);
   const MultiFunction per_sequence = [&](const std::vector<Tensor>& a) {
     const Tensor& u = a[0];
-    Function f = [&](const std::vector<Tensor>& p) {
-      std::vector<Layer> layers = m.layers;
-      Tensor input = u;
-      if (wrt == Wrt::lambda) layers[0].lambda = p[0];
-      else if (wrt == Wrt::w) layers[0].w = p[0];
-      else input = p[0];
-      return final_state(Impl::scan, layers, input);
-    };
-    const Tensor arg = wrt == Wrt::lambda ? m.layers[0].lambda : wrt == Wrt::w ? m.layers[0].w : u;
-    return std::vector<Tensor>{jacobian(f, {arg}, {mode})[0]};
+    return std::vector<Tensor>{
+        jacobian(with_argument(Impl::scan, m.layers, u, wrt), {argument(m.layers, u, wrt)}, {mode})[0]};
   };
   for (auto _ : state) benchmark::DoNotOptimize(nmap(per_sequence, {"s"}, {m.u})[0].data_ptr());
   state.SetComplexityN(steps);
@@ -203,16 +205,8 @@ int print_values(int64_t steps) {
   for (Impl impl : {Impl::scan, Impl::recurrence, Impl::associative})
     for (auto mode : {JacobianOptions::Mode::reverse, JacobianOptions::Mode::forward})
       for (Wrt wrt : {Wrt::lambda, Wrt::w, Wrt::u}) {
-        const Tensor arg = wrt == Wrt::lambda ? p.lambda : wrt == Wrt::w ? p.w : u;
-        Function f = [&](const std::vector<Tensor>& a) {
-          std::vector<Layer> layers = m.layers;
-          Tensor input = u;
-          if (wrt == Wrt::lambda) layers[0].lambda = a[0];
-          else if (wrt == Wrt::w) layers[0].w = a[0];
-          else input = a[0];
-          return final_state(impl, layers, input);
-        };
-        const Tensor j = jacobian(f, {arg}, {mode})[0];
+        const Tensor arg = argument(m.layers, u, wrt);
+        const Tensor j = jacobian(with_argument(impl, m.layers, u, wrt), {arg}, {mode})[0];
         AxisList order{"h"};
         for (Name n : arg.axes().names()) order.push_back(n == Name("h") ? Name("h_in") : n);
         std::cout << ",\n\"" << (impl == Impl::scan ? "scan" : impl == Impl::recurrence ? "linear_recurrence" : "associative_scan") << "/"
@@ -235,27 +229,20 @@ int run_calls(const std::string& spec) {
     return 2;
   }
   const int64_t steps = std::stoll(spec.substr(0, c1));
-  std::string wrt = spec.substr(c1 + 1, c2 - c1 - 1);
+  std::string name = spec.substr(c1 + 1, c2 - c1 - 1);
   const int calls = std::stoi(spec.substr(c2 + 1));
   auto mode = JacobianOptions::Mode::reverse;
-  if (wrt.ends_with("/forward")) {
-    wrt.resize(wrt.size() - 8);
+  if (name.ends_with("/forward")) {
+    name.resize(name.size() - 8);
     mode = JacobianOptions::Mode::forward;
   }
+  const Wrt wrt = name == "lambda" ? Wrt::lambda : name == "W" ? Wrt::w : Wrt::u;
   const Model m = make_model(steps, 1, DType::c128);
   for (int call = 0; call < calls; ++call)
     for (int64_t s = 0; s < kBatch; ++s) {
       const Tensor u = select(m.u, "s", s);
-      const Tensor arg = wrt == "lambda" ? m.layers[0].lambda : wrt == "W" ? m.layers[0].w : u;
-      Function f = [&](const std::vector<Tensor>& a) {
-        std::vector<Layer> layers = m.layers;
-        Tensor input = u;
-        if (wrt == "lambda") layers[0].lambda = a[0];
-        else if (wrt == "W") layers[0].w = a[0];
-        else input = a[0];
-        return final_state(Impl::scan, layers, input);
-      };
-      benchmark::DoNotOptimize(jacobian(f, {arg}, {mode})[0].data_ptr());
+      const Function f = with_argument(Impl::scan, m.layers, u, wrt);
+      benchmark::DoNotOptimize(jacobian(f, {argument(m.layers, u, wrt)}, {mode})[0].data_ptr());
     }
   return 0;
 }

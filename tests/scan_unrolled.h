@@ -2,6 +2,7 @@
 // Shared by the scan tests: a decaying scalar recurrence, and a scan's value and gradient against
 // the same loop unrolled on the tape.
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,18 @@ inline void expect_scan_matches_unrolled(const ScanBody& body, const std::vector
   for (size_t k = 0; k < g.size(); ++k)
     EXPECT_LT(mismatch(g[k], g_ref[k], 1e-10, 1e-12), 1.0)
         << "argument " << k << " checkpoint_every=" << o.checkpoint_every << " reverse=" << o.reverse;
+}
+
+// The same with `every` (each checkpoint_every in turn), forwards and in reverse.
+inline void expect_scan_matches_unrolled_every_way(const ScanBody& body, const std::vector<Tensor>& init,
+                                                   const Tensor& xs, std::initializer_list<int64_t> every) {
+  for (int64_t k : every)
+    for (bool rev : {false, true}) {
+      ScanOptions o;
+      o.checkpoint_every = k;
+      o.reverse = rev;
+      expect_scan_matches_unrolled(body, init, xs, o);
+    }
 }
 
 }  // namespace tenax::testing

@@ -18,6 +18,7 @@ namespace {
 
 using testing::decay_body;
 using testing::expect_scan_matches_unrolled;
+using testing::expect_scan_matches_unrolled_every_way;
 using testing::mismatch;
 using testing::Rnn;
 using testing::rnn_inputs;
@@ -193,13 +194,7 @@ TEST(Scan, CompiledStepsHandleSwappedCarriesPassThroughAndOutputsThatAreCarries)
   };
   std::vector<Tensor> init{randn(Axes{{"j", 2}}, 1), randn(Axes{{"j", 2}}, 2), randn(Axes{{"j", 2}}, 3)};
   Tensor xs = randn(Axes{{"t", 9}, {"j", 2}}, 4) * 0.5;
-  for (int64_t k : {1, 4})
-    for (bool rev : {false, true}) {
-      ScanOptions o;
-      o.checkpoint_every = k;
-      o.reverse = rev;
-      expect_scan_matches_unrolled(body, init, xs, o);
-    }
+  expect_scan_matches_unrolled_every_way(body, init, xs, {1, 4});
 }
 
 // A second-order recurrence with carries (x_t, x_{t-1}) -> (a x_t + 0.5 x_{t-1} + u, x_t): the
@@ -214,13 +209,7 @@ TEST(Scan, ASecondOrderRecurrenceHandsTheStateOnAsTheLagCarry) {
   for (int64_t j : {1, 3}) {
     std::vector<Tensor> init{randn(Axes{{"j", j}}, 1), randn(Axes{{"j", j}}, 2)};
     Tensor xs = randn(Axes{{"t", 9}, {"j", j}}, 4) * 0.5;
-    for (int64_t k : {1, 4})
-      for (bool rev : {false, true}) {
-        ScanOptions o;
-        o.checkpoint_every = k;
-        o.reverse = rev;
-        expect_scan_matches_unrolled(body, init, xs, o);
-      }
+    expect_scan_matches_unrolled_every_way(body, init, xs, {1, 4});
     // The stacked values against the recurrence in doubles.
     const std::vector<double> u = xs.to_vector({"t", "j"}), x0 = init[0].to_vector();
     const std::vector<double> x1 = init[1].to_vector();
@@ -315,6 +304,29 @@ TEST(Scan, CarriesHandedOnInEveryOrderMatchTheUnrolledLoop) {
       }
     } while (std::next_permutation(perm, perm + 3));
   }
+}
+
+// A carry handed on as its own transpose (a view of its buffer in another order): copied out
+// before its buffer is written, in the step's hand-on and in forward mode's, against the unrolled
+// loop (value, gradient) and the gradient along a direction (jvp).
+TEST(Scan, ACarryHandedOnTransposedIsCopiedOutFirst) {
+  const Tensor a = randn(Axes{{"i", 3}, {"j", 3}}, 1) * 0.5;
+  const Tensor xs = randn(Axes{{"t", 6}, {"i", 3}, {"j", 3}}, 2) * 0.3;
+  ScanBody body = [&a](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+    const Tensor n = tanh(c[0] * a + x[0]);
+    const Tensor flipped = transpose(rename(c[1], {"i", "j"}, {"j", "i"}), {"i", "j"});
+    return std::make_pair(std::vector<Tensor>{n, flipped}, std::vector<Tensor>{n * c[1]});
+  };
+  const std::vector<Tensor> init{zeros(a.axes()), randn(a.axes(), 3)};
+  expect_scan_matches_unrolled_every_way(body, init, xs, {1, 2});
+  Function f = [&](const std::vector<Tensor>& p) {
+    ScanResult r = scan(body, {p[0], p[1]}, {xs}, "t");
+    return sum(r.ys[0]) + sum(r.carry[1] * r.carry[0]);
+  };
+  const std::vector<Tensor> dir{randn(a.axes(), 4), randn(a.axes(), 5)};
+  const std::vector<Tensor> g = grad(f, init);
+  const double along = sum(g[0] * dir[0]).item() + sum(g[1] * dir[1]).item();
+  EXPECT_NEAR(jvp(f, init, dir).second.item(), along, 1e-12 * (1 + std::abs(along)));
 }
 
 TEST(Scan, AStateReturnedEveryStepIsStoredOnceForOutputAndCheckpoint) {
@@ -475,14 +487,7 @@ TEST(Scan, IntermediatesHandedOnAsCarriesTakeTheirCotangentsInPlace) {
   };
   std::vector<Tensor> init{randn(Axes{{"j", 3}}, 5), randn(Axes{{"j", 3}}, 6)};
   Tensor xs = randn(Axes{{"t", 8}, {"j", 3}}, 7) * 0.5;
-  for (const ScanBody* body : {&twice, &crosswise})
-    for (int64_t k : {1, 3})
-      for (bool rev : {false, true}) {
-        ScanOptions o;
-        o.checkpoint_every = k;
-        o.reverse = rev;
-        expect_scan_matches_unrolled(*body, init, xs, o);
-      }
+  for (const ScanBody* body : {&twice, &crosswise}) expect_scan_matches_unrolled_every_way(*body, init, xs, {1, 3});
 }
 
 TEST(Scan, CompiledStepsReplayReductionsLinearAlgebraAndTemporaries) {
