@@ -378,6 +378,136 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
   EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
 }
 
+// run() against a reference written from the instruction kinds' definitions (scalar_loop.h),
+// which reads every operand from memory: random programs of every kind, with operands taken from
+// the previous result (simplify()'s forwarding), moving operands absolute and relative, kernel
+// calls on fixed and moving elements, forwards and backwards, bit for bit.
+TEST(ScalarLoop, RunMatchesTheInstructionsDefinitions) {
+  using K = detail::ScalarLoop::Kind;
+  using Ins = detail::ScalarLoop::Ins;
+  std::mt19937_64 rng(11);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const detail::ScalarFn twin = [](void* const* p) {  // p0 = p1 * 0.75 - p0
+    double* o = static_cast<double*>(p[0]);
+    *o = *static_cast<const double*>(p[1]) * 0.75 - *o;
+  };
+  constexpr int kSteps = 7, kOffset = 2;
+  struct Memory {
+    double e[6];
+    double in[kSteps], out[kSteps];
+  };
+  auto reference = [&](const std::vector<Ins>& code, int64_t first, int64_t count, int64_t dir) {
+    for (int64_t k = 0, s = first; k < count; ++k, s += dir)
+      for (const Ins& c : code) {
+        void* q[5];
+        std::memcpy(q, c.p, sizeof q);
+        if (c.moving >= 0)
+          q[c.moving] = static_cast<char*>(q[c.moving]) + (c.relative ? s - kOffset : s) * c.stride;
+        auto v = [&](int a) -> double& { return *static_cast<double*>(q[a]); };
+        switch (c.kind) {
+          case K::copy:
+            v(0) = v(1);
+            break;
+          case K::acc:
+            v(0) = v(0) + v(1);
+            break;
+          case K::neg:
+            v(0) = -v(1);
+            break;
+          case K::acc_neg:
+            v(0) = v(0) - v(1);
+            break;
+          case K::add:
+            v(0) = v(1) + v(2);
+            break;
+          case K::sub:
+            v(0) = v(1) - v(2);
+            break;
+          case K::mul:
+            v(0) = v(1) * v(2);
+            break;
+          case K::mul_acc:
+            v(0) = v(0) + v(1) * v(2);
+            break;
+          default:
+            c.fn(q);
+        }
+      }
+  };
+  int with_last = 0, calls_moving = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    Memory start{};
+    for (double& v : start.e) v = static_cast<double>(pick(9)) - 4 + 0.125 * pick(8);
+    for (int s = 0; s < kSteps; ++s) start.in[s] = static_cast<double>(pick(7)) - 3 + 0.25 * pick(4);
+    for (int s = 0; s < kSteps; ++s) start.out[s] = static_cast<double>(pick(5)) - 2;
+    Memory run = start, ref = start;
+    std::vector<Ins> as_pushed, as_run;  // as_run: run's copy, with from_last marks
+    detail::ScalarLoop loop;
+    const int n = 1 + pick(12);
+    for (int i = 0; i < n; ++i) {
+      const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc, K::call};
+      Ins ins;
+      ins.kind = kinds[pick(9)];
+      ins.arity =
+          ins.kind == K::add || ins.kind == K::sub || ins.kind == K::mul || ins.kind == K::mul_acc ? 3 : 2;
+      if (ins.kind == K::call) ins.fn = twin;
+      const int o[3] = {pick(6), pick(6), pick(6)};
+      for (int a = 0; a < ins.arity; ++a) ins.p[a] = &run.e[o[a]];
+      const bool may_move = ins.kind == K::copy || ins.kind == K::acc || ins.kind == K::call;
+      if (may_move && pick(3) == 0) {  // a moving operand: copy/acc in or out, or a call's
+        ins.moving = static_cast<int8_t>(pick(2));
+        ins.relative = pick(2) == 0;
+        ins.stride = sizeof(double);
+        ins.p[ins.moving] = ins.moving == 0 ? static_cast<void*>(run.out) : static_cast<void*>(run.in);
+        calls_moving += ins.kind == K::call;
+      }
+      as_pushed.push_back(ins);
+    }
+    // Mark operands the previous instruction wrote (whole, at a fixed element) as from_last, as
+    // link() does, by pushing the marked program.
+    for (size_t i = 0; i < as_pushed.size(); ++i) {
+      Ins c = as_pushed[i];
+      if (i > 0 && c.kind != K::call) {
+        const Ins& b = as_pushed[i - 1];
+        const bool b_fixed_out = b.kind != K::call && b.moving != 0;
+        const bool reads_o = c.kind == K::acc || c.kind == K::acc_neg || c.kind == K::mul_acc;
+        for (int a = reads_o ? 0 : 1; a < c.arity; ++a)
+          if (b_fixed_out && a != c.moving && c.p[a] == b.p[0])
+            c.from_last = static_cast<uint8_t>(c.from_last | (1u << a));
+        with_last += c.from_last != 0;
+      }
+      loop.push(c);
+    }
+    // The reference runs the same instructions on its own copy of the memory.
+    auto rebase = [&](void* p) -> void* {
+      const auto* b = reinterpret_cast<const char*>(&run);
+      const auto* c = static_cast<const char*>(p);
+      return reinterpret_cast<char*>(&ref) + (c - b);
+    };
+    std::vector<Ins> on_ref = as_pushed;
+    for (Ins& c : on_ref)
+      for (int a = 0; a < c.arity; ++a) c.p[a] = rebase(c.p[a]);
+    const bool backwards = pick(2) == 0;
+    const int64_t first = backwards ? kSteps - 1 : kOffset,
+                  count = backwards ? kSteps - kOffset : kSteps - kOffset;
+    const int64_t dir = backwards ? -1 : 1;
+    loop.run(first, count, dir, kOffset);
+    reference(on_ref, first, count, dir);
+    auto bits = [](double v) {
+      uint64_t b = 0;
+      std::memcpy(&b, &v, sizeof b);
+      return b;
+    };
+    for (int e = 0; e < 6; ++e)
+      ASSERT_EQ(bits(run.e[e]), bits(ref.e[e])) << "trial " << trial << " element " << e;
+    for (int s = 0; s < kSteps; ++s) {
+      ASSERT_EQ(bits(run.in[s]), bits(ref.in[s])) << "trial " << trial << " input " << s;
+      ASSERT_EQ(bits(run.out[s]), bits(ref.out[s])) << "trial " << trial << " output " << s;
+    }
+  }
+  EXPECT_GT(with_last, 1000);  // the previous result's forms did run
+  EXPECT_GT(calls_moving, 100);
+}
 
 // Every kernel of both tables has a capture rule: each function pointer that the real table holds
 // between its first entry and `transfer` (elementwise, contraction, linear algebra, recurrences,

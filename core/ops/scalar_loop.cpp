@@ -1,5 +1,5 @@
-// The fused loop of single-element scan steps: building, copy renaming and dead-code removal,
-// register forwarding, and the run loop.
+// The fused loop of single-element scan steps: building, copy renaming and dead-code removal and
+// register forwarding (the lowered form and the run loop: scalar_loop_run.cpp).
 #include "tenax/core/ops/scalar_loop.h"
 
 #include <atomic>
@@ -64,6 +64,9 @@ void ScalarLoop::push(Ins ins) {
     }
   }
   code_.push_back(ins);
+  if (!ops_.empty()) ops_.pop_back();  // the end-of-step op, appended again after this one
+  ops_.push_back(lowered(ins, static_cast<uint32_t>(code_.size() - 1)));
+  ops_.push_back(end_of_step());
 }
 
 bool scalar_loops_enabled() { return scalar_loops_flag().load(std::memory_order_relaxed); }
@@ -218,76 +221,7 @@ void ScalarLoop::link() {
       for (int k = 0; k < n_same; ++k)
         if (a != c.moving && c.p[a] == same[k]) c.from_last = static_cast<uint8_t>(c.from_last | (1u << a));
   }
-}
-
-void ScalarLoop::run(int64_t first, int64_t count, int64_t dir, int64_t offset) const {
-  const Ins* code = code_.data();
-  const size_t n = code_.size();
-  auto f64 = [](void* p) { return static_cast<double*>(p); };
-  auto at = [](void* p, int64_t bytes) -> void* { return static_cast<char*>(p) + bytes; };
-  // The value the previous instruction produced: an operand marked from_last reads it instead of
-  // loading the element just stored (which would put a store-to-load round trip on the chain).
-  double last = 0;
-  for (int64_t k = 0, s = first; k < count; ++k, s += dir) {
-    for (size_t i = 0; i < n; ++i) {
-      const Ins& c = code[i];
-      auto in = [&](int a) { return (c.from_last >> a) & 1u ? last : *f64(c.p[a]); };
-      auto moved = [&](const Ins& m) { return at(m.p[m.moving], (m.relative ? s - offset : s) * m.stride); };
-      switch (c.kind) {
-        case Kind::call:
-          c.fn(c.p);
-          break;
-        case Kind::copy:
-          *f64(c.p[0]) = last = apply_form<Kind::copy>(0, in(1), 0);
-          break;
-        case Kind::acc:
-          *f64(c.p[0]) = last = apply_form<Kind::acc>(in(0), in(1), 0);
-          break;
-        case Kind::neg:
-          *f64(c.p[0]) = last = apply_form<Kind::neg>(0, in(1), 0);
-          break;
-        case Kind::acc_neg:
-          *f64(c.p[0]) = last = apply_form<Kind::acc_neg>(in(0), in(1), 0);
-          break;
-        case Kind::add:
-          *f64(c.p[0]) = last = apply_form<Kind::add>(0, in(1), in(2));
-          break;
-        case Kind::sub:
-          *f64(c.p[0]) = last = apply_form<Kind::sub>(0, in(1), in(2));
-          break;
-        case Kind::mul:
-          *f64(c.p[0]) = last = apply_form<Kind::mul>(0, in(1), in(2));
-          break;
-        case Kind::mul_acc:
-          *f64(c.p[0]) = last = apply_form<Kind::mul_acc>(in(0), in(1), in(2));
-          break;
-        case Kind::copy_in:
-          *f64(c.p[0]) = last = apply_form<Kind::copy_in>(0, *f64(moved(c)), 0);
-          break;
-        case Kind::copy_out:
-          *f64(moved(c)) = last = apply_form<Kind::copy_out>(0, in(1), 0);
-          break;
-        case Kind::acc_in:
-          *f64(c.p[0]) = last = apply_form<Kind::acc_in>(in(0), *f64(moved(c)), 0);
-          break;
-        case Kind::acc_out: {
-          double* o = f64(moved(c));
-          *o = last = apply_form<Kind::acc_out>(*o, in(1), 0);
-          break;
-        }
-        case Kind::call_moving: {
-          void* q[5] = {c.p[0], c.p[1], c.p[2], c.p[3], c.p[4]};
-          q[c.moving] = moved(c);
-          c.fn(q);
-          break;
-        }
-#if defined(__GNUC__)
-        default:
-          __builtin_unreachable();  // every kind has a case: no range check in the dispatch
-#endif
-      }
-    }
-  }
+  lower();
 }
 
 }  // namespace tenax::detail

@@ -70,12 +70,31 @@ class ScalarLoop {
   [[nodiscard]] size_t size() const { return code_.size(); }
 
  private:
+  /// An instruction as run() executes it (scalar_loop_run.cpp): one code for the kind, which
+  /// operands come from the previous result and whether a moving operand is relative, so that
+  /// the run loop tests nothing per instruction; then its element pointers (a moving operand's at
+  /// step 0) and the moving operand's stride.
+  struct Op {
+    const void* handler = nullptr;  ///< where run() executes `code` (with labels as values)
+    uint8_t code = 0xff;            ///< 0xff: the end of a step
+    uint32_t ins = 0;               ///< its instruction in code_ (calls take their operands from there)
+    void* p[3] = {};
+    int64_t stride = 0;
+  };
+  static Op lowered(const Ins& c, uint32_t index);
+  static Op end_of_step();
+  /// run()'s handler for each code, or null where run() dispatches by a switch.
+  static const void* const* handlers();
+  void run_loop(int64_t first, int64_t count, int64_t dir, int64_t offset,
+                const void* const** handlers) const;
+  void lower();
   bool drop_dead();
   void link();
   bool merge_forward(size_t j);
   bool merge_backward(size_t j);
   [[nodiscard]] bool is_live(const void* p) const;
   std::vector<Ins> code_;
+  std::vector<Op> ops_;  ///< code_ lowered, then an end-of-step op
   std::vector<const void*> live_;
 };
 
