@@ -1,7 +1,9 @@
 // The fused loop of single-element scan steps: building, copy renaming and dead-code removal and
-// register forwarding (the lowered form and the run loop: scalar_loop_run.cpp).
+// register forwarding, moving loads and stores folded into arithmetic (the lowered form and the
+// run loop: scalar_loop_run.cpp).
 #include "tenax/core/ops/scalar_loop.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "tenax/core/env.h"
@@ -47,6 +49,19 @@ bool accesses(const Ins& c, const void* at) { return written(c) == at || reads(c
 
 bool is_fixed_copy(const Ins& c) { return c.kind == Kind::copy && c.p[0] != c.p[1]; }
 
+// Whether c reads or writes an element that moves (into a stacked tensor), or calls a kernel
+// (which may): what a moving store folded across c could change for it.
+bool touches_moving(const Ins& c) { return c.moving >= 0 || c.kind == Kind::call; }
+// Whether c writes an element that moves, or calls a kernel: what a moving load folded across c
+// could see change.
+bool writes_moving(const Ins& c) {
+  return c.moving == 0 || c.kind == Kind::call || c.kind == Kind::call_moving;
+}
+
+bool is_arithmetic(Kind k) {
+  return k == Kind::add || k == Kind::sub || k == Kind::mul || k == Kind::mul_acc;
+}
+
 }  // namespace
 
 void ScalarLoop::push(Ins ins) {
@@ -60,7 +75,7 @@ void ScalarLoop::push(Ins ins) {
         ins.kind = in ? Kind::acc_in : Kind::acc_out;
         break;
       default:
-        ins.kind = Kind::call_moving;
+        if (!moves_inline(ins.kind, ins.moving)) ins.kind = Kind::call_moving;
     }
   }
   code_.push_back(ins);
@@ -82,6 +97,12 @@ bool ScalarLoop::is_live(const void* p) const {
 // instruction reads (anywhere in the step: conservative).
 bool ScalarLoop::drop_dead() {
   const size_t n = code_.size();
+  // Who writes each fixed element, sorted by element, so that a reader finds its writers.
+  std::vector<std::pair<const void*, size_t>> writers;
+  writers.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    if (const void* w = written(code_[i])) writers.emplace_back(w, i);
+  std::sort(writers.begin(), writers.end());
   std::vector<char> keep(n, 0);
   std::vector<size_t> work;
   for (size_t i = 0; i < n; ++i)
@@ -89,21 +110,27 @@ bool ScalarLoop::drop_dead() {
       keep[i] = 1;
       work.push_back(i);
     }
+  auto keep_writers_of = [&](size_t r, const void* at) {
+    auto it = std::lower_bound(writers.begin(), writers.end(), std::make_pair(at, size_t{0}));
+    for (; it != writers.end() && it->first == at; ++it)
+      if (!keep[it->second] && it->second != r) {
+        keep[it->second] = 1;
+        work.push_back(it->second);
+      }
+  };
   while (!work.empty()) {
     const size_t r = work.back();
     work.pop_back();
-    for (size_t w = 0; w < n; ++w)
-      if (!keep[w] && w != r && reads(code_[r], written(code_[w]))) {
-        keep[w] = 1;
-        work.push_back(w);
-      }
+    const Ins& c = code_[r];
+    for (int a = 1; a < c.arity; ++a)
+      if (a != c.moving) keep_writers_of(r, c.p[a]);
+    if (c.moving != 0 && reads_output(c.kind)) keep_writers_of(r, c.p[0]);
   }
-  std::vector<Ins> kept;
+  size_t k = 0;
   for (size_t i = 0; i < n; ++i)
-    if (keep[i]) kept.push_back(code_[i]);
-  const bool changed = kept.size() != n;
-  code_ = std::move(kept);
-  return changed;
+    if (keep[i]) code_[k++] = code_[i];
+  code_.resize(k);
+  return k != n;
 }
 
 // Copy j: dst = src. The instructions after it use src instead of dst, and the copy goes. Valid
@@ -168,6 +195,97 @@ bool ScalarLoop::merge_backward(size_t j) {
   return true;
 }
 
+// Copy-in i: t = V (a moving element), t the loop's own, read by at most two arithmetic
+// instructions after i and accessed nowhere else in the step. Those read V in place of t and the
+// copy goes. Nothing between i and the last reader may write a moving element or call a kernel.
+// (A copy of an element onto itself goes too.)
+bool ScalarLoop::fold_load(size_t i) {
+  const Ins& in = code_[i];
+  const void* t = in.p[0];
+  if (in.kind != Kind::copy_in || is_live(t)) return false;
+  std::vector<std::pair<size_t, int>> uses;  // (instruction, operand)
+  for (size_t m = 0; m < code_.size(); ++m) {
+    if (m == i || !accesses(code_[m], t)) continue;
+    const Ins& c = code_[m];
+    if (m < i || written(c) == t || c.moving >= 0 || !is_arithmetic(c.kind)) return false;
+    int operand = -1;
+    for (int a = 1; a < c.arity; ++a)
+      if (c.p[a] == t) {
+        if (operand >= 0) return false;  // read twice: one moving operand per instruction
+        operand = a;
+      }
+    if (operand < 0 || !moves_inline(c.kind, operand)) return false;  // (t as mul_acc's sum)
+    uses.emplace_back(m, operand);
+  }
+  if (uses.empty() || uses.size() > 2) return false;
+  for (size_t m = i + 1; m < uses.back().first; ++m)
+    if (writes_moving(code_[m])) return false;
+  for (const auto& [m, a] : uses) {
+    Ins& c = code_[m];
+    c.moving = static_cast<int8_t>(a);
+    c.p[a] = in.p[1];
+    c.stride = in.stride;
+    c.relative = in.relative;
+  }
+  code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(i));
+  return true;
+}
+
+// Copy-out j: V = y (a moving element), y the loop's own, written whole by one arithmetic
+// instruction w before j and read by j alone. w writes V and the copy goes. Nothing between w and
+// j may touch a moving element or call a kernel.
+bool ScalarLoop::fold_store(size_t j) {
+  const Ins& out = code_[j];
+  const void* y = out.p[1];
+  if (out.kind != Kind::copy_out || is_live(y)) return false;
+  size_t w = code_.size();
+  for (size_t m = 0; m < code_.size(); ++m) {
+    if (m == j || !accesses(code_[m], y)) continue;
+    if (w != code_.size() || m > j || written(code_[m]) != y || reads(code_[m], y)) return false;
+    w = m;
+  }
+  if (w == code_.size() || code_[w].moving >= 0 || !is_arithmetic(code_[w].kind) ||
+      !moves_inline(code_[w].kind, 0))
+    return false;
+  for (size_t m = w + 1; m < j; ++m)
+    if (touches_moving(code_[m])) return false;
+  Ins& c = code_[w];
+  c.moving = 0;
+  c.p[0] = out.p[0];
+  c.stride = out.stride;
+  c.relative = out.relative;
+  code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(j));
+  return true;
+}
+
+// Add j: o = o + t, where t = x * y (mul i, the loop's own t, read by j alone): one mul_acc
+// o += x * y at j, the mul gone — the same two roundings. x and y may not be written between i
+// and j, nor (if the mul's operand moves) a moving element.
+bool ScalarLoop::fuse_mul_acc(size_t j) {
+  const Ins& add = code_[j];
+  if (add.kind != Kind::add || add.moving >= 0 || add.p[0] != add.p[1] || add.p[2] == add.p[0]) return false;
+  const void* t = add.p[2];
+  if (is_live(t)) return false;
+  size_t i = code_.size();
+  for (size_t m = 0; m < code_.size(); ++m) {
+    if (m == j || !accesses(code_[m], t)) continue;
+    if (i != code_.size() || m > j || code_[m].kind != Kind::mul || reads(code_[m], t)) return false;
+    i = m;
+  }
+  if (i == code_.size() || !moves_inline(Kind::mul_acc, code_[i].moving)) return false;
+  const Ins& mul = code_[i];
+  for (size_t m = i + 1; m < j; ++m) {
+    const void* w = written(code_[m]);
+    if ((w && (w == mul.p[1] || w == mul.p[2])) || (mul.moving >= 0 && writes_moving(code_[m]))) return false;
+  }
+  Ins fused = mul;
+  fused.kind = Kind::mul_acc;
+  fused.p[0] = add.p[0];
+  code_[j] = fused;
+  code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(i));
+  return true;
+}
+
 void ScalarLoop::simplify() {
   // Rounds of O(n^2): each merge scans the step once; a merge erases copy j, so j stays.
   bool changed = true;
@@ -181,6 +299,11 @@ void ScalarLoop::simplify() {
       ++j;
     }
   }
+  for (size_t j = 0; j < code_.size();)
+    if (code_[j].kind == Kind::copy && code_[j].p[0] == code_[j].p[1])
+      code_.erase(code_.begin() + static_cast<std::ptrdiff_t>(j));
+    else if (!fold_load(j) && !fold_store(j) && !fuse_mul_acc(j))
+      ++j;
   link();
 }
 
@@ -202,6 +325,7 @@ int same_as_last(const Ins& c, const void* out[2]) {
       out[0] = c.p[1];
       return 1;
     default:
+      if (c.moving == 0) return 0;  // an arithmetic kind storing into a moving element
       out[0] = c.p[0];
       return 1;
   }

@@ -27,7 +27,8 @@ class ScalarLoop {
     sub,      ///< *p0 = *p1 - *p2
     mul,      ///< *p0 = *p1 * *p2
     mul_acc,  ///< *p0 += *p1 * *p2
-    // Set by push() for a moving operand:
+    // Set by push() for a moving operand of copy and acc (add, sub, mul and mul_acc keep their
+    // kind, with `moving` set: moves_inline):
     call_moving,
     copy_in,   ///< copy from a moving p1
     copy_out,  ///< copy into a moving p0
@@ -76,7 +77,7 @@ class ScalarLoop {
   /// step 0) and the moving operand's stride.
   struct Op {
     const void* handler = nullptr;  ///< where run() executes `code` (with labels as values)
-    uint8_t code = 0xff;            ///< 0xff: the end of a step
+    uint16_t code = 0xff;           ///< 0xff: the end of a step
     uint32_t ins = 0;               ///< its instruction in code_ (calls take their operands from there)
     void* p[3] = {};
     int64_t stride = 0;
@@ -89,6 +90,9 @@ class ScalarLoop {
                 const void* const** handlers) const;
   void lower();
   bool drop_dead();
+  bool fold_load(size_t i);
+  bool fold_store(size_t j);
+  bool fuse_mul_acc(size_t j);
   void link();
   bool merge_forward(size_t j);
   bool merge_backward(size_t j);
@@ -97,6 +101,27 @@ class ScalarLoop {
   std::vector<Op> ops_;  ///< code_ lowered, then an end-of-step op
   std::vector<const void*> live_;
 };
+
+/// Whether an instruction of kind k runs inline with operand `moving` moving (-1: none): copy and
+/// acc in or out; add, sub and mul with any operand moving; mul_acc with a moving input. Other
+/// kinds with a moving operand run as calls of their scalar twin (Kind::call_moving).
+constexpr bool moves_inline(ScalarLoop::Kind k, int moving) {
+  using K = ScalarLoop::Kind;
+  if (moving < 0) return true;
+  switch (k) {
+    case K::copy:
+    case K::acc:
+      return moving <= 1;
+    case K::add:
+    case K::sub:
+    case K::mul:
+      return moving <= 2;
+    case K::mul_acc:
+      return moving == 1 || moving == 2;
+    default:
+      return false;
+  }
+}
 
 /// Whether scans fuse single-element steps into ScalarLoops (default on; TENAX_SCALAR_LOOPS=0 or
 /// set_scalar_loops(false) turns it off, for comparison and debugging: steps then replay their
