@@ -50,6 +50,71 @@ TEST(CopyForwarding, ReadsTheSourceOnlyWhereThatGivesTheSameValues) {
   EXPECT_EQ(s.to_vector(), w.to_vector());
 }
 
+// The threaded replay (core/ops/threaded_replay.cpp): a chain of small calls, each reading what
+// the one before it wrote (through a, b or both), at every length with a handler of its own (1,
+// 2, 4, 8, 16; 3 runs its own loop), a scalar broadcast, copies: replayed after the inputs
+// changed, the outputs hold the eager ops' bits, and the calls at lengths 1 and 4 did read the
+// previous result from registers.
+TEST(ThreadedReplay, CallsReadingThePreviousResultGiveTheEagerBits) {
+  for (const int64_t n : {1, 2, 3, 4, 8, 16}) {
+    SCOPED_TRACE("length " + std::to_string(n));
+    const Tensor x = randn(Axes{{"i", n}}, 3), w = randn(Axes{{"i", n}}, 4), s = scalar(0.75);
+    auto chain = [&] {
+      const Tensor y1 = x * w;
+      const Tensor y2 = y1 + w;   // a: the previous result
+      const Tensor y3 = y2 * y2;  // a and b
+      const Tensor y4 = w - y3;   // b
+      const Tensor y5 = -y4;      // a (one operand)
+      const Tensor y6 = y5 * s;   // a scalar broadcast
+      const Tensor y7 = detail::copy_of(y6);
+      return y7 + y7 * x;
+    };
+    const Tensor out = zeros(Axes{{"i", n}});
+    detail::KernelProgram program;
+    detail::capture_into(program, [&] { detail::copy_into(out, chain()); });
+    detail::copy_into(x, randn(Axes{{"i", n}}, 5));
+    detail::copy_into(w, randn(Axes{{"i", n}}, 6));
+    detail::copy_into(s, scalar(-1.25));
+    program.run("test", 0);
+    const std::vector<double> got = out.to_vector(), want = chain().to_vector();
+    for (int64_t i = 0; i < n; ++i)
+      EXPECT_EQ(std::memcmp(&got[size_t(i)], &want[size_t(i)], sizeof(double)), 0) << "element " << i;
+    if (n == 1 || n == 4) {
+      EXPECT_GE(program.previous_result_reads(), 4u);
+    } else if (n == 3) {
+      EXPECT_EQ(program.previous_result_reads(), 0u);
+    }
+  }
+}
+
+// The same for a compiled function's reverse program, whose calls accumulate (acc, acc_neg,
+// mul_acc) into adjoints the call before wrote: its gradient holds the eager gradient's bits.
+TEST(ThreadedReplay, ACompiledReverseProgramGivesTheEagerGradientsBits) {
+  auto f = [](const std::vector<Tensor>& p) {
+    Tensor y = p[0];
+    for (int k = 0; k < 6; ++k) y = y * p[1] - (p[0] - y * y);
+    return sum(y);
+  };
+  for (const int64_t n : {1, 4}) {
+    SCOPED_TRACE("length " + std::to_string(n));
+    const CompiledFunction compiled =
+        compile([&f](const std::vector<Tensor>& p) { return std::vector<Tensor>{f(p)}; });
+    auto compiled_loss = [&compiled](const std::vector<Tensor>& p) { return compiled(p)[0]; };
+    for (uint64_t call = 0; call < 3; ++call) {
+      const std::vector<Tensor> p = {randn(Axes{{"i", n}}, 10 + call) * 0.5,
+                                     randn(Axes{{"i", n}}, 20 + call) * 0.5};
+      const std::vector<Tensor> got = grad(compiled_loss, p), want = grad(f, p);
+      for (size_t k = 0; k < 2; ++k) {
+        const std::vector<double> g = got[k].to_vector(), w = want[k].to_vector();
+        for (int64_t i = 0; i < n; ++i)
+          EXPECT_EQ(std::memcmp(&g[size_t(i)], &w[size_t(i)], sizeof(double)), 0)
+              << "call " << call << " argument " << k;
+      }
+    }
+    EXPECT_GE(compiled.stats().replays, 2);
+  }
+}
+
 // z(i, j) += Σ_k x(i, k) y(k, j), through the kernel table (what reverse rules record: a
 // contraction accumulating into its output).
 void accumulate_product(const Tensor& z, const Tensor& x, const Tensor& y) {

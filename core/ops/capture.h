@@ -34,8 +34,8 @@ class KernelProgram {
   KernelProgram& operator=(KernelProgram&&) noexcept = default;
   ~KernelProgram() = default;
   /// Replays every call. `what` and `position` name the loop position for errors ("scan step 12";
-  /// a position below 0: `what` alone): a linear-algebra kernel that fails (matrix not positive definite, singular) raises
-  /// NumericError naming the kernel, the batch index and `what`. Moving calls (slice copies,
+  /// a position below 0: `what` alone): a linear-algebra kernel that fails (matrix not positive definite,
+  /// singular) raises NumericError naming the kernel, the batch index and `what`. Moving calls (slice copies,
   /// KernelCapture::moving) run at slice `index`.
   void run(const char* what, int64_t position, int64_t index = 0) const;
   /// Raises what a replay on a device found and deferred (a failed matrix of a linear-algebra
@@ -71,6 +71,9 @@ class KernelProgram {
   /// How many records the replays save by running a contraction together with the copy, add or
   /// subtraction next to it (core/ops/contraction_fusion.cpp; after the first run; for tests).
   [[nodiscard]] size_t fused_contractions() const { return fused_; }
+  /// How many replayed records take an operand from the previous record's result in registers
+  /// (core/ops/threaded_replay.cpp; after the first run; for tests).
+  [[nodiscard]] size_t previous_result_reads() const { return from_last_; }
   /// Appends a moving call (see KernelCapture::moving) without running it.
   void append_moving(ElementwiseFn fn, const LoopDims& dims, const LoopArg* args, int moving, int64_t stride);
 
@@ -173,6 +176,38 @@ class KernelProgram {
   };
   static_assert(sizeof(Hot) <= 64, "a replay record is read per call: keep it within a cache line");
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
+  /// A record that is not a chain, inline, planned or flat call, as run_calls runs it.
+  void run_record(const Hot& h, const char* what, int64_t position, int64_t index) const;
+  /// A record as the threaded replay runs it (core/ops/threaded_replay.cpp): the address of its
+  /// handler, then what the handler reads — an inline call's operands (o, a, b); a planned call
+  /// (go); a flat call (its kernel, rows and length in `rows`, arguments); any other record (hot).
+  struct Threaded {
+    const void* handler = nullptr;
+    union {
+      double* o;
+      const Replayed* go;
+      FlatFn flat;
+      const Hot* hot;
+    };
+    union {
+      const double* a;
+      const FlatArg* args;
+    };
+    union {
+      const double* b;
+      int64_t rows;  ///< a flat call's outer << 32 | count
+    };
+  };
+  /// Host programs without chains or graphs: hot_ as threaded code, each handler jumping to the
+  /// next one's (where the compiler has labels as values; else threaded_ stays empty).
+  void lower_threaded() const;
+  void run_threaded(const char* what, int64_t position, int64_t index, const void* const** table) const;
+  void run_all(const char* what, int64_t position, int64_t index) const {
+    if (!threaded_.empty())
+      run_threaded(what, position, index, nullptr);
+    else
+      run_calls(0, hot_.size(), what, position, index);
+  }
   void plan_segments() const;
   void plan_chains() const;
   void plan_graphs() const;
@@ -190,25 +225,27 @@ class KernelProgram {
   void fuse_contractions(PassState& st) const;
   static constexpr int kRefuse = -2, kUntouched = -1, kFields = -3;  // read_in_place's verdicts
   int in_place_verdict(const Call& c, const char* first, int64_t bytes, std::vector<int>& fields) const;
-  static int other_verdict(const Call& c, const std::function<bool(const void*)>& inside, std::vector<int>& fields);
-  bool fuse_copy_then_contraction(PassState& st, size_t k) const;        // contraction_fusion.cpp
+  static int other_verdict(const Call& c, const std::function<bool(const void*)>& inside,
+                           std::vector<int>& fields);
+  bool fuse_copy_then_contraction(PassState& st, size_t k) const;  // contraction_fusion.cpp
   const InlineCall* sole_reader(PassState& st, size_t k, size_t& j) const;
   bool fuse_contraction_then_copy(PassState& st, size_t k) const;
   bool fuse_contraction_then_add(PassState& st, size_t k) const;
   std::vector<Call> calls_;
   std::vector<LoopArg> args_;
   std::vector<FlatArg> flat_args_;
-  std::vector<double> scalars_;       ///< fill / scale values (kernels read them through a pointer)
-  std::vector<ContractPlan> plans_;   ///< contractions resolved at capture
-  std::vector<MatPlan> mat_plans_;    ///< calls on one matrix resolved at capture
-  std::vector<StoragePtr> buffers_;   ///< every buffer allocated while capturing
+  std::vector<double> scalars_;      ///< fill / scale values (kernels read them through a pointer)
+  std::vector<ContractPlan> plans_;  ///< contractions resolved at capture
+  std::vector<MatPlan> mat_plans_;   ///< calls on one matrix resolved at capture
+  std::vector<StoragePtr> buffers_;  ///< every buffer allocated while capturing
   std::vector<Deferred> deferred_;
-  std::vector<ContractArgs> device_dots_;  ///< the device contractions' arguments (for chains)
-  mutable std::vector<Segment> segments_;  ///< planned at the first run
+  std::vector<ContractArgs> device_dots_;              ///< the device contractions' arguments (for chains)
+  mutable std::vector<Segment> segments_;              ///< planned at the first run
   mutable std::vector<std::shared_ptr<void>> chains_;  ///< fused device chains, likewise
   mutable std::vector<size_t> chain_end_;              ///< per chain, the call after its last
-  mutable std::vector<Hot> hot_;           ///< likewise
-  mutable std::vector<InlineCall> inline_;  ///< likewise: the inline calls hot_ points at
+  mutable std::vector<Hot> hot_;                       ///< likewise
+  mutable std::vector<InlineCall> inline_;             ///< likewise: the inline calls hot_ points at
+  mutable std::vector<Threaded> threaded_;             ///< likewise: hot_ lowered (lower_threaded), or empty
   mutable bool planned_ = false;
   /// Whether a replay may wait on a device (a record other than an inline, flat, planned
   /// contraction or planned matrix call, or a graph): only then does it run inside a
@@ -222,7 +259,7 @@ class KernelProgram {
   std::vector<StoragePtr> shared_;
   mutable std::vector<ContractPlan> hot_plans_;
   mutable std::vector<FlatArg> hot_args_;
-  mutable size_t forwarded_ = 0, fused_ = 0;
+  mutable size_t forwarded_ = 0, fused_ = 0, from_last_ = 0;
 };
 
 /// While alive, device waits on this thread are inside a loop (a replayed scan step, a map chunk):

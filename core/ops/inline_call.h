@@ -39,12 +39,14 @@ inline double apply(double o, double x, double y) {
 /// N contiguous elements (b broadcast when Bcast): every load before any store, so o may be a or
 /// b (rows never overlap otherwise), and the compiler pairs the elements into vector instructions.
 template <K k, int N, bool Bcast>
-void fixed(const InlineCall& c) {
-  double* o = c.o;
-  const double *a = c.a, *b = c.b;
+inline void fixed_on(double* o, const double* a, const double* b) {
   double r[N];
   for (int i = 0; i < N; ++i) r[i] = apply<k>(o[i], a[i], Bcast ? b[0] : b[i]);
   for (int i = 0; i < N; ++i) o[i] = r[i];
+}
+template <K k, int N, bool Bcast>
+void fixed(const InlineCall& c) {
+  fixed_on<k, N, Bcast>(c.o, c.a, c.b);
 }
 
 /// Any length and strides: rows of four or more with unit strides four elements at a time (loads

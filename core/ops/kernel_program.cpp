@@ -79,39 +79,43 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
       at = first + chain_end_[c] - 1;
       continue;
     }
-    if (h.mat) {
-      if (h.mat->run(*h.mat) >= 0) matrix_failure(calls_[h.call].kernel, 0, what, position);
-      continue;
-    }
-    const Call& c = calls_[h.call];
-    if (c.fn && c.moving >= 0) {
-      LoopArg now[8];
-      const LoopArg* const a = &args_[static_cast<size_t>(c.first_arg)];
-      if (c.base) {  // read_in_place
-        std::copy(a, a + c.arity, now);
-        now[c.moving].data = const_cast<char*>(c.base->at) + c.offset + index * c.base->stride;
-      } else {  // a slice copy (device)
-        now[0] = a[0];
-        now[1] = a[1];
-        now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
-      }
-      c.fn(c.dims, now);
-      continue;
-    }
-    if (c.fn) {
-      c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
-      continue;
-    }
-    // read_in_place: the fields it reads its moved operands from, at this index
-    for (int t = 0; t < c.touches; ++t)
-      if (c.field_base[t])
-        *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
-    const int64_t bad = c.other();
-    if (bad >= 0 && c.describe)
-      throw NumericError(c.describe(bad) + " at " + replay_position(what, position) +
-                         " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
-    if (bad >= 0) matrix_failure(c.kernel, bad, what, position);
+    run_record(h, what, position, index);
   }
+}
+
+void KernelProgram::run_record(const Hot& h, const char* what, int64_t position, int64_t index) const {
+  if (h.mat) {
+    if (h.mat->run(*h.mat) >= 0) matrix_failure(calls_[h.call].kernel, 0, what, position);
+    return;
+  }
+  const Call& c = calls_[h.call];
+  if (c.fn && c.moving >= 0) {
+    LoopArg now[8];
+    const LoopArg* const a = &args_[static_cast<size_t>(c.first_arg)];
+    if (c.base) {  // read_in_place
+      std::copy(a, a + c.arity, now);
+      now[c.moving].data = const_cast<char*>(c.base->at) + c.offset + index * c.base->stride;
+    } else {  // a slice copy (device)
+      now[0] = a[0];
+      now[1] = a[1];
+      now[c.moving].data = static_cast<char*>(now[c.moving].data) + index * c.stride;
+    }
+    c.fn(c.dims, now);
+    return;
+  }
+  if (c.fn) {
+    c.fn(c.dims, &args_[static_cast<size_t>(c.first_arg)]);
+    return;
+  }
+  // read_in_place: the fields it reads its moved operands from, at this index
+  for (int t = 0; t < c.touches; ++t)
+    if (c.field_base[t])
+      *c.field[t] = c.field_base[t]->at + c.field_offset[t] + index * c.field_base[t]->stride;
+  const int64_t bad = c.other();
+  if (bad >= 0 && c.describe)
+    throw NumericError(c.describe(bad) + " at " + replay_position(what, position) +
+                       " (finite checks are on: set_check_finite / TENAX_CHECK_FINITE)");
+  if (bad >= 0) matrix_failure(c.kernel, bad, what, position);
 }
 
 namespace {
@@ -241,6 +245,10 @@ void KernelProgram::plan_segments() const {
     else if (h.plan)
       h.go = h.plan;
   }
+  if (segments_.empty() && chains_.empty())
+    lower_threaded();
+  else
+    threaded_.clear();
 }
 
 // Runs of two or more graph-safe device calls become one graph each; the rest replay one by one.
@@ -290,13 +298,13 @@ void KernelProgram::plan_graphs() const {
 
 void KernelProgram::run(const char* what, int64_t position, int64_t index) const {
   if (planned_ && !may_wait_) {  // host kernels resolved at planning: no device wait to warn about
-    run_calls(0, hot_.size(), what, position, index);
+    run_all(what, position, index);
     return;
   }
   DeviceLoopScope loop;
   if (!planned_) plan_segments();
   if (segments_.empty()) {  // hot_ may have fewer records than calls_ (plan_host_passes)
-    run_calls(0, hot_.size(), what, position, index);
+    run_all(what, position, index);
     return;
   }
   const DeviceProgramFns& fns = real_kernels(1).program;
@@ -365,7 +373,8 @@ int KernelProgram::other_verdict(const Call& c, const std::function<bool(const v
 // What read_in_place may do with call c for the bytes [first, first + bytes): kRefuse (it cannot
 // be redirected: nothing is), kUntouched, kFields (an `other` call's movable fields, in `fields`),
 // or the operand of a loop call to redirect.
-int KernelProgram::in_place_verdict(const Call& c, const char* first, int64_t bytes, std::vector<int>& fields) const {
+int KernelProgram::in_place_verdict(const Call& c, const char* first, int64_t bytes,
+                                    std::vector<int>& fields) const {
   auto inside = [&](const void* p) {
     const auto* q = static_cast<const char*>(p);
     return q >= first && q < first + bytes;

@@ -132,9 +132,9 @@ void set_scalar_loops(bool on);
 /// What inline form k writes to o from its operands x and y (and o's old value where it
 /// accumulates): the ops' own expressions from elementwise.def (neg, add, sub, mul), so a replay
 /// inline gives the kernel's bits. ScalarLoop::run and the planned inline calls (inline_call.h)
-/// both compute through this.
-template <ScalarLoop::Kind k>
-inline double apply_form(double o, double x, double y) {
+/// both compute through this; T is double or a vector of doubles (each lane computed as a double).
+template <ScalarLoop::Kind k, class T>
+inline T apply_form_as(T o, T x, T y) {
   namespace e = elementwise_scalar;
   using K = ScalarLoop::Kind;
   if constexpr (k == K::copy || k == K::copy_in || k == K::copy_out) return x;
@@ -145,7 +145,11 @@ inline double apply_form(double o, double x, double y) {
   if constexpr (k == K::sub) return e::fwd_sub(x, y);
   if constexpr (k == K::mul) return e::fwd_mul(x, y);
   if constexpr (k == K::mul_acc) return e::fwd_add(o, e::fwd_mul(x, y));
-  return 0.0;
+  return T{};
+}
+template <ScalarLoop::Kind k>
+inline double apply_form(double o, double x, double y) {
+  return apply_form_as<k, double>(o, x, y);
 }
 
 }  // namespace tenax::detail

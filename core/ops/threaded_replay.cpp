@@ -1,0 +1,252 @@
+// A host program's replay as threaded code: each record lowered to the address of its handler
+// (an inline call of a fixed length: its kind and shape; a planned or flat call; any other record)
+// and each handler jumping to the next one's, so that a replayed record costs its arithmetic and
+// one indirect jump, not a loop's tests and a call through a function pointer. An inline call of
+// one or four elements that reads what the call before it wrote takes those values from registers
+// (the previous result), not through a store and a load.
+#include "tenax/core/ops/capture.h"
+
+namespace tenax::detail {
+namespace {
+
+using K = ScalarLoop::Kind;
+using inline_detail::as_run;
+using inline_detail::fixed;
+
+// The inline calls with a handler of their own: fixed lengths 1 (any strides), and 2, 4, 8, 16
+// contiguous or with b broadcast — the loops inline_run picks for them (compared by address, so
+// that a handler computes exactly what the call's own loop would).
+constexpr int kShapes = 9;
+template <K k>
+ReplayFn shape_run(int shape) {
+  switch (shape) {
+    case 0:
+      return as_run<fixed<k, 1, false>>;
+    case 1:
+      return as_run<fixed<k, 2, false>>;
+    case 2:
+      return as_run<fixed<k, 4, false>>;
+    case 3:
+      return as_run<fixed<k, 8, false>>;
+    case 4:
+      return as_run<fixed<k, 16, false>>;
+    case 5:
+      return as_run<fixed<k, 2, true>>;
+    case 6:
+      return as_run<fixed<k, 4, true>>;
+    case 7:
+      return as_run<fixed<k, 8, true>>;
+    default:
+      return as_run<fixed<k, 16, true>>;
+  }
+}
+
+constexpr K kKinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
+// code = (kind * kShapes + shape) * 8 + the operands (bits: o, a, b) that are the previous
+// call's result, for shapes 0 and 2 (one element; four contiguous); then go, flat, record, end.
+constexpr int kInline = 8 * kShapes * 8;
+constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kEnd = kInline + 3;
+constexpr bool keeps_last(int shape) { return shape == 0 || shape == 2; }
+
+// The kind index and shape of inline call c, or -1 (its own run through `go`).
+template <size_t... I>
+std::pair<int, int> inline_shape(const InlineCall& c, std::index_sequence<I...>) {
+  std::pair<int, int> found{-1, -1};
+  auto try_kind = [&](auto kind_index) {
+    constexpr size_t i = decltype(kind_index)::value;
+    if (c.kind != kKinds[i]) return;
+    for (int shape = 0; shape < kShapes; ++shape)
+      if (c.run == shape_run<kKinds[i]>(shape)) found = {static_cast<int>(i), shape};
+  };
+  (try_kind(std::integral_constant<size_t, I>{}), ...);
+  return found;
+}
+
+bool reads_output(K k) { return k == K::acc || k == K::acc_neg || k == K::mul_acc; }
+
+// Two doubles, computed lane by lane as doubles (the same bits as the scalar form).
+typedef double V2 __attribute__((vector_size(16)));
+inline V2 load2(const double* p) {
+  V2 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store2(double* p, V2 v) { __builtin_memcpy(p, &v, sizeof v); }
+
+// An inline call of kind k on one element (M: which operands are `last`), keeping its result.
+template <K k, unsigned M>
+inline void one_last(double* o, const double* a, const double* b, double& last) {
+  const double r = apply_form_as<k, double>(M & 1u ? last : *o, M & 2u ? last : *a, M & 4u ? last : *b);
+  *o = r;
+  last = r;
+}
+// On four contiguous elements, the previous result in two vectors.
+template <K k, unsigned M>
+inline void four_last(double* o, const double* a, const double* b, V2& l0, V2& l1) {
+  const V2 r0 = apply_form_as<k, V2>(M & 1u ? l0 : load2(o), M & 2u ? l0 : load2(a), M & 4u ? l0 : load2(b));
+  const V2 r1 = apply_form_as<k, V2>(M & 1u ? l1 : load2(o + 2), M & 2u ? l1 : load2(a + 2),
+                                     M & 4u ? l1 : load2(b + 2));
+  store2(o, r0);
+  store2(o + 2, r1);
+  l0 = r0;
+  l1 = r1;
+}
+
+}  // namespace
+
+#if defined(__GNUC__)
+
+void KernelProgram::lower_threaded() const {
+  threaded_.clear();
+  from_last_ = 0;
+  static const void* const* table = [this] {
+    const void* const* t = nullptr;
+    run_threaded(nullptr, 0, 0, &t);
+    return t;
+  }();
+  threaded_.reserve(hot_.size() + 1);
+  int last_shape = -1;           // the shape of the previous record, where it keeps its result
+  const double* last = nullptr;  // and what it wrote
+  for (const Hot& h : hot_) {
+    Threaded t{};
+    const auto [kind, shape] =
+        h.inl ? inline_shape(*h.inl, std::make_index_sequence<8>{}) : std::pair{-1, -1};
+    if (kind >= 0) {
+      unsigned mask = 0;
+      if (keeps_last(shape) && shape == last_shape) {
+        mask |= reads_output(h.inl->kind) && h.inl->o == last ? 1u : 0u;
+        mask |= h.inl->a == last ? 2u : 0u;
+        mask |= h.inl->b == last ? 4u : 0u;
+      }
+      t.handler = table[(kind * kShapes + shape) * 8 + static_cast<int>(mask)];
+      from_last_ += mask != 0;
+      t.o = h.inl->o;
+      t.a = h.inl->a;
+      t.b = h.inl->b;
+      last_shape = keeps_last(shape) ? shape : -1;
+      last = t.o;
+    } else if (h.go) {
+      t.handler = table[kGo];
+      t.go = h.go;
+      last_shape = -1;
+    } else if (h.flat) {
+      t.handler = table[kFlat];
+      t.flat = h.flat;
+      t.args = h.args;
+      t.rows = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(h.outer)) << 32 |
+                                    static_cast<uint32_t>(h.count));
+      last_shape = -1;
+    } else {
+      t.handler = table[kRecord];
+      t.hot = &h;
+      last_shape = -1;
+    }
+    threaded_.push_back(t);
+  }
+  Threaded end{};
+  end.handler = table[kEnd];
+  threaded_.push_back(end);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+
+#define TENAX_NEXT goto*(++op)->handler
+#define TENAX_FORGET \
+  last = 0, last0 = last1 = V2 { 0, 0 }
+#define TENAX_SHAPE(k, s, N, B)                                               \
+  l_##k##_##s##_0 : inline_detail::fixed_on<K::k, N, B>(op->o, op->a, op->b); \
+  TENAX_NEXT;
+#define TENAX_ONE(k, m)                                         \
+  l_##k##_0_##m : one_last<K::k, m>(op->o, op->a, op->b, last); \
+  TENAX_NEXT;
+#define TENAX_FOUR(k, m)                                                 \
+  l_##k##_2_##m : four_last<K::k, m>(op->o, op->a, op->b, last0, last1); \
+  TENAX_NEXT;
+#define TENAX_MASKS(H, k) H(k, 0) H(k, 1) H(k, 2) H(k, 3) H(k, 4) H(k, 5) H(k, 6) H(k, 7)
+#define TENAX_KIND(k)          \
+  TENAX_MASKS(TENAX_ONE, k)    \
+  TENAX_SHAPE(k, 1, 2, false)  \
+  TENAX_MASKS(TENAX_FOUR, k)   \
+  TENAX_SHAPE(k, 3, 8, false)  \
+  TENAX_SHAPE(k, 4, 16, false) \
+  TENAX_SHAPE(k, 5, 2, true) TENAX_SHAPE(k, 6, 4, true) TENAX_SHAPE(k, 7, 8, true) TENAX_SHAPE(k, 8, 16, true)
+// Per kind and shape, 8 addresses (by the previous-result bits; shapes that keep no result repeat
+// their one handler).
+#define TENAX_EIGHT(k, s)                                                                        \
+  &&l_##k##_##s##_0, &&l_##k##_##s##_1, &&l_##k##_##s##_2, &&l_##k##_##s##_3, &&l_##k##_##s##_4, \
+      &&l_##k##_##s##_5, &&l_##k##_##s##_6, &&l_##k##_##s##_7,
+#define TENAX_SAME(k, s)                                                                         \
+  &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, \
+      &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0,
+#define TENAX_ADDRESSES(k)                                                                               \
+  TENAX_EIGHT(k, 0)                                                                                      \
+  TENAX_SAME(k, 1) TENAX_EIGHT(k, 2) TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) \
+      TENAX_SAME(k, 7) TENAX_SAME(k, 8)
+
+// With `table` set, hands out the handlers' addresses (for lower_threaded) and runs nothing.
+void KernelProgram::run_threaded(const char* what, int64_t position, int64_t index,
+                                 const void* const** table) const {
+  static const void* const handlers[kEnd + 1] = {
+      TENAX_ADDRESSES(copy) TENAX_ADDRESSES(acc) TENAX_ADDRESSES(neg) TENAX_ADDRESSES(acc_neg)
+              TENAX_ADDRESSES(add) TENAX_ADDRESSES(sub) TENAX_ADDRESSES(mul) TENAX_ADDRESSES(mul_acc) &&
+          l_go,
+      &&l_flat, &&l_record, &&l_end};
+  if (table) {
+    *table = handlers;
+    return;
+  }
+  // The previous inline call's result (one element; four), for the calls that read it.
+  double last = 0;
+  V2 last0 = {0, 0}, last1 = {0, 0};
+  const Threaded* op = threaded_.data();
+  goto * op->handler;
+  TENAX_KIND(copy)
+  TENAX_KIND(acc)
+  TENAX_KIND(neg)
+  TENAX_KIND(acc_neg)
+  TENAX_KIND(add)
+  TENAX_KIND(sub)
+  TENAX_KIND(mul)
+  TENAX_KIND(mul_acc)
+  // No call after these reads the previous result (lower_threaded): clearing it after the call
+  // keeps the compiler from saving it around the call.
+l_go:
+  op->go->run(*op->go);
+  TENAX_FORGET;
+  TENAX_NEXT;
+l_flat:
+  op->flat(static_cast<int64_t>(static_cast<uint64_t>(op->rows) >> 32), op->rows & 0xffffffff, op->args);
+  TENAX_FORGET;
+  TENAX_NEXT;
+l_record:
+  run_record(*op->hot, what, position, index);
+  TENAX_FORGET;
+  TENAX_NEXT;
+l_end:
+  return;
+}
+
+#undef TENAX_ADDRESSES
+#undef TENAX_SAME
+#undef TENAX_EIGHT
+#undef TENAX_KIND
+#undef TENAX_MASKS
+#undef TENAX_FOUR
+#undef TENAX_ONE
+#undef TENAX_SHAPE
+#undef TENAX_FORGET
+#undef TENAX_NEXT
+#pragma GCC diagnostic pop
+
+#else
+
+void KernelProgram::lower_threaded() const {
+  threaded_.clear();
+  from_last_ = 0;
+}
+void KernelProgram::run_threaded(const char*, int64_t, int64_t, const void* const**) const {}
+
+#endif
+
+}  // namespace tenax::detail
