@@ -8,7 +8,8 @@
 //    same step through the JSON model;
 //  - a scalar recurrence x_t = a x_{t-1} + u_t, loss = sum_t x_t^2, T = 1000, as a loop of select()
 //    and arithmetic: eager, compiled, through scan (loss emitted per step and summed, or
-//    accumulated in a carry), through linear_recurrence; baseline: a hand-written adjoint.
+//    accumulated in a carry; emitted also at T = 10 000, which with T = 1000 separates the cost of
+//    a call from that of a step), through linear_recurrence; baseline: a hand-written adjoint.
 // `bench_user_programs --count NAME REPS` runs one program REPS times without Google Benchmark,
 // for instruction counts under cachegrind (bench/count_instructions.sh).
 #include <benchmark/benchmark.h>
@@ -189,10 +190,15 @@ void kalman_json() {
 
 // ---- the scalar recurrence -------------------------------------------------------------------
 
-constexpr int64_t kRecSteps = 1000;
+constexpr int64_t kRecSteps = 1000, kRecLongSteps = 10 * kRecSteps;
 
 const Tensor& rec_u() {
   static const Tensor u = randn(Axes{{"t", kRecSteps}}, 11) * 0.1;
+  return u;
+}
+// Ten times longer: with the T = 1000 run, what a call costs once and what a step costs.
+const Tensor& rec_u_long() {
+  static const Tensor u = randn(Axes{{"t", kRecLongSteps}}, 12) * 0.1;
   return u;
 }
 
@@ -239,6 +245,10 @@ void rec_compiled() {
   rec_value_and_grad(f);
 }
 void rec_scan_emitted_run() { rec_value_and_grad(rec_scan_emitted); }
+void rec_scan_emitted_long_run() {
+  auto [v, g] = value_and_grad(rec_scan_emitted, {scalar(0.9), rec_u_long()});
+  benchmark::DoNotOptimize(g[0].data_ptr());
+}
 void rec_scan_carried_run() { rec_value_and_grad(rec_scan_carried); }
 void rec_linear_recurrence_run() { rec_value_and_grad(rec_linear_recurrence); }
 
@@ -289,6 +299,7 @@ const std::map<std::string, Program>& programs() {
       {"Recurrence_EagerLoop", {rec_eager, double(kRecSteps), "step"}},
       {"Recurrence_CompiledLoop", {rec_compiled, double(kRecSteps), "step"}},
       {"Recurrence_ScanEmitted", {rec_scan_emitted_run, double(kRecSteps), "step"}},
+      {"Recurrence_ScanEmittedLong", {rec_scan_emitted_long_run, double(kRecLongSteps), "step"}},
       {"Recurrence_ScanCarried", {rec_scan_carried_run, double(kRecSteps), "step"}},
       {"Recurrence_LinearRecurrence", {rec_linear_recurrence_run, double(kRecSteps), "step"}},
       {"Recurrence_HandWritten", {rec_hand_written, double(kRecSteps), "step"}},

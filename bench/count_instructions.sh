@@ -16,6 +16,7 @@ command -v valgrind >/dev/null || { echo "count_instructions: valgrind is not in
 units() {  # ops or steps per repetition, as the benchmark counts them
   case $1 in
     Chain_*) echo 2000 ;;
+    *Long) echo 10000 ;;
     *) echo 1000 ;;
   esac
 }
@@ -29,7 +30,7 @@ instructions() {  # program, repetitions[, more arguments before them]
 printf '%-30s %16s\n' program "instr per unit"
 for p in Chain_EagerForward Chain_EagerForwardReverse Chain_CompiledForward Chain_CompiledForwardReverse \
   Chain_HandWritten Kalman_EagerLoop Kalman_CompiledLoop Kalman_ScanFromCpp Kalman_ScanJvp Kalman_JsonModel Recurrence_EagerLoop \
-  Recurrence_CompiledLoop Recurrence_ScanEmitted Recurrence_ScanCarried Recurrence_LinearRecurrence \
+  Recurrence_CompiledLoop Recurrence_ScanEmitted Recurrence_ScanEmittedLong Recurrence_ScanCarried Recurrence_LinearRecurrence \
   Recurrence_HandWritten; do
   [[ $p =~ $filter ]] || continue
   a=$(instructions "$p" "$low")
