@@ -1,6 +1,6 @@
 // The run loop of a fused scalar loop: each instruction lowered to one code (its kind, which
-// operands are the previous result, whether its moving operand is relative), so that one switch
-// per instruction picks a handler that tests nothing.
+// operand moves, which operands are the previous result, whether the moving operand is relative)
+// and the address of that code's handler, which tests nothing and jumps to the next one's.
 #include <cstring>
 
 #include "tenax/core/ops/scalar_loop.h"
@@ -87,8 +87,9 @@ void ScalarLoop::lower() {
 
 namespace {
 
-// What an instruction of lowered code C, on elements p, computes and stores; returns the value it leaves as
-// the previous result. s and sr: the step, and the step less run()'s offset (relative operands).
+// What an instruction of lowered code C, on elements p, computes and stores; returns the value it
+// leaves as the previous result. s and sr: the step, and the step less run()'s offset (relative
+// operands).
 template <int C>
 inline double execute(void* const* p, int64_t stride, double last, int64_t s, int64_t sr) {
   constexpr Kind k = kind_of(C);
@@ -154,12 +155,13 @@ void call(const Ins& c, int64_t s, int64_t sr) {
 #define TENAX_END(k, row, m) \
   TENAX_LABEL(k, row, m)     \
   goto end_of_step;
-#define TENAX_ROW(H, k, r)                                                                             \
-  H(k, r, 0)                                                                                           \
-  H(k, r, 1)                                                                                           \
-  H(k, r, 2)                                                                                           \
-  H(k, r, 3) H(k, r, 4) H(k, r, 5) H(k, r, 6) H(k, r, 7) H(k, r, 8) H(k, r, 9) H(k, r, 10) H(k, r, 11) \
-      H(k, r, 12) H(k, r, 13) H(k, r, 14) H(k, r, 15)
+#define TENAX_ROW(H, k, r)                                                                              \
+  H(k, r, 0)                                                                                            \
+  H(k, r, 1)                                                                                            \
+  H(k, r, 2)                                                                                            \
+  H(k, r, 3)                                                                                            \
+  H(k, r, 4) H(k, r, 5) H(k, r, 6) H(k, r, 7) H(k, r, 8) H(k, r, 9) H(k, r, 10) H(k, r, 11) H(k, r, 12) \
+      H(k, r, 13) H(k, r, 14) H(k, r, 15)
 #define TENAX_ADDRESS(k, row, m) &&l_##k##_##m,
 // Row by row as row_of numbers them.
 #define TENAX_ROWS(H)                       \

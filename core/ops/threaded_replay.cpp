@@ -4,9 +4,14 @@
 // one indirect jump, not a loop's tests and a call through a function pointer. An inline call of
 // one or four elements that reads what the call before it wrote takes those values from registers
 // (the previous result), not through a store and a load.
+#include <utility>
+
 #include "tenax/core/ops/capture.h"
 
 namespace tenax::detail {
+
+#if defined(__GNUC__)
+
 namespace {
 
 using K = ScalarLoop::Kind;
@@ -94,8 +99,6 @@ inline void four_last(double* o, const double* a, const double* b, V2& l0, V2& l
 
 }  // namespace
 
-#if defined(__GNUC__)
-
 void KernelProgram::lower_threaded() const {
   threaded_.clear();
   from_last_ = 0;
@@ -181,8 +184,9 @@ void KernelProgram::lower_threaded() const {
       &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0,
 #define TENAX_ADDRESSES(k)                                                                               \
   TENAX_EIGHT(k, 0)                                                                                      \
-  TENAX_SAME(k, 1) TENAX_EIGHT(k, 2) TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) \
-      TENAX_SAME(k, 7) TENAX_SAME(k, 8)
+  TENAX_SAME(k, 1)                                                                                       \
+  TENAX_EIGHT(k, 2) TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) TENAX_SAME(k, 7) \
+      TENAX_SAME(k, 8)
 
 // With `table` set, hands out the handlers' addresses (for lower_threaded) and runs nothing.
 void KernelProgram::run_threaded(const char* what, int64_t position, int64_t index,
