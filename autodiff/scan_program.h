@@ -153,6 +153,13 @@ class StepProgram {
   void flush_stores();
   /// The cotangent of the carry into the step last run backwards.
   [[nodiscard]] const std::vector<Tensor>& carry_bar() const { return carry_bar_; }
+  /// Fused loops of this program simplified before (in this call or, for a reused program, an
+  /// earlier one), for ScalarLoop::simplify_as; at most kSimplifiedLoops are kept.
+  [[nodiscard]] const std::vector<ScalarLoop>& simplified_loops() const { return simplified_; }
+  void remember_simplified(const ScalarLoop& loop) {
+    if (simplified_.size() < kSimplifiedLoops) simplified_.push_back(loop);
+  }
+  static constexpr size_t kSimplifiedLoops = 8;
 
  private:
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
@@ -186,6 +193,7 @@ class StepProgram {
   void keep_read_buffers();
 
   std::shared_ptr<const ScanPlan> plan_;
+  std::vector<ScalarLoop> simplified_;
   // The carries, x_t and the forward program's intermediates lie in here (host); first, so that
   // it goes last.
   std::unique_ptr<HostArena> arena_;

@@ -16,14 +16,19 @@ const Name kCheckpointAxis("__scan_checkpoint");
 
 namespace {
 
-// A fused loop (ScalarLoop) of what `build` appends, simplified; null when fusion is off or the
-// step does not fuse. Call it once the programs it replays are built (StepProgram::built).
+// A fused loop (ScalarLoop) of what `build` appends, simplified (as p simplified the same loop
+// before, where it did: a reused program's loops differ from call to call only in where the
+// stacked tensors lie); null when fusion is off or the step does not fuse. Call it once the
+// programs it replays are built (StepProgram::built).
 template <class Build>
-std::unique_ptr<ScalarLoop> fuse(Build build) {
+std::unique_ptr<ScalarLoop> fuse(StepProgram& p, Build build) {
   if (!scalar_loops_enabled()) return nullptr;
   auto loop = std::make_unique<ScalarLoop>();
   if (!build(*loop)) return nullptr;
+  for (const ScalarLoop& done : p.simplified_loops())
+    if (loop->simplify_as(done)) return loop;
   loop->simplify();
+  p.remember_simplified(*loop);
   return loop;
 }
 
@@ -52,7 +57,8 @@ int64_t ScanRun::residual_bytes() const {
 }
 
 StepProgram& ScanRun::compiled() {
-  if (!program) program = std::make_unique<StepProgram>(plan, init, xs, over, opt.reverse, steps, entry != nullptr);
+  if (!program)
+    program = std::make_unique<StepProgram>(plan, init, xs, over, opt.reverse, steps, entry != nullptr);
   return *program;
 }
 
@@ -80,7 +86,7 @@ void ScanRun::advance(int64_t a, int64_t b) {
   StepProgram& p = compiled();
   if (!advance_tried_ && p.built(false)) {
     advance_tried_ = true;
-    advance_loop_ = fuse([&](ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
+    advance_loop_ = fuse(p, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
   }
   if (advance_loop_) {
     advance_loop_->run(a, b - a, 1);
@@ -103,7 +109,7 @@ void ScanRun::reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t dept
     }
     p.forward(a);
     p.backward(a);
-    leaf_loop_ = fuse([&](ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
+    leaf_loop_ = fuse(p, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
     return;
   }
   const int64_t m = a + (b - a) / 2;
@@ -114,12 +120,13 @@ void ScanRun::reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t dept
   reverse_range(snap, a, m, depth);
 }
 
-bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from) {
+bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store,
+                            int64_t from) {
   StepProgram& p = compiled();
   if (!p.on_host()) return device_forward(ck, store_ck, y_store, from);
   const int64_t k = opt.checkpoint_every;
   const bool ck_inside = store_ck && k == 1;
-  auto loop = fuse([&](ScalarLoop& l) {
+  auto loop = fuse(p, [&](ScalarLoop& l) {
     if (ck_inside)
       for (const auto& c : ck.store)
         if (!c.append_to(l, 0, 1)) return false;
@@ -144,7 +151,8 @@ bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<Sli
 // On a device, fused_forward's steps as one program per step (CUDA: one graph launch per step):
 // the checkpoint (every carry kept), x_t, the step, y_t and the next carry. False when device
 // fusion is off (TENAX_CUDA_FUSION=0: then the step's programs replay one by one).
-bool ScanRun::device_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store, int64_t from) {
+bool ScanRun::device_forward(CarrySlots& ck, bool store_ck, const std::vector<SliceCopy>& y_store,
+                             int64_t from) {
   StepProgram& p = compiled();
   if (!cuda_fusion_enabled()) return false;
   const int64_t k = opt.checkpoint_every;
@@ -232,11 +240,11 @@ void ScanRun::build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarryS
     return;
   }
   if (k > 1)
-    loops.forwards = fuse([&](ScalarLoop& l) {
+    loops.forwards = fuse(p, [&](ScalarLoop& l) {
       return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
     });
   if (k == 1 || loops.forwards)
-    loops.backwards = fuse([&](ScalarLoop& l) {
+    loops.backwards = fuse(p, [&](ScalarLoop& l) {
       return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
     });
   loops.fused = loops.backwards != nullptr;

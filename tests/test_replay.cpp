@@ -527,6 +527,76 @@ TEST(ScalarLoop, SimplifyFoldsMovingCopiesAndAccumulatedProducts) {
   EXPECT_EQ(std::memcmp(ls.in, lw.in, sizeof ls.in), 0);
 }
 
+// simplify_as: a loop pushed as another was but for where its stacked elements lie takes the other's
+// simplified instructions with its own addresses (the bits of simplifying it afresh); a loop that
+// differs anywhere else, or whose one stacked address is two in the other, is refused.
+TEST(ScalarLoop, SimplifyAsReusesTheWorkForOtherStackedAddresses) {
+  using K = detail::ScalarLoop::Kind;
+  constexpr int kSteps = 5;
+  double e[4];
+  double in1[kSteps], out1[kSteps], in2[kSteps], out2[kSteps], in3[kSteps];
+  auto bind = [&](double* in, double* out, double* second_in, double* fixed_a) {
+    detail::ScalarLoop loop;
+    auto push = [&](K kind, int arity, std::initializer_list<double*> operands, int moving, void* at) {
+      detail::ScalarLoop::Ins ins;
+      ins.kind = kind;
+      ins.arity = static_cast<int8_t>(arity);
+      int a = 0;
+      for (double* o : operands) ins.p[a++] = o;
+      if (moving >= 0) {
+        ins.moving = static_cast<int8_t>(moving);
+        ins.p[moving] = at;
+        ins.stride = sizeof(double);
+      }
+      loop.push(ins);
+    };
+    push(K::copy, 2, {&e[2], &e[2]}, 1, in);                // u = in[s]
+    push(K::mul, 3, {&e[3], fixed_a, &e[0]}, -1, nullptr);  // t = a * c
+    push(K::add, 3, {&e[0], &e[3], &e[2]}, -1, nullptr);    // c = t + u
+    push(K::mul, 3, {&e[2], &e[0], &e[0]}, -1, nullptr);    // y = c * c
+    push(K::copy, 2, {&e[2], &e[2]}, 0, out);               // out[s] = y
+    push(K::acc, 2, {&e[1], &e[2]}, 1, second_in);          // b += in'[s]
+    loop.live_out(&e[0]);
+    loop.live_out(&e[1]);
+    return loop;
+  };
+  auto reset = [&] {
+    e[0] = 0.5, e[1] = 0.25, e[2] = e[3] = 0;
+    for (int s = 0; s < kSteps; ++s)
+      in1[s] = in2[s] = 0.3 * s - 0.4, in3[s] = 0.125 * s, out1[s] = out2[s] = 0;
+  };
+  double a = 0.9, other_a = 0.9;
+  detail::ScalarLoop done = bind(in1, out1, in3, &a);
+  done.simplify();
+  detail::ScalarLoop again = bind(in2, out2, in3, &a);
+  ASSERT_TRUE(again.simplify_as(done));
+  EXPECT_EQ(again.size(), done.size());
+  detail::ScalarLoop fresh = bind(in2, out2, in3, &a);
+  fresh.simplify();
+  reset();
+  fresh.run(0, kSteps, 1);
+  const double c_fresh = e[0], b_fresh = e[1];
+  std::vector<double> out_fresh(out2, out2 + kSteps);
+  reset();
+  again.run(0, kSteps, 1);
+  EXPECT_EQ(std::memcmp(&e[0], &c_fresh, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&e[1], &b_fresh, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(out2, out_fresh.data(), sizeof out2), 0);
+  EXPECT_EQ(out1[kSteps - 1], 0.0);  // done's stacked output untouched
+
+  // Another fixed element: refused.
+  detail::ScalarLoop elsewhere = bind(in2, out2, in3, &other_a);
+  EXPECT_FALSE(elsewhere.simplify_as(done));
+  // done_shared loads one stacked input through both of its moving loads: a loop loading two
+  // different ones cannot take its work, one loading the same one twice can.
+  detail::ScalarLoop done_shared = bind(in1, out1, in1, &a);
+  done_shared.simplify();
+  detail::ScalarLoop two = bind(in2, out2, in3, &a);
+  EXPECT_FALSE(two.simplify_as(done_shared));
+  detail::ScalarLoop same = bind(in2, out2, in2, &a);
+  EXPECT_TRUE(same.simplify_as(done_shared));
+}
+
 // run() against a reference written from the instruction kinds' definitions (scalar_loop.h),
 // which reads every operand from memory: random programs of every kind, with operands taken from
 // the previous result (simplify()'s forwarding), moving operands absolute and relative, kernel

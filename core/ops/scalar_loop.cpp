@@ -286,7 +286,51 @@ bool ScalarLoop::fuse_mul_acc(size_t j) {
   return true;
 }
 
+namespace {
+
+// Whether a and b are the same instruction but for the address of their moving operand.
+bool same_but_moving(const Ins& a, const Ins& b) {
+  if (a.fn != b.fn || a.kind != b.kind || a.arity != b.arity || a.moving != b.moving ||
+      a.from_last != b.from_last || a.relative != b.relative || a.stride != b.stride)
+    return false;
+  for (int k = 0; k < a.arity; ++k)
+    if (k != a.moving && a.p[k] != b.p[k]) return false;
+  return true;
+}
+
+}  // namespace
+
+bool ScalarLoop::simplify_as(const ScalarLoop& done) {
+  if (done.pushed_.size() != code_.size() || done.live_ != live_) return false;
+  std::vector<std::pair<void*, void*>> moved;  // done's moving addresses -> this loop's
+  for (size_t i = 0; i < code_.size(); ++i) {
+    const Ins &a = code_[i], &b = done.pushed_[i];
+    if (!same_but_moving(a, b)) return false;
+    if (a.moving < 0) continue;
+    void* from = b.p[b.moving];
+    void* to = a.p[a.moving];
+    auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& m) { return m.first == from; });
+    if (it == moved.end())
+      moved.emplace_back(from, to);
+    else if (it->second != to)
+      return false;  // one address of done's is two of this loop's
+  }
+  std::vector<Ins> code = done.code_;
+  for (Ins& c : code) {
+    if (c.moving < 0) continue;
+    auto it =
+        std::find_if(moved.begin(), moved.end(), [&](const auto& m) { return m.first == c.p[c.moving]; });
+    if (it == moved.end()) return false;
+    c.p[c.moving] = it->second;
+  }
+  pushed_ = std::move(code_);
+  code_ = std::move(code);
+  lower();
+  return true;
+}
+
 void ScalarLoop::simplify() {
+  pushed_ = code_;
   // Rounds of O(n^2): each merge scans the step once; a merge erases copy j, so j stays.
   bool changed = true;
   while (changed) {

@@ -65,6 +65,11 @@ class ScalarLoop {
   /// whose results nothing reads, which shortens the chain of dependent loads and stores a step
   /// makes. Results are unchanged: only which elements hold the loop's own intermediates.
   void simplify();
+  /// simplify() from the work done before: when `done` (a simplified loop) was pushed exactly as
+  /// this one but for its moving operands' addresses (simplify() never looks at those), this
+  /// takes `done`'s simplified instructions with this loop's addresses put in, and returns true;
+  /// otherwise false, and nothing changed.
+  bool simplify_as(const ScalarLoop& done);
   /// Runs steps first, first + dir, ... (count of them): every instruction in order per step. A
   /// moving operand points at p[moving] + s * stride at step s, or (relative) + (s - offset) * stride.
   void run(int64_t first, int64_t count, int64_t dir, int64_t offset = 0) const;
@@ -98,7 +103,8 @@ class ScalarLoop {
   bool merge_backward(size_t j);
   [[nodiscard]] bool is_live(const void* p) const;
   std::vector<Ins> code_;
-  std::vector<Op> ops_;  ///< code_ lowered, then an end-of-step op
+  std::vector<Ins> pushed_;  ///< code_ as pushed, kept by simplify() (for simplify_as)
+  std::vector<Op> ops_;      ///< code_ lowered, then an end-of-step op
   std::vector<const void*> live_;
 };
 
