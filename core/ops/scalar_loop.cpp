@@ -65,6 +65,10 @@ bool is_arithmetic(Kind k) {
 }  // namespace
 
 void ScalarLoop::push(Ins ins) {
+  if (code_.empty()) {  // a step's loop is tens of instructions: grow once, not by doubling
+    code_.reserve(64);
+    ops_.reserve(65);
+  }
   if (ins.moving >= 0) {
     const bool in = ins.moving == 1;
     switch (ins.kind) {
