@@ -77,9 +77,9 @@ class ScalarLoop {
 
  private:
   /// An instruction as run() executes it (scalar_loop_run.cpp): one code for the kind, which
-  /// operands come from the previous result and whether a moving operand is relative, so that
-  /// the run loop tests nothing per instruction; then its element pointers (a moving operand's at
-  /// step 0) and the moving operand's stride.
+  /// operand moves, which operands come from the previous result and whether the moving operand
+  /// is relative, so that the run loop tests nothing per instruction; then its element pointers
+  /// (a moving operand's at step 0) and the moving operand's stride.
   struct Op {
     const void* handler = nullptr;  ///< where run() executes `code` (with labels as values)
     uint16_t code = 0xff;           ///< 0xff: the end of a step
