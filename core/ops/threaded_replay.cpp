@@ -24,26 +24,9 @@ using inline_detail::fixed;
 constexpr int kShapes = 9;
 template <K k>
 ReplayFn shape_run(int shape) {
-  switch (shape) {
-    case 0:
-      return as_run<fixed<k, 1, false>>;
-    case 1:
-      return as_run<fixed<k, 2, false>>;
-    case 2:
-      return as_run<fixed<k, 4, false>>;
-    case 3:
-      return as_run<fixed<k, 8, false>>;
-    case 4:
-      return as_run<fixed<k, 16, false>>;
-    case 5:
-      return as_run<fixed<k, 2, true>>;
-    case 6:
-      return as_run<fixed<k, 4, true>>;
-    case 7:
-      return as_run<fixed<k, 8, true>>;
-    default:
-      return as_run<fixed<k, 16, true>>;
-  }
+  if (shape == 0) return as_run<fixed<k, 1, false>>;
+  const int64_t n = int64_t{2} << ((shape - 1) % 4);  // 2, 4, 8, 16
+  return shape <= 4 ? inline_detail::fixed_for<k, false>(n) : inline_detail::fixed_for<k, true>(n);
 }
 
 constexpr K kKinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
