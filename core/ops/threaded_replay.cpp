@@ -165,11 +165,11 @@ void KernelProgram::lower_threaded() const {
 #define TENAX_SAME(k, s)                                                                         \
   &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, \
       &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0,
-#define TENAX_ADDRESSES(k)                                                                               \
-  TENAX_EIGHT(k, 0)                                                                                      \
-  TENAX_SAME(k, 1)                                                                                       \
-  TENAX_EIGHT(k, 2) TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) TENAX_SAME(k, 7) \
-      TENAX_SAME(k, 8)
+#define TENAX_ADDRESSES(k) \
+  TENAX_EIGHT(k, 0)        \
+  TENAX_SAME(k, 1)         \
+  TENAX_EIGHT(k, 2)        \
+  TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) TENAX_SAME(k, 7) TENAX_SAME(k, 8)
 
 // With `table` set, hands out the handlers' addresses (for lower_threaded) and runs nothing.
 void KernelProgram::run_threaded(const char* what, int64_t position, int64_t index,
