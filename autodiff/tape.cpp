@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <optional>
 
 #include "tenax/autodiff/recording.h"
@@ -23,18 +24,20 @@ int saved_slot(const Record& r, bool all, int i) {
   if (all) return i;
   const uint32_t s = r.op->saves;
   if (i < 31 && !(s & (1u << i))) return -1;
-  int slot = 0;
-  for (int k = 0; k < i && k < 31; ++k) slot += (s >> k) & 1u;
-  return slot;
+  return std::popcount(s & (i < 31 ? (1u << i) - 1 : 0x7fffffffu));
 }
 
 int saved_output_slot(const Record& r, bool all) {
   if (all) return r.n_inputs;
   const uint32_t s = r.op->saves;
   if (!(s & kSaveOutput)) return -1;
-  int slot = 0;
-  for (int k = 0; k < 31; ++k) slot += (s >> k) & 1u;
-  return slot;
+  return std::popcount(s & 0x7fffffffu);
+}
+
+[[noreturn, gnu::cold]] void throw_not_saved(const Record& r, int i) {
+  throw AutodiffError(std::string("[") + r.op->name + "] internal: " +
+                      (i < 0 ? std::string("the output was") : "input " + std::to_string(i) + " was") +
+                      " not saved for the reverse pass");
 }
 
 class SweepContext final : public VjpContext, public JvpContext {
@@ -45,15 +48,12 @@ class SweepContext final : public VjpContext, public JvpContext {
   const Tensor& cotangent() const override { return tape_.cotangent_of(r_.out); }
   const Tensor& input(int i) const override {
     int slot = saved_slot(r_, all_, i);
-    if (slot < 0)
-      throw AutodiffError(std::string("[") + r_.op->name + "] internal: input " + std::to_string(i) +
-                          " was not saved for the reverse pass");
+    if (slot < 0) throw_not_saved(r_, i);
     return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
   }
   const Tensor& output() const override {
     int slot = saved_output_slot(r_, all_);
-    if (slot < 0)
-      throw AutodiffError(std::string("[") + r_.op->name + "] internal: the output was not saved");
+    if (slot < 0) throw_not_saved(r_, -1);
     return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
   }
   const Axes& input_axes(int i) const override {
@@ -407,7 +407,10 @@ bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
   if (!value.defined() || value.rank() != want.rank() || !value.axes().same_set(want) ||
       value.dtype() != info.dtype || value.device() != info.device)
     return false;
-  a_.adjoints[static_cast<size_t>(v)] = transpose(value, want.names());
+  // Already in the variable's order and recorded by no tape: the value itself (what the transpose
+  // would return, a view of the same layout, without an op call).
+  if (value.axes() == want && !is_tracked(value)) a_.adjoints[static_cast<size_t>(v)] = value;
+  else a_.adjoints[static_cast<size_t>(v)] = transpose(value, want.names());
   a_.lent[static_cast<size_t>(v)] = 1;
   return true;
 }

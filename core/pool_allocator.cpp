@@ -7,7 +7,6 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <vector>
 
 #include "tenax/core/env.h"
 #include "tenax/core/error.h"
@@ -15,9 +14,7 @@
 namespace tenax::detail {
 namespace {
 
-constexpr int kMinShift = 6;    // 64 bytes
-constexpr int kMaxShift = 24;   // 16 MiB: larger blocks are not cached
-constexpr std::size_t kCacheBytesPerClass = std::size_t(32) << 20;
+using namespace pool;
 
 // Blocks above the largest class are rounded to 2 MiB and kept in one process-wide cache bounded
 // by TENAX_HOST_CACHE_MB (default 1024): reusing them avoids re-faulting every page of a large
@@ -63,11 +60,6 @@ bool keep_large(void* p, std::size_t rounded) {
   return true;
 }
 
-int size_class(std::size_t bytes) {
-  if (bytes <= (std::size_t(1) << kMinShift)) return 0;
-  return std::bit_width(bytes - 1) - kMinShift;
-}
-
 void* system_alloc(std::size_t bytes) {
   void* p = std::aligned_alloc(64, bytes);
   if (!p)
@@ -75,45 +67,30 @@ void* system_alloc(std::size_t bytes) {
   return p;
 }
 
-// Set when this thread's cache has been destroyed (thread exit, or static destruction of tensors
-// after main's thread-locals are gone): later frees go straight to the system. A trivially
-// destructible thread_local stays readable for the whole thread lifetime.
-thread_local bool t_cache_gone = false;
-
-struct ThreadCache {
-  std::vector<void*> free[kMaxShift - kMinShift + 1];
-  ~ThreadCache();
+// Returns this thread's cached blocks at thread exit; constructed by the first cached free.
+struct ThreadCleanup {
+  ~ThreadCleanup();
 };
-
-ThreadCache& cache() {
-  thread_local ThreadCache c;
-  return c;
+void arm_cleanup() {
+  thread_local ThreadCleanup cleanup;
+  (void)cleanup;
+  t_lists.cleanup_armed = true;
 }
-
-// Counters are kept per thread and flushed to the shared atomics every kFlushBytes / kFlushCount
-// (and at once for blocks of kFlushBytes or more), so a small allocation costs no atomic operation.
-// The thread that reads the stats flushes first: its own figures are exact; other threads' lag by
-// at most kFlushBytes and kFlushCount each.
-constexpr int64_t kFlushBytes = 1 << 20;
-constexpr int64_t kFlushCount = 1024;
-struct LocalStats {
-  int64_t bytes = 0, allocations = 0, system = 0, allocated = 0;
-};
-thread_local LocalStats t_stats;
 
 }  // namespace
 
-ThreadCache::~ThreadCache() {
-  t_cache_gone = true;
-  for (auto& list : free)
-    for (void* p : list) std::free(p);
+ThreadCleanup::~ThreadCleanup() {
+  ThreadLists& l = t_lists;
+  l.gone = true;
+  for (int c = 0; c < kClasses; ++c) {
+    while (FreeBlock* b = l.head[c]) {
+      l.head[c] = b->next;
+      std::free(b);
+    }
+    l.count[c] = 0;
+  }
   // Hand this thread's pending counts to the shared totals before it goes.
   PoolAllocator::instance().flush();
-}
-
-PoolAllocator& PoolAllocator::instance() {
-  static auto* pool = new PoolAllocator();
-  return *pool;
 }
 
 void PoolAllocator::flush() noexcept {
@@ -128,54 +105,44 @@ void PoolAllocator::flush() noexcept {
   }
 }
 
-void* PoolAllocator::allocate(std::size_t bytes) {
-  int cls = size_class(bytes);
-  void* p = nullptr;
-  std::size_t rounded = bytes;
-  if (cls <= kMaxShift - kMinShift) {
-    rounded = std::size_t(1) << (cls + kMinShift);
-    if (auto* list = t_cache_gone ? nullptr : &cache().free[cls]; list && !list->empty()) {
-      p = list->back();
-      list->pop_back();
-    }
-  } else {
-    rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
-    p = take_large(rounded);
+// A class's list was empty, or the block is past the largest class.
+void* PoolAllocator::allocate_uncached(std::size_t bytes) {
+  if (bytes <= (std::size_t(1) << kMaxShift)) {
+    const std::size_t rounded = std::size_t(1) << (size_class(bytes) + kMinShift);
+    void* p = system_alloc(rounded);
+    counted(int64_t(rounded), 1);
+    return p;
   }
-  LocalStats& l = t_stats;
-  if (!p) {
-    p = system_alloc(rounded);
-    ++l.system;
-  }
-  ++l.allocations;
-  l.bytes += static_cast<int64_t>(rounded);
-  l.allocated += static_cast<int64_t>(rounded);
-  if (l.bytes >= kFlushBytes || l.allocations >= kFlushCount) flush();
+  const std::size_t rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+  void* p = take_large(rounded);
+  const bool fresh = !p;
+  if (fresh) p = system_alloc(rounded);
+  counted(int64_t(rounded), fresh ? 1 : 0);
   return p;
 }
 
-void PoolAllocator::deallocate(void* ptr, std::size_t bytes) noexcept {
-  int cls = size_class(bytes);
+// A class's list is full, its thread's cleanup is not armed yet (the first free), or the thread's
+// lists are gone; or the block is past the largest class.
+void PoolAllocator::deallocate_uncached(void* ptr, std::size_t bytes) noexcept {
   std::size_t rounded;
-  if (cls <= kMaxShift - kMinShift) {
+  if (bytes <= (std::size_t(1) << kMaxShift)) {
+    const int cls = size_class(bytes);
     rounded = std::size_t(1) << (cls + kMinShift);
-    auto* list_ptr = t_cache_gone ? nullptr : &cache().free[cls];
-    if (list_ptr && ((list_ptr->size() + 1) * rounded <= kCacheBytesPerClass || list_ptr->size() < 2)) {
-      auto& list = *list_ptr;
-      try {
-        list.push_back(ptr);
-        ptr = nullptr;
-      } catch (const std::bad_alloc&) {
-      }
+    ThreadLists& t = t_lists;
+    if (!t.gone && !t.cleanup_armed) arm_cleanup();
+    if (!t.gone && t.count[cls] < kept_blocks(cls)) {
+      auto* b = static_cast<FreeBlock*>(ptr);
+      b->next = t.head[cls];
+      t.head[cls] = b;
+      ++t.count[cls];
+      ptr = nullptr;
     }
   } else {
     rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
     if (keep_large(ptr, rounded)) ptr = nullptr;
   }
   if (ptr) std::free(ptr);
-  LocalStats& l = t_stats;
-  l.bytes -= static_cast<int64_t>(rounded);
-  if (l.bytes <= -kFlushBytes) flush();
+  released(int64_t(rounded));
 }
 
 AllocatorStats PoolAllocator::stats() const {

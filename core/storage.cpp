@@ -223,6 +223,25 @@ HostArenaScope::~HostArenaScope() { t_arena = previous_; }
 }  // namespace detail
 
 Storage* Storage::allocate(std::size_t bytes, Device d) {
+  // The common case first, in few instructions: a host buffer from this thread's pool cache, with
+  // no arena, capture, meter, budget or installed allocator to consult.
+  if (d.kind == Device::Kind::cpu && !detail::t_arena && !detail::g_capture && !detail::g_meter &&
+      bytes <= (std::size_t{1} << 20) && !g_host.load(std::memory_order_acquire) &&
+      g_budget[0].load(std::memory_order_relaxed) <= 0) {
+    detail::PoolAllocator& pool = default_host();
+    if (void* block = pool.take_cached(kHeader + bytes)) {
+      auto* s = new (block) Storage();
+      s->device_ = d;
+      s->data_ = static_cast<char*>(block) + kHeader;
+      s->bytes_ = bytes;
+      s->allocator_ = &pool;
+      return s;
+    }
+  }
+  return allocate_general(bytes, d);
+}
+
+Storage* Storage::allocate_general(std::size_t bytes, Device d) {
   // Tensors stay far below this (kMaxElements); it keeps the size rounding below from wrapping.
   if (bytes > (std::size_t{1} << 60))
     throw MemoryError("[alloc] a buffer of " + std::to_string(bytes) + " bytes is past what any device addresses");
@@ -238,10 +257,13 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
       return s;
     }
   }
-  detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
   if (d.kind == Device::Kind::cpu) {
-    Allocator& a = allocator_for(d);
-    void* block = a.allocate(kHeader + bytes);
+    if (g_budget[0].load(std::memory_order_relaxed) > 0)
+      detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
+    // The default pool called directly (final: no virtual call) unless the user installed one.
+    Allocator* installed = g_host.load(std::memory_order_acquire);
+    Allocator& a = installed ? *installed : default_host();
+    void* block = installed ? a.allocate(kHeader + bytes) : default_host().allocate(kHeader + bytes);
     auto* s = new (block) Storage();
     s->device_ = d;
     s->data_ = static_cast<char*>(block) + kHeader;
@@ -252,6 +274,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
     return s;
   }
   // Device memory cannot hold the host-side header: keep it on the heap.
+  detail::check_memory_budget(d, static_cast<int64_t>(bytes), "a tensor buffer");
   Allocator& a = allocator_for(d);
   auto* s = new Storage();
   s->device_ = d;
@@ -279,12 +302,22 @@ Storage* Storage::wrap(void* data, std::size_t bytes, Device d, void (*release)(
 }
 
 void Storage::destroy() {
+  // The common case first: a pool block back into this thread's cache.
+  if (detail::PoolAllocator& pool = default_host(); allocator_ == &pool && !detail::g_meter &&
+                                                    device_.kind == Device::Kind::cpu) {
+    const std::size_t total = kHeader + bytes_;
+    this->~Storage();
+    if (pool.give_cached(this, total)) return;
+    pool.deallocate(this, total);
+    return;
+  }
   if (allocator_) detail::meter_add(-static_cast<int64_t>(bytes_));
   if (allocator_ && device_.kind == Device::Kind::cpu) {
     Allocator* a = allocator_;
     std::size_t total = kHeader + bytes_;
     this->~Storage();
-    a->deallocate(this, total);
+    if (detail::PoolAllocator& pool = default_host(); a == &pool) pool.deallocate(this, total);
+    else a->deallocate(this, total);
     return;
   }
   if (allocator_) allocator_->deallocate(data_, bytes_);

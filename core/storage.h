@@ -75,12 +75,16 @@ class Storage {
   [[nodiscard]] int32_t use_count() const { return refs_.load(std::memory_order_relaxed); }
 
   void retain() { refs_.fetch_add(1, std::memory_order_relaxed); }
+  /// A count of 1 is this holder's own reference: no other holder can take one, so the last
+  /// release skips the atomic read-modify-write.
   void release() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy();
+    if (refs_.load(std::memory_order_acquire) == 1 || refs_.fetch_sub(1, std::memory_order_acq_rel) == 1)
+      destroy();
   }
 
  private:
   Storage() = default;
+  static Storage* allocate_general(std::size_t bytes, Device d);
   void destroy();
 
   std::atomic<int32_t> refs_{1};

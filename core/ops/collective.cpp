@@ -118,7 +118,7 @@ std::string where_sharded(const Sharding& s) {
 
 // The one sharding of the call's inputs; throws when inputs are sharded differently or a
 // replicated input has the sharded axis whole.
-uint16_t check_inputs(const OpDef& op, Inputs in) {
+uint16_t check_shardings(const OpDef& op, Inputs in) {
   uint16_t id = 0;
   int first = -1;
   for (int i = 0; i < in.n; ++i) {
@@ -175,7 +175,7 @@ void record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
 }  // namespace
 
 Tensor apply_sharded(const OpDef& op, Inputs in, const Attrs& attrs) {
-  const uint16_t id = check_inputs(op, in);
+  const uint16_t id = check_shardings(op, in);
   const Sharding& s = sharding_of(id);
   if (op.shard == ShardRule::gather) {
     Tensor out = op.forward(in, attrs);

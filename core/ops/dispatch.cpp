@@ -82,7 +82,7 @@ void unregister_live_tape(uint32_t serial) {
   g_live_tapes[serial % kLiveSlots].compare_exchange_strong(mine, 0, std::memory_order_acq_rel);
 }
 
-void check_tape_thread(const Tensor& t, const char* op, int input) {
+void check_tape_owner(const Tensor& t, const char* op, int input) {
   const uint32_t s = t.tape_serial();
   if (s == 0 || t.var() < 0 || is_tracked(t)) return;
   const uint64_t e = g_live_tapes[s % kLiveSlots].load(std::memory_order_acquire);
@@ -93,18 +93,16 @@ void check_tape_thread(const Tensor& t, const char* op, int input) {
                       "values (results of a finished tape, or copies)");
 }
 
-// op.forward, with device failures below the op (allocation, a missing backend) naming the op.
-// Returned directly (no default-constructed Tensor to assign: zeroing its 208 bytes cost a third
-// of a small op).
-// Sizes past kMaxElements (a ShapeError from Axes, "[axes] ...") name the op too, and the standard
-// library's allocation failures become MemoryErrors.
-Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+// The exception in flight from op.forward, rethrown naming the op: device failures below the op
+// (allocation, a missing backend), sizes past kMaxElements (a ShapeError from Axes, "[axes] ..."),
+// and the standard library's allocation failures as MemoryErrors. Others unchanged.
+void rethrow_naming_op(const OpDef& op) {
   const auto tagged = [&op](const char* what) {
     const std::string tag = std::string("[") + op.name + "]";
     return std::string_view(what).substr(0, tag.size()) == tag ? std::string(what) : tag + " " + what;
   };
   try {
-    return op.forward(inputs, attrs);
+    throw;
   } catch (const DeviceError& e) {
     throw DeviceError(tagged(e.what()));
   } catch (const ShapeError& e) {
@@ -117,49 +115,45 @@ Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   }
 }
 
-namespace {
-// The forward, the finite check, and the record when an input this thread's tape tracks needs it.
-inline Tensor forward_and_record(const OpDef& op, Inputs inputs, const Attrs& attrs) {
-  Tensor out = forward_naming_op(op, inputs, attrs);
-  if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
-  if (g_record_state.recorder && (op.vjp || g_record_state.trace)) {
-    const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
-    for (int i = 0; i < inputs.n; ++i) {
-      if (!(skip & (1u << i)) && is_tracked(inputs[i])) {
-        g_record_state.recorder->record(op, inputs, attrs, out);
-        break;
-      }
+Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  return forward_named(op, inputs, attrs);
+}
+
+void throw_arity(const OpDef& op, int n) {
+  throw Error(std::string("[") + op.name + "] takes " + std::to_string(op.arity) + " inputs, got " +
+              std::to_string(n));
+}
+
+void throw_bad_input(const OpDef& op, Inputs inputs, int i) {
+  if (!inputs[i].defined())
+    throw Error(std::string("[") + op.name + "] input " + std::to_string(i) + " is undefined");
+  throw DeviceError(std::string("[") + op.name + "] input 0 is on " + inputs[0].device().str() + " but input " +
+                    std::to_string(i) + " is on " + inputs[i].device().str() + "; move one with to(device)");
+}
+
+void record_call(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) {
+  const uint32_t skip = g_record_state.trace ? 0u : op.nondiff;
+  for (int i = 0; i < inputs.n; ++i) {
+    if (!(skip & (1u << i)) && is_tracked(inputs[i])) {
+      g_record_state.recorder->record(op, inputs, attrs, out);
+      return;
     }
   }
-  return out;
 }
-}  // namespace
 
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
-  const int n = inputs.n;
-  uint16_t sharded = 0;
-  if (op.arity >= 0 && n != op.arity)
-    throw Error(std::string("[") + op.name + "] takes " + std::to_string(op.arity) + " inputs, got " +
-                std::to_string(n));
-  for (int i = 0; i < n; ++i) {
-    if (!inputs[i].defined())
-      throw Error(std::string("[") + op.name + "] input " + std::to_string(i) + " is undefined");
-    if (!(inputs[i].device() == inputs[0].device()))
-      throw DeviceError(std::string("[") + op.name + "] input 0 is on " + inputs[0].device().str() +
-                        " but input " + std::to_string(i) + " is on " + inputs[i].device().str() +
-                        "; move one with to(device)");
-    check_tape_thread(inputs[i], op.name, i);
-    sharded |= inputs[i].shard_id();
-  }
+  const uint16_t sharded = check_inputs(op, inputs);
   if (!g_mapped.empty()) {
     check_unmapped(attrs.axes, g_mapped, op.name);
     check_unmapped(attrs.axes2, g_mapped, op.name);
     check_unmapped(attrs.shape.names(), g_mapped, op.name);
   }
-  // Both branches return a prvalue: the one named result (forward_and_record's) is built in place.
+  // Both branches return a prvalue: the one named result is built in place.
   if (sharded && !g_sweep_local) [[unlikely]]
     return apply_sharded(op, inputs, attrs);
-  return forward_and_record(op, inputs, attrs);
+  Tensor out = forward_named(op, inputs, attrs);
+  finish_forward(op, inputs, attrs, out);
+  return out;
 }
 
 void refuse_in_trace(const char* what, const std::string& why) {

@@ -156,7 +156,11 @@ uint32_t thread_token();
 void register_live_tape(uint32_t serial);
 void unregister_live_tape(uint32_t serial);
 /// Throws AutodiffError when `t` is tracked by a live tape of another thread.
-void check_tape_thread(const Tensor& t, const char* op, int input);
+void check_tape_owner(const Tensor& t, const char* op, int input);
+/// check_tape_owner for tensors a tape ever recorded (a constant costs two compares).
+inline void check_tape_thread(const Tensor& t, const char* op, int input) {
+  if (t.tape_serial() != 0 && t.var() >= 0) check_tape_owner(t, op, input);
+}
 
 /// Where this thread is inside a scan or map, for error messages ("scan step", 12); what = null
 /// outside one. Replayed scan steps pass their position to KernelProgram::run instead.
@@ -207,6 +211,51 @@ void check_finite_value(const Tensor& t, const char* op, const std::string& wher
 Tensor forward_naming_op(const OpDef& op, Inputs inputs, const Attrs& attrs);
 /// Runs `op` on the inputs and records it when recording and some differentiable input is tracked.
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs);
+
+/// The pieces of apply, inline for op families whose public functions call their forward
+/// directly (elementwise.cpp): the same checks, errors and recording.
+/// The exception in flight from a forward, rethrown naming the op (forward_naming_op's rule).
+[[noreturn, gnu::cold, gnu::noinline]] void rethrow_naming_op(const OpDef& op);
+[[noreturn, gnu::cold, gnu::noinline]] void throw_arity(const OpDef& op, int n);
+/// Input i is undefined, or on another device than input 0.
+[[noreturn, gnu::cold, gnu::noinline]] void throw_bad_input(const OpDef& op, Inputs inputs, int i);
+/// Records the call on this thread's tape when a differentiable input is tracked.
+void record_call(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out);
+
+/// apply's checks of the inputs — their number, each defined and on input 0's device, none
+/// tracked by another thread's tape — and the sharding ids of the inputs, ORed.
+[[gnu::always_inline]] inline uint16_t check_inputs(const OpDef& op, Inputs inputs) {
+  const int n = inputs.n;
+  if (op.arity >= 0 && n != op.arity) [[unlikely]]
+    throw_arity(op, n);
+  uint16_t sharded = 0;
+  const Storage* first = n > 0 ? inputs[0].storage().get() : nullptr;
+  for (int i = 0; i < n; ++i) {
+    const Tensor& t = inputs[i];
+    const Storage* s = t.storage().get();
+    if (!s || (s != first && !(s->device() == first->device()))) [[unlikely]]
+      throw_bad_input(op, inputs, i);
+    check_tape_thread(t, op.name, i);
+    sharded |= t.shard_id();
+  }
+  return sharded;
+}
+
+/// op.forward with its errors naming the op.
+[[gnu::always_inline]] inline Tensor forward_named(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  try {
+    return op.forward(inputs, attrs);
+  } catch (...) {
+    rethrow_naming_op(op);
+  }
+}
+
+/// After the forward: the finite check (set_check_finite) and the record.
+[[gnu::always_inline]] inline void finish_forward(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out) {
+  if (check_finite_enabled()) check_finite_value(out, op.name, "in the forward pass");
+  if (g_record_state.recorder && (op.vjp || g_record_state.trace)) [[unlikely]]
+    record_call(op, inputs, attrs, out);
+}
 /// Attributes of an op call that sets none.
 inline const Attrs kNoAttrs{};
 inline Tensor apply(const OpDef& op, const Tensor& a, const Attrs& attrs = kNoAttrs) {

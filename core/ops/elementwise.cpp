@@ -8,6 +8,7 @@
 
 #include "tenax/core/ops.h"
 #include "tenax/core/ops/capture.h"
+#include "tenax/core/ops/collective.h"
 #include "tenax/core/ops/complex.h"
 #include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/sampling.h"
@@ -69,49 +70,83 @@ std::array<FlatFn, kNumeric> flats_of(const ElementwiseFn (&row)[kNumeric]) {
   return f;
 }
 
-template <int N>
-bool run_flat(FlatFn flat, Tensor& out, const Tensor* const* in) {
-  FlatArg args[N + 1];
-  args[0] = {out.data_ptr(), 1, 0};
-  for (int k = 0; k < N; ++k) args[k + 1] = {in[k]->data_ptr(), in[k]->rank() == 0 ? 0 : 1, 0};
-  flat(1, out.numel(), args);
+// The dtype index of a lane call (numeric_index without its error: -1 where the lane does not
+// apply, and the general path names the problem).
+inline int lane_index(DType t) {
+  static constexpr int8_t kIndex[] = {0, 1, -1, -1, 2, 3};  // DType's order: f64 f32 i64 b8 c128 c64
+  static_assert(int(DType::c128) == 4 && int(DType::c64) == 5 && int(DType::b8) == 3);
+  return size_t(t) < sizeof kIndex ? kIndex[size_t(t)] : -1;
+}
+
+// A lane call's plan: its element count and the result's (contiguous) strides.
+struct Lane {
+  int64_t n;
+  int64_t strides[kMaxRank];
+};
+
+// One pass over `big`'s axes: the result's strides and element count, and whether `big` and
+// `other` (null for a unary call) run flat — each laid out contiguously with big's axes in order,
+// or `other` a single element — with at most kFlatEager elements.
+inline bool plan_lane(const Tensor& big, const Tensor* other, Lane& lane) {
+  const Axes& ax = big.axes();
+  const int r = ax.rank();
+  if (other && other->rank() == 0) other = nullptr;
+  if (other && other->rank() != r) return false;
+  const bool same_axes = !other || &other->axes() == &ax;
+  int64_t expect = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    const int64_t size = ax.size(i);
+    lane.strides[i] = expect;
+    if (size != 1 && (big.strides()[i] != expect || (other && other->strides()[i] != expect))) return false;
+    if (!same_axes && (other->axes().name(i) != ax.name(i) || other->axes().size(i) != size)) return false;
+    expect *= size;
+    if (expect > kFlatEager) return false;  // partial products only grow (or stay 0)
+  }
+  lane.n = expect;
   return true;
 }
 
-template <UnaryOp U>
-bool unary_flat(Inputs in, Tensor& out) {
-  const Tensor& x = in[0];
-  if (g_capture || x.device().kind != Device::Kind::cpu || x.numel() > kFlatEager || !x.is_contiguous()) return false;
-  static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).unary[int(U)]);
-  const FlatFn flat = flats[size_t(numeric_index(x.dtype(), "flat"))];
-  if (!flat) return false;
-  out = empty(x.axes(), x.dtype(), x.device());
-  const Tensor* ops[1] = {&x};
-  return run_flat<1>(flat, out, ops);
+// Whether a call's dtypes and device take the fast path: host, not captured, one dtype the op is
+// defined on; its flat twin, or null.
+template <class Row>
+FlatFn lane_flat(const Row& flats, const Tensor& big, DType other, bool complex_ok) {
+  const int idx = lane_index(big.dtype());
+  if (g_capture || idx < 0 || other != big.dtype() || (idx >= 2 && !complex_ok) ||
+      big.storage()->device().kind != Device::Kind::cpu)
+    return nullptr;
+  return flats[size_t(idx)];
 }
 
-template <BinaryOp B>
-bool binary_flat(Inputs in, Tensor& out) {
-  const Tensor& big = in[0].rank() >= in[1].rank() ? in[0] : in[1];
-  if (g_capture || big.device().kind != Device::Kind::cpu || big.numel() > kFlatEager ||
-      !flat_operand(in[0], big.axes()) || !flat_operand(in[1], big.axes()))
-    return false;
-  static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).binary[int(B)]);
-  const FlatFn flat = flats[size_t(numeric_index(big.dtype(), "flat"))];
-  if (!flat) return false;
-  out = empty(big.axes(), big.dtype(), big.device());
-  const Tensor* ops[2] = {&in[0], &in[1]};
-  return run_flat<2>(flat, out, ops);
+// The lane's result and the flat twin run over it.
+template <int N>
+[[gnu::always_inline]] inline Tensor run_lane(FlatFn flat, const Tensor& like, const Lane& lane,
+                                              const Tensor* const* in) {
+  StoragePtr st(Storage::allocate(static_cast<std::size_t>(lane.n) * itemsize(like.dtype()), Device::cpu()));
+  Tensor out = TensorAccess::fresh(std::move(st), like.axes(), lane.strides, like.dtype());
+  FlatArg args[N + 1];
+  args[0] = {out.data_ptr(), 1, 0};
+  for (int k = 0; k < N; ++k) args[k + 1] = {in[k]->data_ptr(), in[k]->rank() == 0 ? 0 : 1, 0};
+  flat(1, lane.n, args);
+  return out;
 }
 
 template <UnaryOp U>
 Tensor unary_forward(Inputs in, const Attrs&) {
+  {
+    static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).unary[int(U)]);
+    const Tensor& x = in[0];
+    Lane lane;
+    if (const FlatFn flat = lane_flat(flats, x, x.dtype(), unary_complex(U) && U != UnaryOp::abs);
+        flat && plan_lane(x, nullptr, lane)) {
+      const Tensor* ops[1] = {&x};
+      return run_lane<1>(flat, x, lane, ops);
+    }
+  }
   const char* name = unary_name(U);
   check_numeric_operands(name, in);
   if constexpr (U == UnaryOp::abs)
     if (is_complex(in[0].dtype())) return complex_abs_forward(in[0]);
   const int idx = unary_index(U, in[0].dtype());
-  if (Tensor out; unary_flat<U>(in, out)) return out;
   const Axes& ax = in[0].axes();
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[2] = {loop_arg(out, ax), loop_arg(in[0], ax)};
@@ -152,10 +187,21 @@ Tensor unary_jvp(JvpContext& c) {
 
 template <BinaryOp B>
 Tensor binary_forward(Inputs in, const Attrs&) {
+  {
+    static const std::array<FlatFn, kNumeric> flats = flats_of(real_kernels(0).binary[int(B)]);
+    const bool first = in[0].rank() >= in[1].rank();
+    const Tensor& big = first ? in[0] : in[1];
+    const Tensor& other = first ? in[1] : in[0];
+    Lane lane;
+    if (const FlatFn flat = lane_flat(flats, big, other.dtype(), binary_complex(B));
+        flat && plan_lane(big, &other, lane)) {
+      const Tensor* ops[2] = {&in[0], &in[1]};
+      return run_lane<2>(flat, big, lane, ops);
+    }
+  }
   const char* name = binary_name(B);
   check_numeric_operands(name, in);
   const int idx = binary_index(B, in[0].dtype());
-  if (Tensor out; binary_flat<B>(in, out)) return out;
   Axes ax = align_axes(in[0].axes(), in[1].axes(), name);
   Tensor out = empty(ax, in[0].dtype(), in[0].device());
   LoopArg args[3] = {loop_arg(out, ax), loop_arg(in[0], ax), loop_arg(in[1], ax)};
@@ -182,27 +228,33 @@ FlatFn deriv_flat_fn(int side, bool assign, int dt) {
   return table[size_t(side)][assign ? 1 : 0][size_t(dt)];
 }
 
-// The VJP's eager fast path (as binary_flat): the adjoint, the cotangent and the saved values
-// laid out alike.
-template <BinaryOp B, uint32_t S>
-bool binary_vjp_flat(VjpContext& c, int side, bool assign, const Tensor& g, const Tensor& dst) {
-  const Axes& ax = g.axes();
-  if (g_capture || g.device().kind != Device::Kind::cpu || g.numel() > kFlatEager || !g.is_contiguous() ||
-      dst.rank() != g.rank() || !flat_operand(dst, ax) || ((S & 1) && !flat_operand(c.input(0), ax)) ||
-      ((S & 2) && !flat_operand(c.input(1), ax)) || ((S & kSaveOutput) && !flat_operand(c.output(), ax)))
-    return false;
+// The VJP's eager fast path (as binary_lane): the cotangent a small contiguous host tensor, not
+// captured, and the saved values (null where not saved) laid out alike; checked once per call.
+template <uint32_t S>
+bool vjp_lane(const Tensor& g, const Tensor* const* saved, int64_t& n) {
+  if (g_capture || g.storage()->device().kind != Device::Kind::cpu) return false;
+  Lane lane;
+  if (!plan_lane(g, nullptr, lane)) return false;
+  for (int k = 0; k < 3; ++k)
+    if (saved[k] && !flat_operand(*saved[k], g.axes())) return false;
+  n = lane.n;
+  return true;
+}
+
+// One side's adjoint pass through the derivative kernel's flat twin; false where `dst` is not laid
+// out as the cotangent (or the dtype has no twin).
+template <BinaryOp B>
+bool binary_vjp_flat(int side, bool assign, const Tensor& g, const Tensor& dst, const Tensor* const* saved,
+                     int64_t n) {
+  if (dst.rank() != g.rank() || !flat_operand(dst, g.axes())) return false;
   const FlatFn flat = deriv_flat_fn<B>(side, assign, numeric_index(g.dtype(), "vjp"));
   if (!flat) return false;
-  auto arg = [&](bool present, auto get) -> FlatArg {
-    if (!present) return {const_cast<double*>(kAbsent), 0, 0};
-    const Tensor& t = get();
-    return {t.data_ptr(), t.rank() == 0 ? 0 : 1, 0};
+  auto arg = [](const Tensor* t) -> FlatArg {
+    if (!t) return {const_cast<double*>(kAbsent), 0, 0};
+    return {t->data_ptr(), t->rank() == 0 ? 0 : 1, 0};
   };
-  const FlatArg args[5] = {{dst.data_ptr(), 1, 0}, {g.data_ptr(), 1, 0},
-                           arg(S & 1, [&]() -> const Tensor& { return c.input(0); }),
-                           arg(S & 2, [&]() -> const Tensor& { return c.input(1); }),
-                           arg(S & kSaveOutput, [&]() -> const Tensor& { return c.output(); })};
-  flat(1, g.numel(), args);
+  const FlatArg args[5] = {{dst.data_ptr(), 1, 0}, {g.data_ptr(), 1, 0}, arg(saved[0]), arg(saved[1]), arg(saved[2])};
+  flat(1, n, args);
   return true;
 }
 
@@ -210,6 +262,11 @@ template <BinaryOp B, uint32_t S>
 void binary_vjp(VjpContext& c) {
   const Tensor& g = c.cotangent();
   const Axes& ax = g.axes();
+  // The saved values, fetched once (each a virtual call).
+  const Tensor* saved[3] = {(S & 1) ? &c.input(0) : nullptr, (S & 2) ? &c.input(1) : nullptr,
+                            (S & kSaveOutput) ? &c.output() : nullptr};
+  int64_t n = 0;
+  bool lane = false, planned = false;
   for (int side = 0; side < 2; ++side) {
     if (!c.needs_grad(side)) continue;
     // The cotangent itself is the adjoint of a + b's operands and of a - b's first: lent where the
@@ -219,10 +276,13 @@ void binary_vjp(VjpContext& c) {
       if ((B == BinaryOp::add || side == 0) && c.lends() && c.lend_adjoint(side, g)) continue;
     bool assign = false;
     const Tensor& dst = adjoint_for_pass(c, side, g.numel(), assign);
-    if (binary_vjp_flat<B, S>(c, side, assign, g, dst)) continue;
-    LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), (S & 1) ? loop_arg(c.input(0), ax) : no_arg(),
-                       (S & 2) ? loop_arg(c.input(1), ax) : no_arg(),
-                       (S & kSaveOutput) ? loop_arg(c.output(), ax) : no_arg()};
+    if (!planned) {
+      lane = vjp_lane<S>(g, saved, n);
+      planned = true;
+    }
+    if (lane && binary_vjp_flat<B>(side, assign, g, dst, saved, n)) continue;
+    const auto arg = [&](const Tensor* t) { return t ? loop_arg(*t, ax) : no_arg(); };
+    LoopArg args[5] = {loop_arg(dst, ax), loop_arg(g, ax), arg(saved[0]), arg(saved[1]), arg(saved[2])};
     const KernelTable& k = kernels(g.device());
     (assign ? k.deriv_set : k.deriv_acc)[deriv_index(B, side)][numeric_index(g.dtype(), "vjp")](loop_dims(ax),
                                                                                                 args);
@@ -316,6 +376,24 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
   return {{a, x}, {}};
 }
 
+// The public functions' entry: apply's checks, errors and recording (dispatch.h's pieces) around
+// a direct call of the forward (no call through the op table). No attributes: nothing an
+// enclosing nmap's mapped axes could be asked about.
+template <auto Forward>
+Tensor apply_direct(const OpDef& op, Inputs in) {
+  if (check_inputs(op, in) && !g_sweep_local) [[unlikely]]
+    return apply_sharded(op, in, kNoAttrs);
+  Tensor out = [&] {
+    try {
+      return Forward(in, kNoAttrs);
+    } catch (...) {
+      rethrow_naming_op(op);
+    }
+  }();
+  finish_forward(op, in, kNoAttrs, out);
+  return out;
+}
+
 #define TENAX_UNARY(id, f, df, saves_)                                                                    \
   const OpDef op_##id = {.name = #id,                                                                     \
                          .arity = 1,                                                                      \
@@ -370,11 +448,17 @@ void register_elementwise_ops(std::vector<const OpDef*>& ops) {
 
 namespace tenax {
 
-#define TENAX_UNARY(name, f, df, saves) \
-  Tensor name(const Tensor& x) { return detail::apply(detail::op_##name, x); }
+#define TENAX_UNARY(name, f, df, saves)                                                               \
+  Tensor name(const Tensor& x) {                                                                      \
+    const Tensor* p[1] = {&x};                                                                        \
+    return detail::apply_direct<detail::unary_forward<detail::UnaryOp::name>>(detail::op_##name, {p, 1}); \
+  }
 #include "tenax/core/ops/elementwise.def"
-#define TENAX_BINARY(name, f, dfa, dfb, saves) \
-  Tensor name(const Tensor& a, const Tensor& b) { return detail::apply(detail::op_##name, a, b); }
+#define TENAX_BINARY(name, f, dfa, dfb, saves)                                                           \
+  Tensor name(const Tensor& a, const Tensor& b) {                                                        \
+    const Tensor* p[2] = {&a, &b};                                                                       \
+    return detail::apply_direct<detail::binary_forward<detail::BinaryOp::name>>(detail::op_##name, {p, 2}); \
+  }
 #include "tenax/core/ops/elementwise.def"
 
 namespace {
