@@ -221,7 +221,8 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     a_.attrs.push_back(attrs);
     attrs_index = static_cast<int32_t>(a_.attrs.size() - 1);
   }
-  Record r{&op, attrs_index, -1, static_cast<int32_t>(a_.inputs.size()), n, static_cast<int32_t>(a_.saved.size())};
+  const auto first_input = static_cast<int32_t>(a_.inputs.size());
+  const auto first_saved = static_cast<int32_t>(a_.saved.size());
   for (int i = 0; i < n; ++i) {
     const bool saved = keep_all_ || (i < 31 && (op.saves & (1u << i)));
     int32_t v = !(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1;
@@ -230,8 +231,8 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     if (v < 0 && !saved && !op.attr_free) v = -2 - intern_axes(in[i].axes());
     a_.inputs.push_back(v);
   }
-  r.out = new_var(out, rid);
-  TensorAccess::set_var(out, r.out, serial_);
+  const int32_t out_var = new_var(out, rid);
+  TensorAccess::set_var(out, out_var, serial_);
   if (g_source) a_.sources.emplace_back(rid, g_source);
   for (int i = 0; i < n; ++i)
     if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
@@ -242,7 +243,15 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     a_.saved.push_back(out);
     residual_bytes_ += logical_bytes(out);
   }
-  a_.records.push_back(r);
+  // Written field by field into place (a Record built whole beforehand and copied in was stored in
+  // pieces and read back as one vector: a store-forwarding stall).
+  Record& r = a_.records.emplace_back();
+  r.op = &op;
+  r.attrs = attrs_index;
+  r.out = out_var;
+  r.first_input = first_input;
+  r.n_inputs = n;
+  r.first_saved = first_saved;
 }
 
 namespace {

@@ -230,7 +230,7 @@ Storage* Storage::allocate(std::size_t bytes, Device d) {
       g_budget[0].load(std::memory_order_relaxed) <= 0) {
     detail::PoolAllocator& pool = default_host();
     if (void* block = pool.take_cached(kHeader + bytes)) {
-      auto* s = new (block) Storage();
+      auto* s = new (block) Storage;  // default-initialised: the members' initialisers, no zeroing pass
       s->device_ = d;
       s->data_ = static_cast<char*>(block) + kHeader;
       s->bytes_ = bytes;
@@ -264,7 +264,7 @@ Storage* Storage::allocate_general(std::size_t bytes, Device d) {
     Allocator* installed = g_host.load(std::memory_order_acquire);
     Allocator& a = installed ? *installed : default_host();
     void* block = installed ? a.allocate(kHeader + bytes) : default_host().allocate(kHeader + bytes);
-    auto* s = new (block) Storage();
+    auto* s = new (block) Storage;  // default-initialised: the members' initialisers, no zeroing pass
     s->device_ = d;
     s->data_ = static_cast<char*>(block) + kHeader;
     s->bytes_ = bytes;
