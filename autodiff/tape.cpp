@@ -411,15 +411,18 @@ bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
   if (a_.adjoints[static_cast<size_t>(v)].defined()) return false;
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return false;
+  if (!value.defined() || value.dtype() != info.dtype || value.device() != info.device) return false;
+  // Already in the variable's order (no batch axes) and recorded by no tape: the value itself
+  // (what the transpose would return, a view of the same layout, without an op call).
+  if (batch_.rank() == 0 && value.axes() == var_axes(v) && !is_tracked(value)) {
+    a_.adjoints[static_cast<size_t>(v)] = value;
+    a_.lent[static_cast<size_t>(v)] = 1;
+    return true;
+  }
   Axes want = var_axes(v);
   for (int i = 0; i < batch_.rank(); ++i) want.push_back(batch_[i]);
-  if (!value.defined() || value.rank() != want.rank() || !value.axes().same_set(want) ||
-      value.dtype() != info.dtype || value.device() != info.device)
-    return false;
-  // Already in the variable's order and recorded by no tape: the value itself (what the transpose
-  // would return, a view of the same layout, without an op call).
-  if (value.axes() == want && !is_tracked(value)) a_.adjoints[static_cast<size_t>(v)] = value;
-  else a_.adjoints[static_cast<size_t>(v)] = transpose(value, want.names());
+  if (value.rank() != want.rank() || !value.axes().same_set(want)) return false;
+  a_.adjoints[static_cast<size_t>(v)] = transpose(value, want.names());
   a_.lent[static_cast<size_t>(v)] = 1;
   return true;
 }
@@ -442,6 +445,9 @@ Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
 }
 
 Tensor TapeImpl::new_adjoint(int32_t v, bool zeroed) const {
+  const VarInfo& info = var(v);
+  if (batch_.rank() == 0)  // the variable's own axes (no copy to extend)
+    return zeroed ? zeros(var_axes(v), info.dtype, info.device) : empty(var_axes(v), info.dtype, info.device);
   Axes ax = var_axes(v);
   for (int i = 0; i < batch_.rank(); ++i) ax.push_back(batch_[i]);
   return zeroed ? zeros(ax, var(v).dtype, var(v).device) : empty(ax, var(v).dtype, var(v).device);

@@ -13,12 +13,14 @@
 namespace tenax {
 namespace {
 
-void contiguous_strides(const Axes& axes, int64_t* strides) {
+// Row-major strides of `axes`; returns the element count (Axes keeps it within kMaxElements).
+int64_t contiguous_strides(const Axes& axes, int64_t* strides) {
   int64_t s = 1;
   for (int i = axes.rank() - 1; i >= 0; --i) {
     strides[i] = s;
     s *= axes.size(i);
   }
+  return s;
 }
 
 template <class T>
@@ -35,8 +37,8 @@ Tensor from_values(const std::vector<T>& values, const Axes& axes) {
 
 Tensor empty(const Axes& axes, DType dtype, Device device) {
   int64_t strides[kMaxRank];
-  contiguous_strides(axes, strides);
-  StoragePtr s(Storage::allocate(static_cast<std::size_t>(axes.numel()) * itemsize(dtype), device));
+  const int64_t n = contiguous_strides(axes, strides);
+  StoragePtr s(Storage::allocate(static_cast<std::size_t>(n) * itemsize(dtype), device));
   return detail::TensorAccess::fresh(std::move(s), axes, strides, dtype);
 }
 
