@@ -2,6 +2,7 @@
 // The default host allocator: power-of-two size classes cached per thread, so small buffers
 // (the common case inside scans and per-step ops) never reach malloc after warm-up. The cached
 // take and give-back are inline: an eager op's buffer costs a list pop and a push.
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -20,11 +21,17 @@ inline constexpr std::size_t kCacheBytesPerClass = std::size_t(32) << 20;
 constexpr int size_class(std::size_t bytes) {
   return bytes <= (std::size_t(1) << kMinShift) ? 0 : std::bit_width(bytes - 1) - kMinShift;
 }
-/// Blocks a class keeps per thread: kCacheBytesPerClass worth, and at least 2.
-constexpr uint32_t kept_blocks(int cls) {
-  const std::size_t n = kCacheBytesPerClass >> (cls + kMinShift);
-  return n < 2 ? 2u : static_cast<uint32_t>(n);
-}
+/// Blocks a class keeps per thread: kCacheBytesPerClass worth, and at least 2 (a table: the
+/// variable shift sat on the free path's critical chain).
+inline constexpr auto kKeptBlocks = [] {
+  std::array<uint32_t, kClasses> k{};
+  for (int c = 0; c < kClasses; ++c) {
+    const std::size_t n = kCacheBytesPerClass >> (c + kMinShift);
+    k[size_t(c)] = n < 2 ? 2u : static_cast<uint32_t>(n);
+  }
+  return k;
+}();
+constexpr uint32_t kept_blocks(int cls) { return kKeptBlocks[size_t(cls)]; }
 
 struct FreeBlock {
   FreeBlock* next;

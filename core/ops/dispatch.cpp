@@ -141,6 +141,15 @@ void record_call(const OpDef& op, Inputs inputs, const Attrs& attrs, Tensor& out
   }
 }
 
+namespace {
+// The forward and what follows it, with `out` the only thing returned (built in the caller's slot).
+Tensor forward_and_finish(const OpDef& op, Inputs inputs, const Attrs& attrs) {
+  Tensor out = forward_named(op, inputs, attrs);
+  finish_forward(op, inputs, attrs, out);
+  return out;
+}
+}  // namespace
+
 Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   const uint16_t sharded = check_inputs(op, inputs);
   if (!g_mapped.empty()) {
@@ -151,9 +160,7 @@ Tensor apply(const OpDef& op, Inputs inputs, const Attrs& attrs) {
   // Both branches return a prvalue: the one named result is built in place.
   if (sharded && !g_sweep_local) [[unlikely]]
     return apply_sharded(op, inputs, attrs);
-  Tensor out = forward_named(op, inputs, attrs);
-  finish_forward(op, inputs, attrs, out);
-  return out;
+  return forward_and_finish(op, inputs, attrs);
 }
 
 void refuse_in_trace(const char* what, const std::string& why) {

@@ -379,10 +379,10 @@ OpSample binary_sample(BinaryOp b, SampleRng& rng, DType dt) {
 // The public functions' entry: apply's checks, errors and recording (dispatch.h's pieces) around
 // a direct call of the forward (no call through the op table). No attributes: nothing an
 // enclosing nmap's mapped axes could be asked about.
+// (Its own function: with `out` the only thing returned, the result is built in the caller's
+// slot; beside apply_direct's other return, GCC moved its 208 bytes there instead.)
 template <auto Forward>
-Tensor apply_direct(const OpDef& op, Inputs in) {
-  if (check_inputs(op, in) && !g_sweep_local) [[unlikely]]
-    return apply_sharded(op, in, kNoAttrs);
+Tensor forward_direct(const OpDef& op, Inputs in) {
   Tensor out = [&] {
     try {
       return Forward(in, kNoAttrs);
@@ -392,6 +392,13 @@ Tensor apply_direct(const OpDef& op, Inputs in) {
   }();
   finish_forward(op, in, kNoAttrs, out);
   return out;
+}
+
+template <auto Forward>
+Tensor apply_direct(const OpDef& op, Inputs in) {
+  if (check_inputs(op, in) && !g_sweep_local) [[unlikely]]
+    return apply_sharded(op, in, kNoAttrs);
+  return forward_direct<Forward>(op, in);
 }
 
 #define TENAX_UNARY(id, f, df, saves_)                                                                    \
