@@ -20,18 +20,26 @@ namespace {
 int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
 // Index of input i's residual in the record's slice of a_.saved, or -1 when not kept.
+// Saved values before input i's (the generic x86-64 build has no popcnt instruction: std::popcount
+// is a library call there, and the common i is 0 or 1).
+int saved_before(uint32_t s, int i) {
+  int n = 0;
+  for (int k = 0; k < i && k < 31; ++k) n += static_cast<int>((s >> k) & 1u);
+  return n;
+}
+
 int saved_slot(const Record& r, bool all, int i) {
   if (all) return i;
   const uint32_t s = r.op->saves;
   if (i < 31 && !(s & (1u << i))) return -1;
-  return std::popcount(s & (i < 31 ? (1u << i) - 1 : 0x7fffffffu));
+  return saved_before(s, i);
 }
 
 int saved_output_slot(const Record& r, bool all) {
   if (all) return r.n_inputs;
   const uint32_t s = r.op->saves;
   if (!(s & kSaveOutput)) return -1;
-  return std::popcount(s & 0x7fffffffu);
+  return saved_before(s, r.n_inputs);
 }
 
 [[noreturn, gnu::cold]] void throw_not_saved(const Record& r, int i) {

@@ -120,13 +120,6 @@ std::string Axes::describe() const {
   return s + ")";
 }
 
-bool operator==(const Axes& a, const Axes& b) {
-  if (a.rank_ != b.rank_) return false;
-  for (int i = 0; i < a.rank_; ++i)
-    if (a.names_[i] != b.names_[i] || a.sizes_[i] != b.sizes_[i]) return false;
-  return true;
-}
-
 bool Axes::same_set(const Axes& other) const {
   if (rank_ != other.rank_) return false;
   for (int i = 0; i < rank_; ++i) {

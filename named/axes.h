@@ -85,8 +85,14 @@ class Axes {
   [[nodiscard]] AxisList names() const;
   /// "(i=3, j=4)".
   [[nodiscard]] std::string describe() const;
-  /// Same names in the same order with the same sizes.
-  friend bool operator==(const Axes& a, const Axes& b);
+  /// Same names in the same order with the same sizes (inline: the tape and the eager ops'
+  /// layout checks compare small axes on every call).
+  friend bool operator==(const Axes& a, const Axes& b) {
+    if (a.rank_ != b.rank_) return false;
+    for (int i = 0; i < a.rank_; ++i)
+      if (a.names_[i] != b.names_[i] || a.sizes_[i] != b.sizes_[i]) return false;
+    return true;
+  }
   /// Same set of named axes with the same sizes, in any order.
   [[nodiscard]] bool same_set(const Axes& other) const;
 

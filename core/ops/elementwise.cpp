@@ -246,8 +246,9 @@ bool vjp_lane(const Tensor& g, const Tensor* const* saved, int64_t& n) {
 template <BinaryOp B>
 bool binary_vjp_flat(int side, bool assign, const Tensor& g, const Tensor& dst, const Tensor* const* saved,
                      int64_t n) {
-  if (dst.rank() != g.rank() || !flat_operand(dst, g.axes())) return false;
-  const FlatFn flat = deriv_flat_fn<B>(side, assign, numeric_index(g.dtype(), "vjp"));
+  const int idx = lane_index(g.dtype());  // (-1: the general path names the dtype)
+  if (idx < 0 || dst.rank() != g.rank() || !flat_operand(dst, g.axes())) return false;
+  const FlatFn flat = deriv_flat_fn<B>(side, assign, idx);
   if (!flat) return false;
   auto arg = [](const Tensor* t) -> FlatArg {
     if (!t) return {const_cast<double*>(kAbsent), 0, 0};
