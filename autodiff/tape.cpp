@@ -160,12 +160,20 @@ const Attrs& TapeImpl::attrs_of(const Record& r) const {
   return r.attrs < 0 ? kNoAttrs : a_.attrs[static_cast<size_t>(r.attrs)];
 }
 
-int32_t TapeImpl::intern_axes(const Axes& axes) {
-  if (a_.axes.empty() || !(a_.axes.back() == axes)) a_.axes.push_back(axes);
+int32_t TapeImpl::push_axes(const Axes& axes) {
+  a_.axes.push_back(axes);
   return static_cast<int32_t>(a_.axes.size() - 1);
 }
 
-int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
+// (Inline, with the push out of line: consecutive variables mostly share their axes, and the
+// push's registers were saved and restored on every call.)
+inline int32_t TapeImpl::intern_axes(const Axes& axes) {
+  if (!a_.axes.empty() && a_.axes.back() == axes) [[likely]]
+    return static_cast<int32_t>(a_.axes.size() - 1);
+  return push_axes(axes);
+}
+
+inline int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
   a_.vars.push_back({intern_axes(t.axes()), t.dtype(), t.device(), record});
   return static_cast<int32_t>(a_.vars.size() - 1);
 }

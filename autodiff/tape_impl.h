@@ -119,8 +119,9 @@ class TapeImpl final : public Recorder {
   void check_growth() const;
   void check_adjoints(const Record& r) const;
   [[noreturn]] void rethrow_with_source(int32_t record) const;
-  int32_t new_var(const Tensor& t, int32_t record);
-  int32_t intern_axes(const Axes& axes);
+  inline int32_t new_var(const Tensor& t, int32_t record);
+  inline int32_t intern_axes(const Axes& axes);
+  [[gnu::noinline]] int32_t push_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
   void share_whole_cotangents(const CustomEntry& c, std::vector<Tensor>& cot) const;
