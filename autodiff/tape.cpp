@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <optional>
 
 #include "tenax/autodiff/recording.h"
@@ -19,7 +18,6 @@ namespace {
 
 int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
 
-// Index of input i's residual in the record's slice of a_.saved, or -1 when not kept.
 // Saved values before input i's (the generic x86-64 build has no popcnt instruction: std::popcount
 // is a library call there, and the common i is 0 or 1).
 int saved_before(uint32_t s, int i) {
@@ -28,6 +26,7 @@ int saved_before(uint32_t s, int i) {
   return n;
 }
 
+// Index of input i's residual in the record's slice of a_.saved, or -1 when not kept.
 int saved_slot(const Record& r, bool all, int i) {
   if (all) return i;
   const uint32_t s = r.op->saves;
