@@ -38,6 +38,9 @@ struct CustomEntry {
   uint16_t shard = 0;
 };
 
+/// Bytes of a tensor's elements (what the tape's stats count).
+inline int64_t logical_bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(itemsize(t.dtype())); }
+
 /// The op every custom record points to (its `attrs` field indexes TapeArrays::customs).
 extern const OpDef kCustomOp;
 
