@@ -143,6 +143,76 @@ void StepProgram::release_call() {
   x_adj_store_.clear();
 }
 
+void StepProgram::add_stacked(std::vector<Tensor>& out, bool backward) const {
+  for (const SliceCopy& c : x_load_) out.push_back(c.whole());
+  if (!backward) return;
+  for (const SliceCopy& c : y_seed_) out.push_back(c.whole());
+  for (const SliceCopy& c : x_adj_store_) out.push_back(c.whole());
+}
+
+namespace {
+
+// The earlier of `stacked` that shares the storage of stacked[k], or -1.
+int sharing(const std::vector<Tensor>& stacked, size_t k) {
+  for (size_t j = 0; j < k; ++j)
+    if (stacked[j].defined() && stacked[j].storage().get() == stacked[k].storage().get()) return static_cast<int>(j);
+  return -1;
+}
+
+}  // namespace
+
+void StepProgram::keep_loop(int role, const std::vector<Tensor>& stacked, std::unique_ptr<ScalarLoop> loop,
+                            bool backward) {
+  if (!reusable_ || !loop) return;
+  for (const Tensor& t : stacked)
+    if (t.defined() && t.rank() > kMaxRank) return;
+  auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptLoop& k) { return k.role == role; });
+  KeptLoop& kept = it != kept_.end() ? *it : kept_.emplace_back();
+  kept.role = role;
+  kept.backward = backward;
+  kept.forward_gen = forward_gen_;
+  kept.backward_gen = backward_gen_;
+  kept.stacked.assign(stacked.size(), StackedLayout{});
+  for (size_t k = 0; k < stacked.size(); ++k) {
+    const Tensor& t = stacked[k];
+    if (!t.defined()) continue;
+    StackedLayout& l = kept.stacked[k];
+    l.base = static_cast<const char*>(t.storage()->data());
+    l.bytes = t.storage()->bytes();
+    l.offset = t.offset();
+    l.rank = t.rank();
+    std::copy(t.strides(), t.strides() + t.rank(), l.strides);
+    l.dtype = t.dtype();
+    l.shares = sharing(stacked, k);
+  }
+  kept.loop = std::move(loop);
+}
+
+std::unique_ptr<ScalarLoop> StepProgram::take_loop(int role, const std::vector<Tensor>& stacked) {
+  auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptLoop& k) { return k.role == role; });
+  if (it == kept_.end() || !it->loop) return nullptr;
+  std::unique_ptr<ScalarLoop> loop = std::move(it->loop);
+  const KeptLoop& kept = *it;
+  if (kept.forward_gen != forward_gen_ || (kept.backward && kept.backward_gen != backward_gen_) ||
+      kept.stacked.size() != stacked.size())
+    return nullptr;
+  moved_.clear();
+  for (size_t k = 0; k < stacked.size(); ++k) {
+    const StackedLayout& a = kept.stacked[k];
+    const Tensor& t = stacked[k];
+    if ((a.base == nullptr) != !t.defined()) return nullptr;
+    if (!a.base) continue;
+    if (a.bytes != t.storage()->bytes() || a.offset != t.offset() || a.rank != t.rank() ||
+        a.dtype != t.dtype() || !std::equal(a.strides, a.strides + a.rank, t.strides()) ||
+        a.shares != sharing(stacked, k))
+      return nullptr;
+    if (a.shares < 0) moved_.push_back({a.base, a.bytes, static_cast<char*>(t.storage()->data())});
+  }
+  if (!loop->rebase(moved_)) return nullptr;
+  ++loops_reused_;
+  return loop;
+}
+
 void StepProgram::load_carries(int64_t s) {
   for (size_t k = 0; k < carry_.size(); ++k)
     if (carry_in_place_[k]) carry_load_[k].run(s);
@@ -159,6 +229,8 @@ void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor
       *x_base_[k] = {static_cast<const char*>(buf.data_ptr()), 0};
       x_in_place_[k] = 0;
       x_load_back_[k] = 1;
+      ++forward_gen_;
+      ++backward_gen_;
     }
   }
   for (size_t k = 0; k < params.size(); ++k)
@@ -210,6 +282,7 @@ void StepProgram::build_forward(int64_t s) {
     read_carries_in_place();
   }
   forward_built_ = true;
+  ++forward_gen_;
 }
 
 // Whether a value read outside the programs — a new carry handed on, an output — lies in `buf`
@@ -266,6 +339,7 @@ void StepProgram::read_carries_in_place() {
     next_ = KernelProgram();
     next_built_ = false;
   }
+  if (changed) ++forward_gen_;
 }
 
 // An input or carry once read in place is not among the bytes keep_residuals keeps (restore()
@@ -412,6 +486,7 @@ void StepProgram::next_carry() {
     hand_on(dst, src, carry_);
   });
   next_built_ = true;
+  ++forward_gen_;
 }
 
 void StepProgram::flush_stores() {
@@ -455,6 +530,7 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
     return zeros(ax, t.dtype(), t.device());
   };
   backward_built_ = false;
+  ++backward_gen_;
   seed_ = KernelProgram();
   vjp_ = KernelProgram();
   adjoints_.assign(plan_->n_vars(), Tensor());
@@ -565,6 +641,7 @@ void StepProgram::build_backward(int64_t s) {
   capture_vjp(s, fresh);
   if (host) allow_forwarding_back();
   backward_built_ = true;
+  ++backward_gen_;
 }
 
 // The adjoint of an intermediate handed on as carry k, which this step would start as a copy of

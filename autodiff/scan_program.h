@@ -160,6 +160,22 @@ class StepProgram {
     if (simplified_.size() < kSimplifiedLoops) simplified_.push_back(loop);
   }
   static constexpr size_t kSimplifiedLoops = 8;
+  /// A reusable program's fused loops, kept from one call to the next so that a later call does
+  /// not build them again: keep_loop files `loop` under `role` (a sweep of ScanRun's) with the
+  /// call's `stacked` tensors its moving operands point into (`backward`: it replays the reverse
+  /// programs too); take_loop gives it back to a later call whose stacked tensors are laid out
+  /// alike (defined alike, the same dtypes, strides, offsets, storage sizes and sharing of
+  /// storages), rebased onto them (ScalarLoop::rebase), as long as the programs it replays are
+  /// the ones it was built from; null otherwise (the call builds its own). Nothing of the call is
+  /// held. keep_loop on a program that is not reusable drops the loop.
+  std::unique_ptr<ScalarLoop> take_loop(int role, const std::vector<Tensor>& stacked);
+  void keep_loop(int role, const std::vector<Tensor>& stacked, std::unique_ptr<ScalarLoop> loop, bool backward);
+  /// Appends the stacked tensors the loops of append_forward (x_t's) and, with `backward`, of
+  /// append_backward (the outputs' cotangents, the inputs' adjoints) point into: the `stacked`
+  /// of keep_loop and take_loop.
+  void add_stacked(std::vector<Tensor>& out, bool backward) const;
+  /// Loops take_loop gave back so far (for tests).
+  [[nodiscard]] int64_t loops_reused() const { return loops_reused_; }
 
  private:
   [[nodiscard]] int64_t index(int64_t s) const { return reverse_ ? steps_ - 1 - s : s; }
@@ -194,6 +210,30 @@ class StepProgram {
 
   std::shared_ptr<const ScanPlan> plan_;
   std::vector<ScalarLoop> simplified_;
+  // How a stacked tensor lay when a loop was kept (keep_loop): its storage's first byte (null:
+  // undefined) and size, its view, and the earlier stacked tensor sharing its storage (or -1).
+  struct StackedLayout {
+    const char* base = nullptr;
+    std::size_t bytes = 0;
+    int64_t offset = 0;
+    int rank = 0;
+    int64_t strides[kMaxRank] = {};
+    DType dtype = DType::f64;
+    int shares = -1;
+  };
+  struct KeptLoop {
+    int role = 0;
+    bool backward = false;
+    int64_t forward_gen = 0, backward_gen = 0;
+    std::vector<StackedLayout> stacked;
+    std::unique_ptr<ScalarLoop> loop;  // null while a call holds it
+  };
+  std::vector<KeptLoop> kept_;
+  std::vector<ScalarLoop::Moved> moved_;  // take_loop's, kept for its capacity
+  // Bumped whenever the forward programs (forward, next carry) or the reverse ones (seed, VJP,
+  // their adjoint buffers) are built again or change what they read: a kept loop replays them.
+  int64_t forward_gen_ = 0, backward_gen_ = 0;
+  int64_t loops_reused_ = 0;
   // The carries, x_t and the forward program's intermediates lie in here (host); first, so that
   // it goes last.
   std::unique_ptr<HostArena> arena_;

@@ -16,13 +16,19 @@ const Name kCheckpointAxis("__scan_checkpoint");
 
 namespace {
 
-// A fused loop (ScalarLoop) of what `build` appends, simplified (as p simplified the same loop
-// before, where it did: a reused program's loops differ from call to call only in where the
-// stacked tensors lie); null when fusion is off or the step does not fuse. Call it once the
-// programs it replays are built (StepProgram::built).
+// The sweeps whose fused loops a reusable program keeps between calls (StepProgram::keep_loop).
+enum LoopRole : int { kForward, kForwardStoringCarries, kChunkForwards, kChunkBackwards };
+
+// A fused loop (ScalarLoop) of what `build` appends, simplified; null when fusion is off or the
+// step does not fuse. A reused program gives back the loop an earlier call kept for `role`, moved
+// onto this call's `stacked` tensors, where it can; else the loop is built, and simplified as p
+// simplified the same loop before where it did (a reused program's loops differ from call to call
+// only in where the stacked tensors lie). Call it once the programs it replays are built
+// (StepProgram::built).
 template <class Build>
-std::unique_ptr<ScalarLoop> fuse(StepProgram& p, Build build) {
+std::unique_ptr<ScalarLoop> fuse(StepProgram& p, int role, const std::vector<Tensor>& stacked, Build build) {
   if (!scalar_loops_enabled()) return nullptr;
+  if (std::unique_ptr<ScalarLoop> kept = p.take_loop(role, stacked)) return kept;
   auto loop = std::make_unique<ScalarLoop>();
   if (!build(*loop)) return nullptr;
   for (const ScalarLoop& done : p.simplified_loops())
@@ -86,7 +92,7 @@ void ScanRun::advance(int64_t a, int64_t b) {
   StepProgram& p = compiled();
   if (!advance_tried_ && p.built(false)) {
     advance_tried_ = true;
-    advance_loop_ = fuse(p, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
+    advance_loop_ = fuse(p, -1, {}, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_next(l); });
   }
   if (advance_loop_) {
     advance_loop_->run(a, b - a, 1);
@@ -109,7 +115,7 @@ void ScanRun::reverse_range(CarrySlots& snap, int64_t a, int64_t b, int64_t dept
     }
     p.forward(a);
     p.backward(a);
-    leaf_loop_ = fuse(p, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
+    leaf_loop_ = fuse(p, -1, {}, [&](ScalarLoop& l) { return p.append_forward(l) && p.append_backward(l); });
     return;
   }
   const int64_t m = a + (b - a) / 2;
@@ -126,7 +132,13 @@ bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<Sli
   if (!p.on_host()) return device_forward(ck, store_ck, y_store, from);
   const int64_t k = opt.checkpoint_every;
   const bool ck_inside = store_ck && k == 1;
-  auto loop = fuse(p, [&](ScalarLoop& l) {
+  std::vector<Tensor> stacked;
+  p.add_stacked(stacked, false);
+  for (const auto& c : y_store) stacked.push_back(c.whole());
+  if (ck_inside)
+    for (const auto& c : ck.store) stacked.push_back(c.whole());
+  const int role = ck_inside ? kForwardStoringCarries : kForward;
+  auto loop = fuse(p, role, stacked, [&](ScalarLoop& l) {
     if (ck_inside)
       for (const auto& c : ck.store)
         if (!c.append_to(l, 0, 1)) return false;
@@ -145,6 +157,7 @@ bool ScanRun::fused_forward(CarrySlots& ck, bool store_ck, const std::vector<Sli
     loop->run(s, end - s, 1);
     s = end;
   }
+  p.keep_loop(role, stacked, std::move(loop), false);
   return true;
 }
 
@@ -209,6 +222,8 @@ void ScanRun::reverse_chunks(CarrySlots& ck, int64_t k) {
     loops.tried = true;
     build_reverse_loops(loops, slots, segment, k);
   }
+  p.keep_loop(kChunkForwards, loops.stacked, std::move(loops.forwards), false);
+  p.keep_loop(kChunkBackwards, loops.stacked, std::move(loops.backwards), true);
 }
 
 // Chunk [c, e) from the carry at c: steps c..e-2 recomputed forwards, each carry stored in the
@@ -239,12 +254,16 @@ void ScanRun::build_reverse_loops(ReverseLoops& loops, CarrySlots& slots, CarryS
     if (!p.append_forward(*loops.device) || !p.append_backward(*loops.device)) loops.device.reset();
     return;
   }
+  for (const CarrySlots* c : {&slots, &segment})
+    for (const std::vector<SliceCopy>* copies : {&c->load, &c->store})
+      for (const SliceCopy& copy : *copies) loops.stacked.push_back(copy.whole());
+  p.add_stacked(loops.stacked, true);
   if (k > 1)
-    loops.forwards = fuse(p, [&](ScalarLoop& l) {
+    loops.forwards = fuse(p, kChunkForwards, loops.stacked, [&](ScalarLoop& l) {
       return append_slots(l, segment.store) && p.append_forward(l) && p.append_next(l);
     });
   if (k == 1 || loops.forwards)
-    loops.backwards = fuse(p, [&](ScalarLoop& l) {
+    loops.backwards = fuse(p, kChunkBackwards, loops.stacked, [&](ScalarLoop& l) {
       return append_slots(l, slots.load) && p.append_forward(l) && p.append_backward(l);
     });
   loops.fused = loops.backwards != nullptr;

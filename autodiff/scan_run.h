@@ -113,6 +113,7 @@ struct ScanRun final : CustomNode {
   // The fused forms of the reverse sweep, built once the first chunk has built the programs.
   struct ReverseLoops {
     std::unique_ptr<ScalarLoop> forwards, backwards;
+    std::vector<Tensor> stacked;  // the tensors their moving operands point into (StepProgram::keep_loop)
     // On a device with every carry kept: the checkpoint, x_t, the step and its reverse step as one
     // program per step (one graph launch).
     std::unique_ptr<KernelProgram> device;

@@ -70,7 +70,10 @@ void SliceStage::flush() {
 SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate,
                      bool staged)
     : fixed_(fixed), whole_(whole), accumulate_(accumulate) {
-  Tensor slice = select(whole, over, 0);
+  const int d = whole.axes().index_of(over);
+  if (d < 0 || whole.axes().size(d) == 0)
+    throw AxisError("[scan] internal: a slice copy along '" + over.str() + "' of " + whole.axes().describe());
+  Tensor slice = select_view(whole, d, 0);
   if (staged && fixed.device().kind == Device::Kind::cpu && SliceStage::wanted(whole, slice, over)) {
     // A store with accumulate reads its rows too: every staged store loads and writes back.
     stage_ = std::make_shared<SliceStage>(whole, over, !into_fixed);

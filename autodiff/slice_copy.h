@@ -63,6 +63,8 @@ class SliceCopy {
   /// Appends it to a device program as a moving call at slice origin + dir * step.
   void append_to(KernelProgram& program, int64_t origin, int64_t dir) const;
   [[nodiscard]] bool on_host() const { return fixed_.device().kind == Device::Kind::cpu; }
+  /// The stacked tensor it walks (undefined for a default-made copy).
+  [[nodiscard]] const Tensor& whole() const { return whole_; }
   /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
   /// the run's offset, ScalarLoop::run); false when the slice is not one element.
   bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;

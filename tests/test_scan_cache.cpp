@@ -7,6 +7,7 @@
 
 #include "op_check.h"
 #include "tenax/autodiff/scan_cache.h"
+#include "tenax/autodiff/scan_run.h"
 
 namespace tenax {
 namespace {
@@ -359,6 +360,61 @@ TEST(ScanBodyCache, ADifferentConstantOrLengthIsNotReused) {
   a.s = scalar(0.7);
   expect_same(run(a, o, nullptr), unrolled(a, o), "the kept constant again");  // kept: the last traced is 15 steps
   EXPECT_EQ(cache->misses() - misses, 3);
+}
+
+// x_t = a x_{t-1} + u_t from x_0 = init, loss = sum_t x_t^2 + x_T^2: value and gradients (a, init,
+// u), by hand.
+Out recurrence_by_hand(double a, double init, const std::vector<double>& u) {
+  const size_t n = u.size();
+  std::vector<double> x(n + 1, init);
+  double loss = 0;
+  for (size_t t = 0; t < n; ++t) {
+    x[t + 1] = a * x[t] + u[t];
+    loss += x[t + 1] * x[t + 1];
+  }
+  loss += x[n] * x[n];
+  std::vector<double> ub(n);
+  double xb = 2 * x[n], ab = 0;
+  for (size_t t = n; t-- > 0;) {
+    xb += 2 * x[t + 1];
+    ub[t] = xb;
+    ab += xb * x[t];
+    xb *= a;
+  }
+  return {loss, {scalar(ab), scalar(xb), tensor(ub, Axes{{"t", static_cast<int64_t>(n)}})}};
+}
+
+TEST(ScanBodyCache, ReusedScalarStepsKeepTheirFusedLoopsForCallsLaidOutAlike) {
+  // The fused forward and reverse loops a call built are kept with the compiled step and moved
+  // onto a later call's tensors; a call whose input is laid out otherwise (a strided view) builds
+  // its own. Every call against the recurrence's gradient by hand.
+  const auto body_of = [](const Tensor& a) {
+    return [a](const std::vector<Tensor>& c, const std::vector<Tensor>& u) {
+      const Tensor x = a * c[0] + u[0];
+      return std::make_pair(std::vector<Tensor>{x}, std::vector<Tensor>{x * x});
+    };
+  };
+  using Body = decltype(body_of(Tensor()));
+  const std::shared_ptr<ScanCache> cache = detail::scan_body_cache(typeid(Body));
+  const int64_t n = 40;
+  for (int call = 0; call < 6; ++call) {
+    const double a = 0.5 + 0.07 * call, init = 0.3 - 0.1 * call;
+    const Tensor wide = randn(Axes{{"t", n}, {"k", 2}}, 50 + uint64_t(call));
+    // Calls 3 and 4: u is every other element of `wide` (stride 2), the others contiguous.
+    const Tensor u = call == 3 || call == 4 ? select(wide, "k", 1) : contiguous(select(wide, "k", 0));
+    Tape tape;
+    std::vector<Tensor> v{tape.watch(scalar(a)), tape.watch(scalar(init)), tape.watch(u)};
+    ScanResult r = scan(Body(body_of(v[0])), {v[1]}, {v[2]}, "t");
+    const Tensor loss = sum(r.ys[0]) + r.carry[0] * r.carry[0];
+    expect_same({loss.item(), tape.gradient(loss, v)}, recurrence_by_hand(a, init, u.to_vector()),
+                "call " + std::to_string(call));
+  }
+  std::unique_ptr<ScanCache::Entry> e = cache->take();
+  ASSERT_TRUE(e && e->program);
+  // Calls 1, 2 and 4 take the forward and reverse loops the call before them kept; call 0 builds
+  // them, and so do call 3 (u strided) and call 5 (u contiguous again: call 4 kept strided ones).
+  EXPECT_EQ(e->program->loops_reused(), 6);
+  cache->give(std::move(e));
 }
 
 }  // namespace

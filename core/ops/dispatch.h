@@ -334,6 +334,9 @@ void fill_zero(const Tensor& t);
 void add_to_adjoint(VjpContext& c, int i, const Tensor& v);
 /// A new contiguous tensor with the same values and axis order.
 Tensor copy_of(const Tensor& t);
+/// select()'s view of x at index i of its dim d, without the op's dispatch and checks (d and i
+/// in range): what select's forward returns, for library code that walks slices itself.
+Tensor select_view(const Tensor& x, int d, int64_t i);
 /// dst = src elementwise over dst's axes (src lacking one of them is broadcast along it); same dtype.
 void copy_into(const Tensor& dst, const Tensor& src);
 /// Offsets (in elements) of every index of `batch` axes into `t` (t may lack some: stride 0).

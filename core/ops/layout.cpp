@@ -132,12 +132,7 @@ Tensor select_forward(Inputs in, const Attrs& a) {
   if (i < 0 || i >= n)
     throw IndexError("[select] index " + std::to_string(i) + " is out of range for axis '" + a.axes[0].str() +
                      "' of size " + std::to_string(n) + " in " + x.axes().describe());
-  Axes ax = x.axes();
-  ax.erase(d);
-  int64_t st[kMaxRank];
-  for (int k = 0, j = 0; k < x.rank(); ++k)
-    if (k != d) st[j++] = x.strides()[k];
-  return Tensor(x.storage(), x.offset() + i * x.strides()[d], ax, st, x.dtype());
+  return select_view(x, d, i);
 }
 Tensor select_jvp(JvpContext& c) { return select(c.tangent(0), c.attrs().axes[0], c.attrs().i[0]); }
 OpSample select_sample(SampleRng& rng, DType dt) {
@@ -309,6 +304,15 @@ void register_layout_ops(std::vector<const OpDef*>& ops) {
   for (const OpDef* op :
        {&op_rename, &op_transpose, &op_slice, &op_select, &op_diagonal, &op_broadcast, &op_contiguous})
     ops.push_back(op);
+}
+
+Tensor select_view(const Tensor& x, int d, int64_t i) {
+  Axes ax = x.axes();
+  ax.erase(d);
+  int64_t st[kMaxRank];
+  for (int k = 0, j = 0; k < x.rank(); ++k)
+    if (k != d) st[j++] = x.strides()[k];
+  return Tensor(x.storage(), x.offset() + i * x.strides()[d], ax, st, x.dtype());
 }
 
 }  // namespace tenax::detail

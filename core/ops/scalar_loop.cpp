@@ -333,6 +333,26 @@ bool ScalarLoop::simplify_as(const ScalarLoop& done) {
   return true;
 }
 
+bool ScalarLoop::rebase(const std::vector<Moved>& moved) {
+  auto moved_to = [&](const void* p) -> char* {
+    const auto* at = static_cast<const char*>(p);
+    for (const Moved& m : moved)
+      if (at >= m.from && at < m.from + m.bytes) return m.to + (at - m.from);
+    return nullptr;
+  };
+  for (const Ins& c : code_)
+    if (c.moving >= 0 && !moved_to(c.p[c.moving])) return false;
+  for (Ins& c : code_)
+    if (c.moving >= 0) c.p[c.moving] = moved_to(c.p[c.moving]);
+  pushed_.clear();  // (not rebased: this loop can no longer be simplify_as's `done`)
+  for (Op& op : ops_) {
+    if (op.code == 0xff) continue;  // the end of a step
+    const Ins& c = code_[op.ins];
+    if (c.moving >= 0 && c.moving < 3) op.p[c.moving] = c.p[c.moving];
+  }
+  return true;
+}
+
 void ScalarLoop::simplify() {
   pushed_ = code_;
   // Rounds of O(n^2): each merge scans the step once; a merge erases copy j, so j stays.

@@ -6,6 +6,7 @@
 // (copy, accumulate, add, mul, ...) or a call of a kernel's scalar twin (backends/kernels.h
 // ScalarFn) on element pointers fixed at capture, except the slice copies', which move by a stride
 // per step.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -70,6 +71,18 @@ class ScalarLoop {
   /// takes `done`'s simplified instructions with this loop's addresses put in, and returns true;
   /// otherwise false, and nothing changed.
   bool simplify_as(const ScalarLoop& done);
+  /// A stacked tensor's memory as a loop's moving operands point into it, [from, from + bytes), and
+  /// where the same layout lies now.
+  struct Moved {
+    const char* from = nullptr;
+    std::size_t bytes = 0;
+    char* to = nullptr;
+  };
+  /// Points every moving operand (at its address at step 0) into its range's new place; false,
+  /// and nothing changed, when one lies in none of `moved`. Fixed operands stay: a loop kept for
+  /// a later call (StepProgram::keep_loop) reads the same fixed buffers then. A rebased loop no
+  /// longer serves as simplify_as's `done`.
+  bool rebase(const std::vector<Moved>& moved);
   /// Runs steps first, first + dir, ... (count of them): every instruction in order per step. A
   /// moving operand points at p[moving] + s * stride at step s, or (relative) + (s - offset) * stride.
   void run(int64_t first, int64_t count, int64_t dir, int64_t offset = 0) const;
