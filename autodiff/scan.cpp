@@ -465,8 +465,8 @@ class ScanCall {
         run_->unneeded[c] = needed[c] ? 0 : 1;
         skip_new[c] = skip_new[c] || run_->unneeded[c];
       }
-      ck = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &run_->unneeded);
-      ck_new = ScanRun::CarrySlots(run_->checkpoints, p.carry(), &skip_new);
+      ck = ScanRun::CarrySlots(p, detail::kSlotsForward, run_->checkpoints, p.carry(), &run_->unneeded);
+      ck_new = ScanRun::CarrySlots(p, detail::kSlotsForwardNew, run_->checkpoints, p.carry(), &skip_new);
     }
     std::vector<detail::SliceCopy> y_store;
     bool keep = false;
@@ -493,6 +493,8 @@ class ScanCall {
     p.finish();
     p.load_carries(steps_);
     for (size_t j = 0; j < carry_.size(); ++j) carry_[j] = detail::copy_of(p.carry()[j]);
+    ck.keep(p, detail::kSlotsForward);
+    ck_new.keep(p, detail::kSlotsForwardNew);
   }
 
   // The final carry and the stacked outputs; recorded as one node when anything is tracked.

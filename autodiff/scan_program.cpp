@@ -134,13 +134,13 @@ void StepProgram::release_call() {
     carry_slots_[k] = Tensor();
     carry_load_[k] = SliceCopy();
   }
-  for (SliceCopy& c : x_load_) c = SliceCopy();
   residuals_ = Tensor();  // all steps' intermediates: a kept program holds one step's buffers only
   saved_.clear();
   ys_bar_.clear();
   xs_adj_.clear();
-  y_seed_.clear();
-  x_adj_store_.clear();
+  // The slice copies let go of the call's tensors; the next call's laid out alike rebind them.
+  for (std::vector<SliceCopy>* copies : {&x_load_, &y_seed_, &x_adj_store_})
+    for (SliceCopy& c : *copies) c.release();
 }
 
 void StepProgram::add_stacked(std::vector<Tensor>& out, bool backward) const {
@@ -213,6 +213,18 @@ std::unique_ptr<ScalarLoop> StepProgram::take_loop(int role, const std::vector<T
   return loop;
 }
 
+void StepProgram::keep_copies(int role, std::vector<SliceCopy> copies) {
+  if (!reusable_ || role < 0) return;
+  for (SliceCopy& c : copies) c.release();
+  if (kept_copies_.size() <= static_cast<size_t>(role)) kept_copies_.resize(static_cast<size_t>(role) + 1);
+  kept_copies_[static_cast<size_t>(role)] = std::move(copies);
+}
+
+std::vector<SliceCopy> StepProgram::take_copies(int role) {
+  if (role < 0 || kept_copies_.size() <= static_cast<size_t>(role)) return {};
+  return std::move(kept_copies_[static_cast<size_t>(role)]);
+}
+
 void StepProgram::load_carries(int64_t s) {
   for (size_t k = 0; k < carry_.size(); ++k)
     if (carry_in_place_[k]) carry_load_[k].run(s);
@@ -222,7 +234,7 @@ void StepProgram::rebind(const std::vector<Tensor>& xs, const std::vector<Tensor
   if (!reusable_) throw Error("[scan] internal: rebind() on a program that is not reusable");
   for (size_t k = 0; k < x_load_.size(); ++k) {
     const Tensor& buf = x_buffer(k);
-    x_load_[k] = SliceCopy(buf, xs[k], over_, true, false, true);
+    if (!x_load_[k].rebind(xs[k])) x_load_[k] = SliceCopy(buf, xs[k], over_, true, false, true);
     // An input read in place whose new tensor is laid out otherwise: its calls read the buffer
     // again (base: the buffer, not moving), loaded before every step, forward and reverse.
     if (x_in_place_[k] && !x_load_[k].moving_base(origin(), dir(), *x_base_[k])) {
@@ -557,6 +569,7 @@ void StepProgram::prepare_backward(const std::vector<char>& needs, const std::ve
 // The slice copies between the adjoint buffers and the stacked cotangents of this pass, as the
 // reverse programs' build made them (y_seed_of_, x_adj_of_).
 void StepProgram::make_slice_copies() {
+  if (rebind_slice_copies()) return;
   y_seed_.clear();
   y_seed_output_.clear();
   x_adj_store_.clear();
@@ -577,6 +590,15 @@ void StepProgram::make_slice_copies() {
     const bool alone = !overlaps(xs_adj_[k], others);
     x_adj_store_.emplace_back(adjoints_[static_cast<size_t>(x_adj_of_[k])], xs_adj_[k], over_, false, true, alone);
   }
+}
+
+bool StepProgram::rebind_slice_copies() {
+  size_t i = 0, j = 0;
+  for (size_t k = 0; k < y_seed_of_.size(); ++k)
+    if (y_seed_of_[k].first >= 0 && (i >= y_seed_.size() || !y_seed_[i++].rebind(ys_bar_[k]))) return false;
+  for (size_t k = 0; k < x_adj_of_.size(); ++k)
+    if (x_adj_of_[k] >= 0 && (j >= x_adj_store_.size() || !x_adj_store_[j++].rebind(xs_adj_[k]))) return false;
+  return i == y_seed_.size() && j == x_adj_store_.size();
 }
 
 void StepProgram::backward(int64_t s) {

@@ -174,6 +174,12 @@ class StepProgram {
   /// append_backward (the outputs' cotangents, the inputs' adjoints) point into: the `stacked`
   /// of keep_loop and take_loop.
   void add_stacked(std::vector<Tensor>& out, bool backward) const;
+  /// Slice copies between the carry buffers and a call's tensors, kept for the next call of a
+  /// reusable program: keep_copies files them under `role`, released (SliceCopy::release: no
+  /// tensor of the call is held), take_copies hands them back (empty: none, or not reusable), for
+  /// the caller to rebind; keep_copies on a program that is not reusable drops them.
+  void keep_copies(int role, std::vector<SliceCopy> copies);
+  std::vector<SliceCopy> take_copies(int role);
   /// Loops take_loop gave back so far (for tests).
   [[nodiscard]] int64_t loops_reused() const { return loops_reused_; }
 
@@ -230,6 +236,7 @@ class StepProgram {
   };
   std::vector<KeptLoop> kept_;
   std::vector<ScalarLoop::Moved> moved_;  // take_loop's, kept for its capacity
+  std::vector<std::vector<SliceCopy>> kept_copies_;  // by role (keep_copies)
   // Bumped whenever the forward programs (forward, next carry) or the reverse ones (seed, VJP,
   // their adjoint buffers) are built again or change what they read: a kept loop replays them.
   int64_t forward_gen_ = 0, backward_gen_ = 0;
@@ -281,6 +288,9 @@ class StepProgram {
   std::vector<std::pair<int32_t, bool>> y_seed_of_;
   std::vector<int32_t> x_adj_of_;
   void make_slice_copies();
+  /// make_slice_copies() by rebinding the last call's copies (SliceCopy::rebind); false when one
+  /// of this pass's tensors is laid out otherwise (then they are made again).
+  bool rebind_slice_copies();
 };
 
 }  // namespace tenax::detail

@@ -76,6 +76,36 @@ ScanRun::CarrySlots::CarrySlots(const std::vector<Tensor>& slots, const std::vec
   }
 }
 
+ScanRun::CarrySlots::CarrySlots(StepProgram& p, int role, const std::vector<Tensor>& slots,
+                                const std::vector<Tensor>& carry, const std::vector<char>* no_store,
+                                const std::vector<char>* no_load) {
+  // The kept copies serve where they are these copies, in this order (rebound in place: a
+  // SliceCopy is large to move).
+  std::vector<SliceCopy> kept[2] = {p.take_copies(2 * role), p.take_copies(2 * role + 1)};
+  size_t next[2] = {0, 0};
+  bool fits = true;
+  for (size_t k = 0; k < carry.size() && fits; ++k)
+    for (int which : {0, 1}) {
+      const std::vector<char>* skip = which == 0 ? no_load : no_store;
+      if (!fits || (skip && (*skip)[k])) continue;
+      std::vector<SliceCopy>& from = kept[which];
+      const size_t n = next[which]++;
+      fits = n < from.size() && from[n].fixed().data_ptr() == carry[k].data_ptr() &&
+             from[n].into_fixed() == (which == 0) && from[n].rebind(slots[k]);
+    }
+  if (fits && next[0] == kept[0].size() && next[1] == kept[1].size()) {
+    load = std::move(kept[0]);
+    store = std::move(kept[1]);
+    return;
+  }
+  *this = CarrySlots(slots, carry, no_store, no_load);
+}
+
+void ScanRun::CarrySlots::keep(StepProgram& p, int role) {
+  p.keep_copies(2 * role, std::move(load));
+  p.keep_copies(2 * role + 1, std::move(store));
+}
+
 std::vector<Tensor> ScanRun::new_slots(int64_t n) const {
   std::vector<Tensor> out;
   for (const Tensor& t : init) {
@@ -354,8 +384,9 @@ void ScanRun::vjp(const std::vector<Tensor>& cot, const std::vector<Tensor>& adj
     std::vector<char> no_load(nc);
     for (size_t k = 0; k < nc; ++k)
       no_load[k] = p.carry_in_place(k) || (k < unneeded.size() && unneeded[k]) ? 1 : 0;
-    CarrySlots ck(checkpoints, p.carry(), nullptr, &no_load);
+    CarrySlots ck(p, kSlotsReverse, checkpoints, p.carry(), nullptr, &no_load);
     reverse_chunks(ck, opt.checkpoint_every);
+    ck.keep(p, kSlotsReverse);
   }
   p.flush_stores();
   p.finish();

@@ -17,6 +17,10 @@ namespace tenax::detail {
 /// The axis of a scan's checkpoint buffers (one slot per stored carry).
 extern const Name kCheckpointAxis;
 
+/// The checkpoint slot copies a reusable step program keeps between calls (ScanRun::CarrySlots):
+/// the forward pass's (every carry; those its outputs do not store) and the reverse pass's.
+enum SlotCopies : int { kSlotsForward, kSlotsForwardNew, kSlotsReverse };
+
 // What a ScanCache keeps: the plan, the compiled program, and what a call must match to reuse them.
 struct ScanCache::Entry {
   std::shared_ptr<ScanPlan> plan;
@@ -72,6 +76,12 @@ struct ScanRun final : CustomNode {
     // store copy), or that the step reads from their slots in place (no load copy).
     CarrySlots(const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
                const std::vector<char>* no_store = nullptr, const std::vector<char>* no_load = nullptr);
+    /// The same, rebinding the copies a call before kept in `p` under `role` (keep) where they
+    /// are the same copies and the slots are laid out alike (SliceCopy::rebind); `carry` is p's.
+    CarrySlots(StepProgram& p, int role, const std::vector<Tensor>& slots, const std::vector<Tensor>& carry,
+               const std::vector<char>* no_store = nullptr, const std::vector<char>* no_load = nullptr);
+    /// Files the copies in `p` under `role` for the next call (StepProgram::keep_copies).
+    void keep(StepProgram& p, int role);
     void to_carry(int64_t i) {
       for (auto& c : load) c.run(i);
     }

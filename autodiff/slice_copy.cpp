@@ -74,6 +74,9 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
   if (d < 0 || whole.axes().size(d) == 0)
     throw AxisError("[scan] internal: a slice copy along '" + over.str() + "' of " + whole.axes().describe());
   Tensor slice = select_view(whole, d, 0);
+  whole_axes_ = whole.axes();
+  std::copy(whole.strides(), whole.strides() + whole.rank(), whole_strides_);
+  whole_dtype_ = whole.dtype();
   if (staged && fixed.device().kind == Device::Kind::cpu && SliceStage::wanted(whole, slice, over)) {
     // A store with accumulate reads its rows too: every staged store loads and writes back.
     stage_ = std::make_shared<SliceStage>(whole, over, !into_fixed);
@@ -108,6 +111,18 @@ SliceCopy::SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool i
       inline_ = resolve_form(form, flat_args_, outer_, count_);
     }
   }
+}
+
+bool SliceCopy::rebind(const Tensor& whole) {
+  if (!fn_ || stage_ || !whole.defined() || whole.dtype() != whole_dtype_ || !(whole.axes() == whole_axes_) ||
+      !std::equal(whole_strides_, whole_strides_ + whole.rank(), whole.strides()) ||
+      whole.device() != fixed_.device())
+    return false;
+  whole_ = whole;
+  base_ = static_cast<char*>(whole.data_ptr());  // slice 0
+  args_[moving_].data = base_;
+  flat_args_[moving_].data = base_;
+  return true;
 }
 
 void SliceCopy::run(int64_t i) {

@@ -54,6 +54,18 @@ class SliceCopy {
   SliceCopy(const Tensor& fixed, const Tensor& whole, Name over, bool into_fixed, bool accumulate,
             bool staged = false);
   void run(int64_t i);
+  /// The same copy for another stacked tensor laid out as the one it was made for (the same axes
+  /// in the same order, strides and dtype; only the memory differs): repoints it there and returns
+  /// true; false (nothing changed) for one laid out otherwise, or a staged copy.
+  bool rebind(const Tensor& whole);
+  /// Lets go of the stacked tensor until rebind() gives it another (a staged copy, whose stage
+  /// holds it too, is dropped whole: it cannot be rebound); a released copy must not run.
+  void release() {
+    if (stage_)
+      *this = SliceCopy();
+    else
+      whole_ = Tensor();
+  }
   /// Writes a staged copy's held block into `whole` (nothing otherwise): call when a sweep ends.
   void flush();
   /// On a device, while a capture is active: runs it at step s (slice origin + dir * s) and records
@@ -63,8 +75,11 @@ class SliceCopy {
   /// Appends it to a device program as a moving call at slice origin + dir * step.
   void append_to(KernelProgram& program, int64_t origin, int64_t dir) const;
   [[nodiscard]] bool on_host() const { return fixed_.device().kind == Device::Kind::cpu; }
-  /// The stacked tensor it walks (undefined for a default-made copy).
+  /// The stacked tensor it walks (undefined for a default-made copy), the fixed one, and which
+  /// way it copies.
   [[nodiscard]] const Tensor& whole() const { return whole_; }
+  [[nodiscard]] const Tensor& fixed() const { return fixed_; }
+  [[nodiscard]] bool into_fixed() const { return moving_ == 1; }
   /// Appends this copy to `loop` with slice index origin + dir * step (with `relative`: step minus
   /// the run's offset, ScalarLoop::run); false when the slice is not one element.
   bool append_to(ScalarLoop& loop, int64_t origin, int64_t dir, bool relative = false) const;
@@ -74,6 +89,9 @@ class SliceCopy {
 
  private:
   Tensor fixed_, whole_;
+  Axes whole_axes_;  ///< the layout rebind() asks for: whole_'s axes, strides and dtype when made
+  int64_t whole_strides_[kMaxRank] = {};
+  DType whole_dtype_ = DType::f64;
   ElementwiseFn fn_ = nullptr;
   LoopDims dims_;
   LoopArg args_[2];

@@ -1,6 +1,7 @@
 // scan_cached (autodiff/scan_cache.h): a call reuses the plan and compiled step of an earlier one
 // only where it may, and then gives what a fresh scan gives — values and gradients — under every
 // reverse schedule, in both directions.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -397,24 +398,39 @@ TEST(ScanBodyCache, ReusedScalarStepsKeepTheirFusedLoopsForCallsLaidOutAlike) {
   using Body = decltype(body_of(Tensor()));
   const std::shared_ptr<ScanCache> cache = detail::scan_body_cache(typeid(Body));
   const int64_t n = 40;
-  for (int call = 0; call < 6; ++call) {
-    const double a = 0.5 + 0.07 * call, init = 0.3 - 0.1 * call;
-    const Tensor wide = randn(Axes{{"t", n}, {"k", 2}}, 50 + uint64_t(call));
-    // Calls 3 and 4: u is every other element of `wide` (stride 2), the others contiguous.
-    const Tensor u = call == 3 || call == 4 ? select(wide, "k", 1) : contiguous(select(wide, "k", 0));
-    Tape tape;
-    std::vector<Tensor> v{tape.watch(scalar(a)), tape.watch(scalar(init)), tape.watch(u)};
-    ScanResult r = scan(Body(body_of(v[0])), {v[1]}, {v[2]}, "t");
-    const Tensor loss = sum(r.ys[0]) + r.carry[0] * r.carry[0];
-    expect_same({loss.item(), tape.gradient(loss, v)}, recurrence_by_hand(a, init, u.to_vector()),
-                "call " + std::to_string(call));
+  ScanOptions every3, recompute, reverse;
+  every3.checkpoint_every = 3;
+  recompute.residual_budget = 0;
+  reverse.reverse = true;
+  for (const auto& [name, o] : std::vector<std::pair<std::string, ScanOptions>>{
+           {"default", {}}, {"every 3", every3}, {"recompute", recompute}, {"reverse", reverse}}) {
+    for (int call = 0; call < 6; ++call) {
+      const double a = 0.5 + 0.07 * call, init = 0.3 - 0.1 * call;
+      const Tensor wide = randn(Axes{{"t", n}, {"k", 2}}, 50 + uint64_t(call));
+      // Calls 3 and 4: u is every other element of `wide` (stride 2), the others contiguous.
+      const Tensor u = call == 3 || call == 4 ? select(wide, "k", 1) : contiguous(select(wide, "k", 0));
+      Tape tape;
+      std::vector<Tensor> v{tape.watch(scalar(a)), tape.watch(scalar(init)), tape.watch(u)};
+      ScanResult r = scan(Body(body_of(v[0])), {v[1]}, {v[2]}, "t", o);
+      const Tensor loss = sum(r.ys[0]) + r.carry[0] * r.carry[0];
+      std::vector<double> uv = u.to_vector();
+      if (o.reverse) std::reverse(uv.begin(), uv.end());
+      Out want = recurrence_by_hand(a, init, uv);
+      if (o.reverse) {
+        std::vector<double> ub = want.grads[2].to_vector();
+        std::reverse(ub.begin(), ub.end());
+        want.grads[2] = tensor(ub, Axes{{"t", n}});
+      }
+      expect_same({loss.item(), tape.gradient(loss, v)}, want, name + ", call " + std::to_string(call));
+    }
+    std::unique_ptr<ScanCache::Entry> e = cache->take();
+    ASSERT_TRUE(e && e->program) << name;
+    // Calls 1, 2 and 4 take the forward and reverse loops the call before them kept; call 0
+    // builds them, and so do call 3 (u strided) and call 5 (u contiguous again: call 4 kept
+    // strided ones). Every 3 steps: the reverse pass's forward and backward loops of the chunks.
+    EXPECT_EQ(e->program->loops_reused(), name == "every 3" ? 9 : 6) << name;
+    // The next schedule compiles its own step (other options); this one's is dropped.
   }
-  std::unique_ptr<ScanCache::Entry> e = cache->take();
-  ASSERT_TRUE(e && e->program);
-  // Calls 1, 2 and 4 take the forward and reverse loops the call before them kept; call 0 builds
-  // them, and so do call 3 (u strided) and call 5 (u contiguous again: call 4 kept strided ones).
-  EXPECT_EQ(e->program->loops_reused(), 6);
-  cache->give(std::move(e));
 }
 
 }  // namespace
