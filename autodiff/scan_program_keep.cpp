@@ -28,8 +28,6 @@ int sharing(const std::vector<Tensor>& stacked, size_t k) {
 void StepProgram::keep_loop(int role, const std::vector<Tensor>& stacked, std::unique_ptr<ScalarLoop> loop,
                             bool backward) {
   if (!reusable_ || !loop) return;
-  for (const Tensor& t : stacked)
-    if (t.defined() && t.rank() > kMaxRank) return;
   auto it = std::find_if(kept_.begin(), kept_.end(), [&](const KeptLoop& k) { return k.role == role; });
   KeptLoop& kept = it != kept_.end() ? *it : kept_.emplace_back();
   kept.role = role;
