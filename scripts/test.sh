@@ -9,14 +9,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 jobs=$(nproc)
+# Each stage's end, in seconds since the start: where CI's time goes (docs/decisions.md "CI time").
+stage() { echo "test.sh: $1 done at ${SECONDS} s"; }
+stage bootstrap
 
 # What most users type first: CMake's default generator (Unix Makefiles), configure only, with
 # nvcc where the machine has one (it failed to configure there).
 cmake -S . -B build/default >/dev/null
+stage "default-generator configure"
 
 cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=Release -DTENAX_WERROR=ON
 cmake --build build/test -j"$jobs"
+stage "release build"
 ctest --test-dir build/test --output-on-failure -j"$jobs"
+stage "release tests"
 
 # Without MPI: OpenMPI's libraries keep no frame pointers, so LeakSanitizer cannot tell their
 # never-freed allocations from ours; the sharded code runs here over the one-process communicator
@@ -25,8 +31,10 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
   -DTENAX_WERROR=ON -DTENAX_SANITIZE=address,undefined -DTENAX_CUDA=OFF -DTENAX_MPI=OFF \
   -DTENAX_BUILD_BENCH=OFF -DTENAX_BUILD_EXAMPLES=ON
 cmake --build build/asan -j"$jobs"
+stage "ASan+UBSan build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build/asan --output-on-failure -j"$jobs"
+stage "ASan+UBSan tests"
 
 # The concurrency tests under ThreadSanitizer. Their tasks run on std::threads there and OpenBLAS
 # runs single-threaded: neither Debian's oneTBB nor its OpenBLAS is built for TSan, whose reports
@@ -35,7 +43,10 @@ cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
   -DTENAX_WERROR=ON -DTENAX_SANITIZE=thread -DTENAX_CUDA=OFF \
   -DTENAX_BUILD_BENCH=OFF -DTENAX_BUILD_EXAMPLES=OFF
 cmake --build build/tsan -j"$jobs" --target test_concurrency
+stage "TSan build"
 OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build/tsan -L concurrency --output-on-failure
+stage "TSan tests"
 
 # Model files and the C++ API under libFuzzer (ASan+UBSan, clang), bounded time, fixed seed.
 bash scripts/fuzz.sh 60
+stage fuzzing

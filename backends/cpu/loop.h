@@ -4,9 +4,6 @@
 // and splits large loops across oneTBB workers (in the caller's task_arena). Also the flat form
 // (for_flat: rows of a strided run, planned once by the caller) and Kernel<F, Ts...>, which
 // registers both forms of a functor's kernel.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <tuple>
@@ -43,6 +40,17 @@ inline constexpr int64_t kTile = 16;
 inline constexpr int64_t kTileMin = 1 << 14;
 
 namespace loop_detail {
+
+/// tbb::parallel_for over [0, n) in blocked ranges of grain `grain` (the caller's task_arena),
+/// calling body(ctx, begin, end) for each: one instantiation of oneTBB's task types for every
+/// kernel (loop.cpp) rather than three per kernel, which made elementwise.cpp and complex.cpp the
+/// build's longest compiles. An indirect call per task costs nothing beside its >= 2^12 elements.
+using RangeBody = void (*)(void* ctx, int64_t begin, int64_t end);
+void parallel_ranges(int64_t n, int64_t grain, RangeBody body, void* ctx);
+template <class G>
+void parallel_ranges(int64_t n, int64_t grain, G& g) {
+  parallel_ranges(n, grain, [](void* c, int64_t b, int64_t e) { (*static_cast<G*>(c))(b, e); }, &g);
+}
 
 template <int N>
 struct Plan {
@@ -266,12 +274,12 @@ bool split_row(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, F& f, 
       if (args[a].data != args[0].data || p.strides[a][0] != p.strides[0][0]) return false;
   int64_t s[N];
   for (int a = 0; a < N; ++a) s[a] = p.strides[a][0];
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, p.sizes[0], task_grain(kGrainOf<F>)),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      F local = f;
-                      std::tuple<Ts*...> ptr{static_cast<Ts*>(args[I].data) + r.begin() * s[I]...};
-                      inner<Ts...>(static_cast<int64_t>(r.size()), ptr, s, local, seq);
-                    });
+  auto body = [&](int64_t begin, int64_t end) {
+    F local = f;
+    std::tuple<Ts*...> ptr{static_cast<Ts*>(args[I].data) + begin * s[I]...};
+    inner<Ts...>(end - begin, ptr, s, local, seq);
+  };
+  parallel_ranges(p.sizes[0], task_grain(kGrainOf<F>), body);
   return true;
 }
 
@@ -313,11 +321,11 @@ bool for_each_tiled(const Plan<sizeof...(Ts)>& p, const detail::LoopArg* args, i
   for (int d = 0; d + 1 < p.rank; ++d)
     if (d != bdim) jobs *= p.sizes[d];
   const int64_t per_job = kTile * p.sizes[bdim];
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, task_grain((kParallelGrain + per_job - 1) / per_job)),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      F local = f;
-                      run_tiled<Ts...>(p, args, bdim, r.begin(), r.end(), local, seq);
-                    });
+  auto body = [&](int64_t begin, int64_t end) {
+    F local = f;
+    run_tiled<Ts...>(p, args, bdim, begin, end, local, seq);
+  };
+  parallel_ranges(jobs, task_grain((kParallelGrain + per_job - 1) / per_job), body);
   return true;
 }
 
@@ -363,11 +371,11 @@ void for_each(const detail::LoopDims& dims, const detail::LoopArg* args, F f) {
     return;
   }
   const int64_t rows_per_task = (kGrainOf<F> + p.sizes[p.rank - 1] - 1) / p.sizes[p.rank - 1];
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, outer_count, task_grain(rows_per_task)),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      F local = f;
-                      loop_detail::run_range<Ts...>(p, args, r.begin(), r.end(), local, seq);
-                    });
+  auto body = [&](int64_t begin, int64_t end) {
+    F local = f;
+    loop_detail::run_range<Ts...>(p, args, begin, end, local, seq);
+  };
+  loop_detail::parallel_ranges(outer_count, task_grain(rows_per_task), body);
 }
 
 /// The flat form of for_each (detail::FlatFn): `outer` rows of n elements, strides given, serial.
