@@ -476,17 +476,19 @@ class ScanCall {
         // Steps that do not fuse (more than single elements): with every carry stored, the
         // reverse pass reads each step's intermediates instead of recomputing the step, where
         // they fit the budget (ScanOptions::residual_budget).
-        keep = store_ck && k == 1 && p.keep_residuals(residual_budget_);
+        keep = store_ck && k == 1 && p.keep_residuals(residual_budget_, s);
         if (keep) outer_->take_residual_room(p.residual_bytes());
       }
-      if (store_ck && s % k == 0 && !keep) (s == 0 ? ck : ck_new).from_carry(s / k);  // a kept step keeps its carry
+      // Kept steps' carries too: restore() puts back all but the carries (keep_read_buffers).
+      if (store_ck && s % k == 0) (s == 0 ? ck : ck_new).from_carry(s / k);
+      const bool kept = keep && p.keeps(s);
       p.forward(s);
       if (s == first)
         for (size_t j = 0; j < run_->plan->y_out().size(); ++j) {
           if (replay_all_) ys_.push_back(stacked(j, p.y(j)));
           y_store.emplace_back(p.y(j), ys_[j], over_, false, false);
         }
-      if (keep) p.save(s);
+      if (kept) p.save(s);
       for (auto& c : y_store) c.run(run_->index(s));
       p.next_carry();
     }

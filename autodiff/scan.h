@@ -30,9 +30,10 @@ struct ScanOptions {
   /// below (log2 T + 1) carries is a MemoryError. Overrides checkpoint_every.
   int64_t memory_budget = 0;
   /// With every carry stored (checkpoint_every = 1, or a memory_budget they fit), the forward pass
-  /// on the host also keeps each step's intermediate values when all steps' fit what is left of
-  /// the recording tape's residual budget (Tape::set_residual_budget: 64 MiB shared by all scans
-  /// of a tape by default), and the reverse pass reads them instead of recomputing each step.
+  /// on the host also keeps the intermediate values of as many steps as fit what is left of the
+  /// recording tape's residual budget (Tape::set_residual_budget: shared by all scans of a tape,
+  /// kDefaultResidualBudget by default), and the reverse pass reads them instead of recomputing
+  /// those steps.
   /// -1 (default): the tape's budget alone; >= 0: at most this many bytes for this scan too (with
   /// a memory_budget: what it leaves after the carries); 0: always recompute (carries only).
   int64_t residual_budget = -1;

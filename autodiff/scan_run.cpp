@@ -236,7 +236,8 @@ void ScanRun::reverse_chunks(CarrySlots& ck, int64_t k) {
       loops.backwards->run(c, c + 1, -1);
       break;
     }
-    if (k == 1 && p.restore(c)) {  // the step's carry, x_t and intermediates as the forward pass kept them
+    if (k == 1 && p.restore(c)) {  // the step's intermediates as the forward pass kept them
+      ck.to_carry(c);              // and its carries (backward() loads x_t)
       p.backward(c);
     } else {
       ck.to_carry(c / k);

@@ -28,7 +28,8 @@ TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
   // when they fit ScanOptions::residual_budget, and the reverse pass reads them back instead of
   // recomputing the step. The gradients must be the recomputing pass's to the bit, in both
   // directions (x_t is loaded again before each kept step's reverse step: the rule of c * x reads it), with the bytes kept
-  // on the tape's count; a budget they do not fit keeps carries only.
+  // on the tape's count; a budget they do not all fit keeps as many steps as it holds (the
+  // others recomputed: kept and recomputed steps in one pass), one that holds no step carries only.
   std::vector<Tensor> args = rnn_inputs();
   args[3] = randn(Axes{{"t", 40}, {"h", 3}}, 8);
   const auto body = rnn_reading_x;
@@ -44,17 +45,26 @@ TEST(Scan, KeptIntermediatesGiveTheRecomputedGradientsAndCountAsResiduals) {
       *kept = tape.stats().residual_bytes;
       return tape.gradient(sum(r.ys[0]) + sum(r.carry[0] * r.carry[0]), a);
     };
-    int64_t carries_only = 0, with_steps = 0, too_small = 0;
+    int64_t carries_only = 0, with_steps = 0, too_small = 0, some = 0, a_third = 0;
     const std::vector<Tensor> ref = run(0, &carries_only);
     const std::vector<Tensor> kept = run(int64_t{64} << 20, &with_steps);
-    const std::vector<Tensor> tight = run(1000, &too_small);
+    const std::vector<Tensor> tight = run(16, &too_small);
     EXPECT_EQ(carries_only, 40 * 3 * 8);
     EXPECT_EQ(too_small, carries_only);
-    // Steps 3..39 are kept: at least the step's h-vectors (3 float64) several times over.
-    EXPECT_GT(with_steps, carries_only + 40 * 3 * 8 * 4) << "reverse=" << rev;
+    // Steps 3..39 are kept (0 and 1 are traced, 2 captured): at least the step's h-vectors (3 float64)
+    // several times over.
+    const int64_t all = with_steps - carries_only, per_step = all / 37;
+    EXPECT_EQ(all % 37, 0) << "reverse=" << rev;
+    EXPECT_GT(per_step, 3 * 8 * 4) << "reverse=" << rev;
+    // Budgets that hold some of the steps: as many whole steps as fit.
+    const std::vector<Tensor> partly = run(1000, &some), third = run(all / 3, &a_third);
+    EXPECT_EQ(some - carries_only, 1000 / per_step * per_step) << "reverse=" << rev;
+    EXPECT_EQ(a_third - carries_only, all / 3 / per_step * per_step) << "reverse=" << rev;
     for (size_t k = 0; k < ref.size(); ++k) {
       EXPECT_EQ(kept[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
       EXPECT_EQ(tight[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
+      EXPECT_EQ(partly[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
+      EXPECT_EQ(third[k].to_vector(), ref[k].to_vector()) << "argument " << k << " reverse=" << rev;
     }
     // And the recomputing pass is right: against the unrolled loop (rnn_loss_unrolled's body).
     auto unrolled = [&](const std::vector<Tensor>& a) {
@@ -104,9 +114,10 @@ TEST(Scan, KeptLstmStepsGiveTheRecomputedGradients) {
 
 TEST(Scan, ScansOnOneTapeShareItsResidualBudget) {
   // Two scans recorded on one tape draw their kept intermediates from the tape's one budget
-  // (Tape::set_residual_budget): with room for one scan's, the first keeps its steps and the
-  // second recomputes; the tape's residual count and the allocator's peak say so, and the
-  // gradients are the same bits whatever is kept.
+  // (Tape::set_residual_budget): with room for one and a half scans', the first keeps its steps
+  // and the second as many of its steps as the rest holds, recomputing the others; the tape's
+  // residual count and the allocator's peak say so, and the gradients are the same bits
+  // whatever is kept.
   std::vector<Tensor> args = rnn_inputs();
   args[3] = randn(Axes{{"t", 40}, {"h", 3}}, 8);
   const auto body = rnn_reading_x;
@@ -134,16 +145,20 @@ TEST(Scan, ScansOnOneTapeShareItsResidualBudget) {
     return out;
   };
   const Run one_kept = run(1, -1), one_none = run(1, 0);
-  const int64_t steps = one_kept.residuals - one_none.residuals;  // one scan's kept intermediates
+  // One scan's kept intermediates: its steps 3..39 (0 and 1 are traced, 2 captured).
+  const int64_t steps = one_kept.residuals - one_none.residuals, per_step = steps / 37;
   ASSERT_GT(steps, 0);
-  const Run none = run(2, 0), room_for_one = run(2, steps + steps / 2), both = run(2, -1);
-  EXPECT_EQ(room_for_one.residuals, none.residuals + steps);
-  EXPECT_EQ(both.residuals, none.residuals + 2 * steps);
-  // The allocator saw the kept bytes: one scan's more than none at the peak, one scan's fewer than both.
-  EXPECT_GE(room_for_one.peak, none.peak + steps);
-  EXPECT_LE(room_for_one.peak, both.peak - steps);
+  ASSERT_EQ(steps % 37, 0);
+  const Run none = run(2, 0), room = run(2, steps + steps / 2), both = run(2, -1);
+  // The second scan reuses the first's program (traces step 0 only): it can keep steps 2..39.
+  EXPECT_EQ(both.residuals, none.residuals + 2 * steps + per_step);
+  EXPECT_EQ(room.residuals, none.residuals + steps + steps / 2 / per_step * per_step);
+  // The allocator saw the kept bytes: the first scan's and some more than none at the peak, at
+  // least half a scan's fewer than both.
+  EXPECT_GT(room.peak, none.peak + steps);
+  EXPECT_LE(room.peak, both.peak - steps / 2);
   for (size_t k = 0; k < none.grads.size(); ++k) {
-    EXPECT_EQ(room_for_one.grads[k].to_vector(), none.grads[k].to_vector()) << "argument " << k;
+    EXPECT_EQ(room.grads[k].to_vector(), none.grads[k].to_vector()) << "argument " << k;
     EXPECT_EQ(both.grads[k].to_vector(), none.grads[k].to_vector()) << "argument " << k;
   }
   Tape tape;
