@@ -24,8 +24,10 @@ struct TapeStats {
   int64_t partial_adjoints = 0;
 };
 
-/// The default of Tape::set_residual_budget: 64 MiB for all scans of one tape.
-inline constexpr int64_t kDefaultResidualBudget = int64_t{64} << 20;
+/// The default of Tape::set_residual_budget: 48 MiB for all scans of one tape (seed 002's
+/// two-layer LSTM then peaks at 1.48x the hand-counted minimum of its reverse pass, within 1.02x
+/// of the time with every step kept: bench/RESULTS.md).
+inline constexpr int64_t kDefaultResidualBudget = int64_t{48} << 20;
 
 /// Records every op whose input is watched (directly or through other ops) while it is the
 /// innermost live Tape of this thread. Tapes may be destroyed in any order: when one ends, the
@@ -63,8 +65,9 @@ class Tape {
   void keep_all_residuals();
   /// The bytes of steps' intermediates that all scans recorded on this tape together may keep for
   /// the reverse pass, which then reads them instead of recomputing the steps (ScanOptions::
-  /// residual_budget; default kDefaultResidualBudget). A scan keeps all its steps' or none, in
-  /// the order the scans run; 0 recomputes every step. Call before recording.
+  /// residual_budget; default kDefaultResidualBudget). A scan keeps as many of its steps' as
+  /// what is left holds, in the order the scans run, and recomputes the others; 0 recomputes
+  /// every step. Call before recording.
   void set_residual_budget(int64_t bytes);
   /// Current figures.
   [[nodiscard]] TapeStats stats() const;

@@ -1,13 +1,14 @@
 // A two-layer LSTM (seed 002's mid-size configuration: 2 layers, 64 units, batch 256; here
 // T = 100 steps, float32) as two tenax::scan loops, value + gradient of every weight, under
 // different budgets for the steps' kept intermediates: the tape's shared default, none, the
-// former 64 MiB per scan, and no limit. Reports the host allocator's peak beside the time, and
+// former 64 MiB per scan, no limit, and tape budgets from 32 to 64 MiB. Reports the host allocator's peak beside the time, and
 // the hand-counted minimum a reverse pass that recomputes nothing needs (per layer and step: the
-// four gates, c_{t-1} and h_{t-1}). `--lstm_calls=N` runs N calls untimed (instruction counts).
+// four gates, c_{t-1} and h_{t-1}). `--lstm_calls=N[,MODE]` runs N calls untimed (instruction counts).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -51,7 +52,8 @@ int64_t value_and_gradient(int mode, const Tensor& xs, const Layer& l1, const La
   if (mode == 2) opt.residual_budget = int64_t{64} << 20;
   Tape tape;
   if (mode == 1) tape.set_residual_budget(0);
-  if (mode >= 2) tape.set_residual_budget(INT64_MAX);
+  if (mode == 2 || mode == 3) tape.set_residual_budget(INT64_MAX);
+  if (mode >= 8) tape.set_residual_budget(int64_t{mode} << 20);
   std::vector<Tensor> w;
   for (const Layer* l : {&l1, &l2})
     for (const Tensor* t : {&l->wx, &l->wh, &l->b}) w.push_back(tape.watch(*t));
@@ -85,19 +87,30 @@ BENCHMARK(BM_Lstm2_ValueAndGradient)
     ->Arg(1)
     ->Arg(2)
     ->Arg(3)
-    ->ArgName("budget")  // 0: the tape's default, 1: none, 2: 64 MiB per scan (the former default), 3: no limit
+    ->Arg(32)
+    ->Arg(40)
+    ->Arg(48)
+    ->Arg(56)
+    ->Arg(64)
+    // 0: the tape's default, 1: none, 2: 64 MiB per scan (the former default), 3: no limit,
+    // 8 and more: the tape's budget in MiB
+    ->ArgName("budget")
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-// `--lstm_calls=N`: N value + gradient calls under the tape's default budget and nothing else, for
-// instruction counts (bench/RESULTS.md: cachegrind at two N, the difference per call).
+// `--lstm_calls=N[,MODE]`: N value + gradient calls under budget mode MODE (the benchmark's
+// argument; default 0, the tape's default) and nothing else, for instruction counts
+// (bench/RESULTS.md: cachegrind at two N, the difference per call).
 int main(int argc, char** argv) {
   for (int k = 1; k < argc; ++k)
     if (std::string_view(argv[k]).starts_with("--lstm_calls=")) {
       const Tensor xs = inputs();
       const Layer l1 = first_layer(), l2 = second_layer();
-      for (int call = 0, n = std::atoi(argv[k] + 13); call < n; ++call) (void)value_and_gradient(0, xs, l1, l2);
+      const char* arg = argv[k] + 13;
+      const char* comma = std::strchr(arg, ',');
+      const int mode = comma ? std::atoi(comma + 1) : 0;
+      for (int call = 0, n = std::atoi(arg); call < n; ++call) (void)value_and_gradient(mode, xs, l1, l2);
       return 0;
     }
   benchmark::Initialize(&argc, argv);
