@@ -25,8 +25,8 @@ struct TapeStats {
 };
 
 /// The default of Tape::set_residual_budget: 48 MiB for all scans of one tape (seed 002's
-/// two-layer LSTM then peaks at 1.48x the hand-counted minimum of its reverse pass, within 1.02x
-/// of the time with every step kept: bench/RESULTS.md).
+/// two-layer LSTM then peaks at 1.48x the hand-counted minimum of its reverse pass, at a median
+/// 1.04x the time with every step kept: bench/RESULTS.md).
 inline constexpr int64_t kDefaultResidualBudget = int64_t{48} << 20;
 
 /// Records every op whose input is watched (directly or through other ops) while it is the
