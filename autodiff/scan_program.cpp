@@ -135,7 +135,7 @@ void StepProgram::release_call() {
     carry_load_[k] = SliceCopy();
   }
   residuals_ = Tensor();  // all steps' intermediates: a kept program holds one step's buffers only
-  saved_.clear();
+  residual_steps_ = 0;
   ys_bar_.clear();
   xs_adj_.clear();
   // The slice copies let go of the call's tensors; the next call's laid out alike rebind them.
@@ -316,8 +316,7 @@ void StepProgram::keep_read_buffers() {
 }
 
 bool StepProgram::keep_residuals(int64_t budget, int64_t from) {
-  saved_.clear();  // nothing of an earlier pass (a reused program) counts
-  residual_steps_ = 0;
+  residual_steps_ = 0;  // nothing of an earlier pass (a reused program) counts
   if (arena_ && !arena_->overflowed() && forward_built_ && !arena_kept_) keep_read_buffers();
   const auto used = arena_ ? static_cast<int64_t>(arena_->saved()) : 0;
   // As many of the steps from `from` as the budget holds, the first ones: a scan a little over
@@ -336,7 +335,6 @@ bool StepProgram::keep_residuals(int64_t budget, int64_t from) {
   }
   residual_from_ = from;
   residual_steps_ = n;
-  saved_.assign(static_cast<size_t>(steps_), 0);
   // The kept bytes leave x_t out: each reverse step loads it from the scanned tensor first.
   for (size_t k = 0; k < x_load_.size(); ++k)
     if (!x_in_place_[k]) x_unkept_[k] = x_load_back_[k] = 1;
@@ -345,11 +343,10 @@ bool StepProgram::keep_residuals(int64_t budget, int64_t from) {
 
 void StepProgram::save(int64_t s) {
   arena_->save(static_cast<char*>(residuals_.data_ptr()) + static_cast<std::size_t>(s - residual_from_) * arena_->saved());
-  saved_[static_cast<size_t>(s)] = 1;
 }
 
 bool StepProgram::restore(int64_t s) {
-  if (saved_.empty() || !saved_[static_cast<size_t>(s)]) return false;
+  if (!keeps(s)) return false;
   arena_->restore(static_cast<const char*>(residuals_.data_ptr()) +
                   static_cast<std::size_t>(s - residual_from_) * arena_->saved());
   return true;

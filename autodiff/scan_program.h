@@ -131,17 +131,15 @@ class StepProgram {
   /// x_t is loaded again) of the steps from `from` on (save), as many as take at most `budget` bytes;
   /// false (nothing kept) when not one step fits, or on a device.
   bool keep_residuals(int64_t budget, int64_t from);
-  /// Whether step s is one keep_residuals chose (save it after forward(s)).
-  [[nodiscard]] bool keeps(int64_t s) const {
-    return !saved_.empty() && s >= residual_from_ && s < residual_from_ + residual_steps_;
-  }
+  /// Whether step s is one keep_residuals chose for this pass (save it after forward(s)).
+  [[nodiscard]] bool keeps(int64_t s) const { return s >= residual_from_ && s < residual_from_ + residual_steps_; }
   /// Bytes kept for them (0 when keep_residuals said no).
   [[nodiscard]] int64_t residual_bytes() const { return residuals_.defined() ? residuals_.numel() : 0; }
   /// Keeps step s's intermediates, right after forward(s) and before next_carry() (only for a
   /// step keeps(s) names).
   void save(int64_t s);
   /// Instead of running forward(s) before backward(s) (the carries loaded from the checkpoints
-  /// either way): puts what save(s) kept back; false when it was not kept.
+  /// either way): puts what save(s) kept back; false when keeps(s) does not name s.
   bool restore(int64_t s);
   /// Runs step s backwards, right after forward(s): reads and replaces the carry cotangent.
   void backward(int64_t s);
@@ -251,7 +249,6 @@ class StepProgram {
   bool arena_kept_ = false;  // keep_read_buffers() done
   Tensor residuals_;         // (kept step, kept arena bytes) once keep_residuals said yes
   int64_t residual_from_ = 0, residual_steps_ = 0;  // the kept steps: [from, from + steps)
-  std::vector<char> saved_;  // per step: its intermediates are in residuals_
   Name over_;
   bool reverse_;
   int64_t steps_;

@@ -236,11 +236,10 @@ void ScanRun::reverse_chunks(CarrySlots& ck, int64_t k) {
       loops.backwards->run(c, c + 1, -1);
       break;
     }
+    ck.to_carry(c / k);  // a kept step's too: restore() puts back all but the carries
     if (k == 1 && p.restore(c)) {  // the step's intermediates as the forward pass kept them
-      ck.to_carry(c);              // and its carries (backward() loads x_t)
       p.backward(c);
     } else {
-      ck.to_carry(c / k);
       if (loops.fused) {
         loops.forwards->run(c, e - 1 - c, 1, c);
         segment.from_carry(e - 1 - c);

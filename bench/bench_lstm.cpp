@@ -1,9 +1,10 @@
 // A two-layer LSTM (seed 002's mid-size configuration: 2 layers, 64 units, batch 256; here
 // T = 100 steps, float32) as two tenax::scan loops, value + gradient of every weight, under
 // different budgets for the steps' kept intermediates: the tape's shared default, none, the
-// former 64 MiB per scan, no limit, and tape budgets from 32 to 64 MiB. Reports the host allocator's peak beside the time, and
-// the hand-counted minimum a reverse pass that recomputes nothing needs (per layer and step: the
-// four gates, c_{t-1} and h_{t-1}). `--lstm_calls=N[,MODE]` runs N calls untimed (instruction counts).
+// former 64 MiB per scan, no limit, and tape budgets from 32 to 64 MiB. Reports the host
+// allocator's peak beside the time, and the hand-counted minimum a reverse pass that recomputes
+// nothing needs (per layer and step: the four gates, c_{t-1} and h_{t-1}). `--lstm_calls=N[,MODE]`
+// runs N calls untimed (instruction counts).
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
