@@ -22,6 +22,9 @@ constexpr EnvVariable kEnvironment[] = {
      "MiB of freed host blocks over 16 MiB kept for reuse (0: none kept)", 0, int64_t{1} << 40},
     {"TENAX_SCALAR_LOOPS", K::flag, "1",
      "0: scans over single elements replay call by call instead of as one fused loop of scalar instructions"},
+    {"TENAX_SCALAR_JIT", K::flag, "1",
+     "0: fused scalar loops keep running through the lowered code's handlers instead of as machine code "
+     "(built on x86-64 Linux after a loop's first 256 steps)"},
     {"TENAX_SCAN_IN_PLACE", K::flag, "1",
      "0: host scans copy each step's slice of their scanned inputs, and each new carry that is also an output, "
      "into a buffer instead of reading them in place"},

@@ -2,6 +2,7 @@
 // fusion, the inline calls' planned loops and the fused scalar loops' simplify(), each against the
 // program as written or the kernels' own arithmetic, bit for bit. (Whole scans that replay through
 // them are tested in test_scan.cpp.)
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -449,6 +450,104 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
     }
   }
   EXPECT_GT(simplified, 1000);  // the programs did get shorter, not only stay equal
+}
+
+// The machine code of a loop (ScalarLoop::compile_now) on random programs as above, with calls
+// whose operands move too, forwards and backwards, moving operands indexed by the step or by the
+// step less an offset, with strides of 0 to 3 elements: every element of memory holds the bits the lowered code's handlers leave,
+// for the programs as written and simplified.
+TEST(ScalarLoop, MachineCodeGivesTheHandlersBits) {
+  using K = detail::ScalarLoop::Kind;
+  std::mt19937_64 rng(11);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  const detail::ScalarFn halve_plus_one = [](void* const* p) {
+    *static_cast<double*>(p[0]) = *static_cast<const double*>(p[1]) * 0.5 + 1.0;
+  };
+  std::normal_distribution<double> normal;
+  constexpr int kSteps = 8;
+  struct Memory {
+    double e[20];
+    double in[6 * kSteps], out[6 * kSteps];  // (strides up to 3 elements)
+  };
+  int compiled = 0, calls_moving = 0, nans = 0, cells = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    Memory start{};
+    for (double& v : start.e) v = normal(rng);
+    for (double& v : start.in) v = normal(rng);
+    struct Op {
+      K kind;
+      int arity, moving, operand[3];
+      bool into_input, relative;
+      int64_t stride;  // bytes: 0, 8 (a scaled index), 16 or 24 (multiplied out)
+    };
+    std::vector<Op> ops;
+    const int n = 1 + pick(40);
+    for (int i = 0; i < n; ++i) {
+      const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc, K::call};
+      // (Twenty elements: more live values than registers in the longer programs.)
+      Op op{kinds[pick(9)], 3, -1, {pick(20), pick(20), pick(20)}, false, pick(2) == 0, 8 * pick(4)};
+      if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg ||
+          op.kind == K::call)
+        op.arity = 2;
+      if (pick(3) == 0) {
+        if (op.kind == K::copy || op.kind == K::acc || op.kind == K::call) op.moving = pick(2);
+        if (op.kind == K::add || op.kind == K::sub || op.kind == K::mul) op.moving = pick(3);
+        if (op.kind == K::mul_acc) op.moving = 1 + pick(2);
+      }
+      op.into_input = op.moving == 0 && pick(2) == 0;
+      calls_moving += op.kind == K::call && op.moving >= 0;
+      ops.push_back(op);
+    }
+    auto bind = [&](Memory& m) {
+      detail::ScalarLoop loop;
+      for (const Op& op : ops) {
+        detail::ScalarLoop::Ins ins;
+        ins.kind = op.kind;
+        ins.arity = static_cast<int8_t>(op.arity);
+        ins.fn = op.kind == K::call ? halve_plus_one : nullptr;
+        for (int a = 0; a < op.arity; ++a) ins.p[a] = &m.e[op.operand[a]];
+        if (op.moving >= 0) {
+          ins.moving = static_cast<int8_t>(op.moving);
+          ins.p[op.moving] =
+              op.moving == 0 && !op.into_input ? static_cast<void*>(m.out) : static_cast<void*>(m.in);
+          ins.stride = op.stride;
+          ins.relative = op.relative;
+        }
+        loop.push(ins);
+      }
+      loop.live_out(&m.e[0]);
+      loop.live_out(&m.e[1]);
+      return loop;
+    };
+    const int64_t offset = pick(kSteps + 1);
+    const bool backwards = pick(2) == 0;
+    const int64_t first = backwards ? offset + kSteps - 1 : offset;
+    for (bool simplified : {false, true}) {
+      Memory handled = start, machine = start;
+      detail::ScalarLoop h = bind(handled), m = bind(machine);
+      if (simplified) {
+        h.simplify();
+        m.simplify();
+      }
+      if (!m.compile_now()) GTEST_SKIP() << "no machine code for fused loops here (not x86-64 Linux, or refused)";
+      ASSERT_FALSE(h.compiled());
+      h.run(first, kSteps, backwards ? -1 : 1, offset);
+      m.run(first, kSteps, backwards ? -1 : 1, offset);
+      ++compiled;
+      // The same bits, or NaN in both (which NaN an operation of two NaNs or inf - inf returns
+      // depends on the order the compiler put a commutative operation's operands in).
+      const auto* a = reinterpret_cast<const double*>(&handled);
+      const auto* b = reinterpret_cast<const double*>(&machine);
+      for (size_t q = 0; q < sizeof(Memory) / sizeof(double); ++q, ++cells) nans += std::isnan(a[q]) ? 1 : 0;
+      for (size_t q = 0; q < sizeof(Memory) / sizeof(double); ++q)
+        ASSERT_TRUE(std::memcmp(a + q, b + q, sizeof(double)) == 0 || (std::isnan(a[q]) && std::isnan(b[q])))
+            << "trial " << trial << (simplified ? " simplified" : " as written") << ", element " << q << ": "
+            << a[q] << " vs " << b[q];
+    }
+  }
+  EXPECT_LT(nans, cells / 100);  // (the bits were compared, not NaNs)
+  EXPECT_EQ(compiled, 8000);
+  EXPECT_GT(calls_moving, 1000);
 }
 
 // The folds simplify() makes in a recurrence's step (c = a c + u_t, y_t = c c, acc += c a): the

@@ -3,6 +3,7 @@
 // parameter adjoints, and the errors a misused scan raises.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -667,6 +668,56 @@ TEST(Scan, FusedScalarStepsEqualTheStepByStepReplay) {
   for (size_t k = 0; k < 3; ++k)
     EXPECT_LT(mismatch(j_fused[k], j_steps[k], 1e-14, 1e-14), 1.0) << "argument " << k;
   EXPECT_EQ(j_fused[2].axes().describe(), "(t=6, t_in=6)");
+}
+
+TEST(Scan, FusedLoopsAsMachineCodeGiveTheHandlersBits) {
+  // Long enough that the fused loops compile (ScalarLoop::kJitAfterSteps): the recurrence with its
+  // loss emitted and carried, every checkpoint schedule, against the same scans with the loops
+  // kept on the lowered code's handlers: the same bits in values and gradients.
+  const Tensor u = randn(Axes{{"t", 2000}}, 21) * 0.1;
+  // Schedules: every carry checkpointed with steps kept, the same recomputing every step, every
+  // 16th carry, recursive bisection under a memory budget.
+  auto run = [&](int schedule, bool carried) {
+    return value_and_grad(
+        [&](const std::vector<Tensor>& a) {
+          ScanOptions o;
+          if (schedule == 1) o.residual_budget = 0;
+          if (schedule == 2) o.checkpoint_every = 16;
+          if (schedule == 3) o.memory_budget = 400;
+          const ScanBody body = [&a, carried](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+            const Tensor next = a[0] * c[0] + x[0];
+            if (carried)
+              return std::make_pair(std::vector<Tensor>{next, c[1] + next * next}, std::vector<Tensor>{});
+            return std::make_pair(std::vector<Tensor>{next, c[1]}, std::vector<Tensor>{next * next});
+          };
+          ScanResult r = scan(body, {a[1], scalar(0.0)}, {a[2]}, "t", o);
+          return carried ? r.carry[1] : sum(r.ys[0]);
+        },
+        {scalar(0.9), scalar(0.25), u});
+  };
+  auto bits = [](const Tensor& t) {
+    const std::vector<double> v = t.to_vector();
+    std::vector<uint64_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * sizeof(double));
+    return b;
+  };
+  for (int k = 0; k < 4; ++k)
+    for (bool carried : {false, true}) {
+      const int64_t before = detail::scalar_jit_loops();
+      auto [v_code, g_code] = run(k, carried);
+      const bool compiled = detail::scalar_jit_loops() > before;
+      const bool was = detail::scalar_jit_enabled();
+      detail::set_scalar_jit(false);
+      auto [v_handlers, g_handlers] = run(k, carried);
+      detail::set_scalar_jit(was);
+      // (Later runs may take back loops an earlier one compiled: a reused scan program keeps them.)
+      if (k == 0 && !carried && !compiled)
+        GTEST_SKIP() << "no machine code for fused loops here (not x86-64 Linux, or refused)";
+      EXPECT_EQ(bits(v_code), bits(v_handlers)) << "schedule " << k << " carried " << carried;
+      for (size_t i = 0; i < 3; ++i)
+        EXPECT_EQ(bits(g_code[i]), bits(g_handlers[i])) << "argument " << i << ", schedule " << k;
+      EXPECT_NE(g_code[0].item(), 0.0);
+    }
 }
 
 TEST(Scan, AFailingFactorisationNamesTheStep) {

@@ -8,6 +8,7 @@
 // per step.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "tenax/backends/kernels.h"
@@ -85,7 +86,18 @@ class ScalarLoop {
   bool rebase(const std::vector<Moved>& moved);
   /// Runs steps first, first + dir, ... (count of them): every instruction in order per step. A
   /// moving operand points at p[moving] + s * stride at step s, or (relative) + (s - offset) * stride.
-  void run(int64_t first, int64_t count, int64_t dir, int64_t offset = 0) const;
+  /// Once kJitAfterSteps steps have run, the loop runs as machine code where it can (compile_now);
+  /// one thread at a time runs a loop (a scan's call holds it alone).
+  void run(int64_t first, int64_t count, int64_t dir, int64_t offset = 0);
+  /// Builds the loop's machine code now (scalar_loop_jit.cpp) instead of after kJitAfterSteps
+  /// steps; whether the loop now runs as machine code (false: not x86-64 Linux, the system refused
+  /// executable memory, or TENAX_SCALAR_JIT=0 / set_scalar_jit(false)).
+  bool compile_now();
+  /// Whether run() runs machine code.
+  [[nodiscard]] bool compiled() const { return jit_ != nullptr; }
+  /// Steps a loop runs through the lowered code before it is compiled (building the code costs
+  /// about as much as that many interpreted steps: two system calls for its page).
+  static constexpr int64_t kJitAfterSteps = 256;
   [[nodiscard]] size_t size() const { return code_.size(); }
 
  private:
@@ -115,7 +127,15 @@ class ScalarLoop {
   bool merge_forward(size_t j);
   bool merge_backward(size_t j);
   [[nodiscard]] bool is_live(const void* p) const;
+  /// The loop as machine code: built from code_ (fixed addresses and strides in the code, the
+  /// moving operands' and calls' pointers read from code_ at run time, so rebase() keeps it).
+  struct Jit;
+  static std::shared_ptr<const Jit> build_jit(const std::vector<Ins>& code);
+  static void run_jit(const Jit& jit, const Ins* code, int64_t s, int64_t sr, int64_t count, int64_t dir);
   std::vector<Ins> code_;
+  std::shared_ptr<const Jit> jit_;  ///< null until compiled; shared by copies (same code_)
+  int64_t steps_run_ = 0;           ///< steps run since lowering, until compiled
+  bool jit_tried_ = false;
   std::vector<Ins> pushed_;  ///< code_ as pushed, kept by simplify() (for simplify_as)
   std::vector<Op> ops_;      ///< code_ lowered, then an end-of-step op
   std::vector<const void*> live_;
@@ -147,6 +167,15 @@ constexpr bool moves_inline(ScalarLoop::Kind k, int moving) {
 /// kernel programs one call at a time).
 bool scalar_loops_enabled();
 void set_scalar_loops(bool on);
+
+/// Whether fused loops are compiled to machine code after their first kJitAfterSteps steps
+/// (default on where supported; TENAX_SCALAR_JIT=0 or set_scalar_jit(false) keeps them on the
+/// lowered code's handlers, for comparison and debugging). Loops compiled before a change keep
+/// their code.
+bool scalar_jit_enabled();
+void set_scalar_jit(bool on);
+/// Fused loops compiled to machine code in this process so far (for tests and benchmarks).
+int64_t scalar_jit_loops();
 
 /// What inline form k writes to o from its operands x and y (and o's old value where it
 /// accumulates): the ops' own expressions from elementwise.def (neg, add, sub, mul), so a replay

@@ -80,6 +80,9 @@ const void* const* ScalarLoop::handlers() {
 }
 
 void ScalarLoop::lower() {
+  jit_.reset();
+  jit_tried_ = false;
+  steps_run_ = 0;
   ops_.clear();
   for (size_t i = 0; i < code_.size(); ++i) ops_.push_back(lowered(code_[i], static_cast<uint32_t>(i)));
   ops_.push_back(end_of_step());
@@ -205,8 +208,22 @@ static_assert(row_of(Kind::add, 0) == 16 && row_of(Kind::mul, 2) == 24 && row_of
                   moving_of(static_cast<int>(Kind::acc_out) * 16) == 0 && kEnd / 16 == 15,
               "the rows of the moving arithmetic forms");
 
-void ScalarLoop::run(int64_t first, int64_t count, int64_t dir, int64_t offset) const {
-  if (count > 0) run_loop(first, count, dir, offset, nullptr);
+void ScalarLoop::run(int64_t first, int64_t count, int64_t dir, int64_t offset) {
+  if (count <= 0) return;
+  if (!jit_ && !jit_tried_ && (steps_run_ += count) > kJitAfterSteps) compile_now();
+  if (jit_) {
+    run_jit(*jit_, code_.data(), first, first - offset, count, dir);
+    return;
+  }
+  run_loop(first, count, dir, offset, nullptr);
+}
+
+bool ScalarLoop::compile_now() {
+  if (!jit_ && !jit_tried_) {
+    jit_tried_ = true;
+    if (scalar_jit_enabled()) jit_ = build_jit(code_);
+  }
+  return jit_ != nullptr;
 }
 
 // With `handlers` set, hands out the handlers' table (for lower()) and runs nothing.
