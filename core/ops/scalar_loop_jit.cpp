@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #include "tenax/core/env.h"
 #include "tenax/core/ops/scalar_loop.h"
@@ -420,7 +421,7 @@ std::shared_ptr<const ScalarLoop::Jit> ScalarLoop::build_jit(const std::vector<I
     g_no_executable_memory.store(true, std::memory_order_relaxed);
     return nullptr;  // (unmapped by ~Jit)
   }
-  jit->entry = reinterpret_cast<Entry>(m);
+  std::memcpy(&jit->entry, &m, sizeof m);  // (the code's address as a function pointer)
   g_compiled_loops.fetch_add(1, std::memory_order_relaxed);
   return jit;
 }
