@@ -368,6 +368,43 @@ TEST(InlineCall, EveryKindShapeAndLayoutGivesTheKernelsBits) {
   EXPECT_EQ(checked, 8 * (4 * 9 * 3 * 3 + 4 * 3));
 }
 
+namespace {
+
+// One instruction of a random fused-loop program, as offsets into a test's memory (bound to
+// several copies of it by bind_random).
+struct RandomIns {
+  detail::ScalarLoop::Kind kind;
+  int arity, moving, operand[3];
+  bool into_input = false;  // a moving store into the input, where other instructions load
+  bool relative = false;
+  int64_t stride = sizeof(double);
+};
+
+// The program on elements e, a moving input `in` and output `out`; e[0] and e[1] read after it.
+detail::ScalarLoop bind_random(const std::vector<RandomIns>& ops, double* e, double* in, double* out,
+                               detail::ScalarFn fn) {
+  detail::ScalarLoop loop;
+  for (const RandomIns& op : ops) {
+    detail::ScalarLoop::Ins ins;
+    ins.kind = op.kind;
+    ins.arity = static_cast<int8_t>(op.arity);
+    ins.fn = op.kind == detail::ScalarLoop::Kind::call ? fn : nullptr;
+    for (int a = 0; a < op.arity; ++a) ins.p[a] = &e[op.operand[a]];
+    if (op.moving >= 0) {
+      ins.moving = static_cast<int8_t>(op.moving);
+      ins.p[op.moving] = op.moving == 0 && !op.into_input ? out : in;
+      ins.stride = op.stride;
+      ins.relative = op.relative;
+    }
+    loop.push(ins);
+  }
+  loop.live_out(&e[0]);
+  loop.live_out(&e[1]);
+  return loop;
+}
+
+}  // namespace
+
 // simplify() on random programs over six elements (two read after the loop) and a moving input
 // and output (copies and arithmetic with a moving operand; some stores go into the input): after
 // any number of steps, the live elements, the outputs and the input hold the same bits as with
@@ -390,17 +427,12 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
     for (double& v : start.e) v = static_cast<double>(pick(7)) - 3;
     for (int s = 0; s < kSteps; ++s) start.in[s] = static_cast<double>(pick(5)) - 2;
     // The program as offsets into a Memory, bound to two copies of it below.
-    struct Op {
-      K kind;
-      int arity, moving, operand[3];
-      bool into_input = false;
-    };
-    std::vector<Op> ops;
+    std::vector<RandomIns> ops;
     const int n = 3 + pick(10);
     for (int i = 0; i < n; ++i) {
       const K kinds[] = {K::copy, K::copy, K::copy,    K::acc,  K::neg,  K::acc_neg, K::add,
                          K::sub,  K::mul,  K::mul_acc, K::call, K::copy, K::acc};
-      Op op{kinds[pick(13)], 3, -1, {pick(6), pick(6), pick(6)}, false};
+      RandomIns op{kinds[pick(13)], 3, -1, {pick(6), pick(6), pick(6)}};
       if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg ||
           op.kind == K::call)
         op.arity = 2;
@@ -411,26 +443,7 @@ TEST(ScalarLoop, SimplifyKeepsWhatTheLoopHandsOn) {
       op.into_input = op.moving == 0 && pick(2) == 0;  // a store where other instructions load
       ops.push_back(op);
     }
-    auto bind = [&](Memory& m) {
-      detail::ScalarLoop loop;
-      for (const Op& op : ops) {
-        detail::ScalarLoop::Ins ins;
-        ins.kind = op.kind;
-        ins.arity = static_cast<int8_t>(op.arity);
-        ins.fn = op.kind == K::call ? halve_plus_one : nullptr;
-        for (int a = 0; a < op.arity; ++a) ins.p[a] = &m.e[op.operand[a]];
-        if (op.moving >= 0) {
-          ins.moving = static_cast<int8_t>(op.moving);
-          ins.p[op.moving] =
-              op.moving == 0 && !op.into_input ? static_cast<void*>(m.out) : static_cast<void*>(m.in);
-          ins.stride = sizeof(double);
-        }
-        loop.push(ins);
-      }
-      loop.live_out(&m.e[0]);
-      loop.live_out(&m.e[1]);
-      return loop;
-    };
+    auto bind = [&](Memory& m) { return bind_random(ops, m.e, m.in, m.out, halve_plus_one); };
     Memory as_written = start, fused = start;
     detail::ScalarLoop plain = bind(as_written), simple = bind(fused);
     simple.simplify();
@@ -474,18 +487,13 @@ TEST(ScalarLoop, MachineCodeGivesTheHandlersBits) {
     Memory start{};
     for (double& v : start.e) v = normal(rng);
     for (double& v : start.in) v = normal(rng);
-    struct Op {
-      K kind;
-      int arity, moving, operand[3];
-      bool into_input, relative;
-      int64_t stride;  // bytes: 0, 8 (a scaled index), 16 or 24 (multiplied out)
-    };
-    std::vector<Op> ops;
+    std::vector<RandomIns> ops;
     const int n = 1 + pick(40);
     for (int i = 0; i < n; ++i) {
       const K kinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc, K::call};
       // (Twenty elements: more live values than registers in the longer programs.)
-      Op op{kinds[pick(9)], 3, -1, {pick(20), pick(20), pick(20)}, false, pick(2) == 0, 8 * pick(4)};
+      // Strides: 0, 8 (a scaled index), 16 or 24 bytes (multiplied out).
+      RandomIns op{kinds[pick(9)], 3, -1, {pick(20), pick(20), pick(20)}, false, pick(2) == 0, 8 * pick(4)};
       if (op.kind == K::copy || op.kind == K::acc || op.kind == K::neg || op.kind == K::acc_neg ||
           op.kind == K::call)
         op.arity = 2;
@@ -498,27 +506,7 @@ TEST(ScalarLoop, MachineCodeGivesTheHandlersBits) {
       calls_moving += op.kind == K::call && op.moving >= 0;
       ops.push_back(op);
     }
-    auto bind = [&](Memory& m) {
-      detail::ScalarLoop loop;
-      for (const Op& op : ops) {
-        detail::ScalarLoop::Ins ins;
-        ins.kind = op.kind;
-        ins.arity = static_cast<int8_t>(op.arity);
-        ins.fn = op.kind == K::call ? halve_plus_one : nullptr;
-        for (int a = 0; a < op.arity; ++a) ins.p[a] = &m.e[op.operand[a]];
-        if (op.moving >= 0) {
-          ins.moving = static_cast<int8_t>(op.moving);
-          ins.p[op.moving] =
-              op.moving == 0 && !op.into_input ? static_cast<void*>(m.out) : static_cast<void*>(m.in);
-          ins.stride = op.stride;
-          ins.relative = op.relative;
-        }
-        loop.push(ins);
-      }
-      loop.live_out(&m.e[0]);
-      loop.live_out(&m.e[1]);
-      return loop;
-    };
+    auto bind = [&](Memory& m) { return bind_random(ops, m.e, m.in, m.out, halve_plus_one); };
     const int64_t offset = pick(kSteps + 1);
     const bool backwards = pick(2) == 0;
     const int64_t first = backwards ? offset + kSteps - 1 : offset;
