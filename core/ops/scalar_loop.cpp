@@ -65,9 +65,7 @@ bool is_arithmetic(Kind k) {
 }  // namespace
 
 void ScalarLoop::push(Ins ins) {
-  jit_.reset();
-  jit_tried_ = false;
-  steps_run_ = 0;
+  drop_jit();
   if (code_.empty()) {  // a step's loop is tens of instructions: grow once, not by doubling
     code_.reserve(64);
     ops_.reserve(65);

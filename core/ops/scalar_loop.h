@@ -132,6 +132,12 @@ class ScalarLoop {
   struct Jit;
   static std::shared_ptr<const Jit> build_jit(const std::vector<Ins>& code);
   static void run_jit(const Jit& jit, const Ins* code, int64_t s, int64_t sr, int64_t count, int64_t dir);
+  /// Drops the machine code (code_ changed) and starts counting steps again.
+  void drop_jit() {
+    jit_.reset();
+    jit_tried_ = false;
+    steps_run_ = 0;
+  }
   std::vector<Ins> code_;
   std::shared_ptr<const Jit> jit_;  ///< null until compiled; shared by copies (same code_)
   int64_t steps_run_ = 0;           ///< steps run since lowering, until compiled

@@ -80,9 +80,7 @@ const void* const* ScalarLoop::handlers() {
 }
 
 void ScalarLoop::lower() {
-  jit_.reset();
-  jit_tried_ = false;
-  steps_run_ = 0;
+  drop_jit();
   ops_.clear();
   for (size_t i = 0; i < code_.size(); ++i) ops_.push_back(lowered(code_[i], static_cast<uint32_t>(i)));
   ops_.push_back(end_of_step());
