@@ -178,9 +178,13 @@ class KernelProgram {
   void run_calls(size_t begin, size_t end, const char* what, int64_t position, int64_t index) const;
   /// A record that is not a chain, inline, planned or flat call, as run_calls runs it.
   void run_record(const Hot& h, const char* what, int64_t position, int64_t index) const;
+  /// A planned matrix call's failure (its matrix not positive definite, or singular) as an Error.
+  [[noreturn]] void matrix_failed(const Hot& h, const char* what, int64_t position) const;
   /// A record as the threaded replay runs it (core/ops/threaded_replay.cpp): the address of its
   /// handler, then what the handler reads — an inline call's operands (o, a, b); a planned call
-  /// (go); a flat call (its kernel, rows and length in `rows`, arguments); any other record (hot).
+  /// (go, and in `a` its first operand, which only the look-ahead reads); a planned matrix call
+  /// (mat); a flat call (its kernel, rows and length in `rows`, arguments); any other record (hot).
+  /// The handlers prefetch `o` and `a` of the record kAhead on.
   struct Threaded {
     const void* handler = nullptr;
     union {
@@ -188,10 +192,12 @@ class KernelProgram {
       const Replayed* go;
       FlatFn flat;
       const Hot* hot;
+      const MatPlan* mat;
     };
     union {
       const double* a;
       const FlatArg* args;
+      const Hot* mat_hot;  ///< a planned matrix call's record (for its error)
     };
     union {
       const double* b;

@@ -83,9 +83,13 @@ void KernelProgram::run_calls(size_t begin, size_t end, const char* what, int64_
   }
 }
 
+void KernelProgram::matrix_failed(const Hot& h, const char* what, int64_t position) const {
+  matrix_failure(calls_[h.call].kernel, 0, what, position);
+}
+
 void KernelProgram::run_record(const Hot& h, const char* what, int64_t position, int64_t index) const {
   if (h.mat) {
-    if (h.mat->run(*h.mat) >= 0) matrix_failure(calls_[h.call].kernel, 0, what, position);
+    if (h.mat->run(*h.mat) >= 0) matrix_failed(h, what, position);
     return;
   }
   const Call& c = calls_[h.call];

@@ -33,7 +33,11 @@ constexpr K kKinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::
 // code = (kind * kShapes + shape) * 8 + the operands (bits: o, a, b) that are the previous
 // call's result, for shapes 0 and 2 (one element; four contiguous); then go, flat, record, end.
 constexpr int kInline = 8 * kShapes * 8;
-constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kEnd = kInline + 3;
+constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kMat = kInline + 3, kEnd = kInline + 4;
+// How many records ahead a handler asks for what the record reads (its plan, or an inline call's
+// output): a long program (a compiled function's unrolled loop) streams its records and plans
+// from beyond L2, and these loads are the ones the hardware prefetcher cannot guess.
+constexpr int kAhead = 8;
 constexpr bool keeps_last(int shape) { return shape == 0 || shape == 2; }
 
 // The kind index and shape of inline call c, or -1 (its own run through `go`).
@@ -114,6 +118,8 @@ void KernelProgram::lower_threaded() const {
     } else if (h.go) {
       t.handler = table[kGo];
       t.go = h.go;
+      // Read only by the look-ahead: the first operand the call reads.
+      t.a = h.plan ? static_cast<const double*>(h.plan->x) : h.inl ? h.inl->a : nullptr;
       last_shape = -1;
     } else if (h.flat) {
       t.handler = table[kFlat];
@@ -121,6 +127,11 @@ void KernelProgram::lower_threaded() const {
       t.args = h.args;
       t.rows = static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(h.outer)) << 32 |
                                     static_cast<uint32_t>(h.count));
+      last_shape = -1;
+    } else if (h.mat) {
+      t.handler = table[kMat];
+      t.mat = h.mat;
+      t.mat_hot = &h;
       last_shape = -1;
     } else {
       t.handler = table[kRecord];
@@ -131,13 +142,17 @@ void KernelProgram::lower_threaded() const {
   }
   Threaded end{};
   end.handler = table[kEnd];
-  threaded_.push_back(end);
+  // The end, and past it what the handlers' look-ahead reads (kAhead records on).
+  threaded_.insert(threaded_.end(), kAhead + 1, end);
 }
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
 
-#define TENAX_NEXT goto*(++op)->handler
+#define TENAX_NEXT                      \
+  __builtin_prefetch((op + kAhead)->o); \
+  __builtin_prefetch((op + kAhead)->a); \
+  goto*(++op)->handler
 #define TENAX_FORGET \
   last = 0, last0 = last1 = V2 { 0, 0 }
 #define TENAX_SHAPE(k, s, N, B)                                               \
@@ -178,7 +193,7 @@ void KernelProgram::run_threaded(const char* what, int64_t position, int64_t ind
       TENAX_ADDRESSES(copy) TENAX_ADDRESSES(acc) TENAX_ADDRESSES(neg) TENAX_ADDRESSES(acc_neg)
               TENAX_ADDRESSES(add) TENAX_ADDRESSES(sub) TENAX_ADDRESSES(mul) TENAX_ADDRESSES(mul_acc) &&
           l_go,
-      &&l_flat, &&l_record, &&l_end};
+      &&l_flat, &&l_record, &&l_mat, &&l_end};
   if (table) {
     *table = handlers;
     return;
@@ -208,6 +223,10 @@ l_flat:
   TENAX_NEXT;
 l_record:
   run_record(*op->hot, what, position, index);
+  TENAX_FORGET;
+  TENAX_NEXT;
+l_mat:
+  if (op->mat->run(*op->mat) >= 0) matrix_failed(*op->mat_hot, what, position);
   TENAX_FORGET;
   TENAX_NEXT;
 l_end:
