@@ -31,12 +31,15 @@ ReplayFn shape_run(int shape) {
 
 constexpr K kKinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::mul, K::mul_acc};
 // code = (kind * kShapes + shape) * 8 + the operands (bits: o, a, b) that are the previous
-// call's result, for shapes 0 and 2 (one element; four contiguous); then go, flat, record, end.
+// call's result, for shapes 0 and 2 (one element; four contiguous); then go, flat, record, a
+// planned matrix call, end.
 constexpr int kInline = 8 * kShapes * 8;
 constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kMat = kInline + 3, kEnd = kInline + 4;
-// How many records ahead a handler asks for what the record reads (its plan, or an inline call's
-// output): a long program (a compiled function's unrolled loop) streams its records and plans
-// from beyond L2, and these loads are the ones the hardware prefetcher cannot guess.
+// How many records ahead a handler asks for what that record reads first (Threaded's o and a: an
+// inline call's output and first operand, a plan and its first operand, a flat call's arguments;
+// for a flat call o is its kernel's address): a long program (a compiled function's unrolled
+// loop) streams its records and plans from beyond L2, and the loads through their pointers are
+// ones the hardware prefetcher cannot guess.
 constexpr int kAhead = 8;
 constexpr bool keeps_last(int shape) { return shape == 0 || shape == 2; }
 
