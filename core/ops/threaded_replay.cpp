@@ -97,7 +97,7 @@ void KernelProgram::lower_threaded() const {
     run_threaded(nullptr, 0, 0, &t);
     return t;
   }();
-  threaded_.reserve(hot_.size() + 1);
+  threaded_.reserve(hot_.size() + kAhead + 1);
   int last_shape = -1;           // the shape of the previous record, where it keeps its result
   const double* last = nullptr;  // and what it wrote
   for (const Hot& h : hot_) {
