@@ -24,7 +24,7 @@ std::string memory_report(const Tape* tape) {
   for (int i = 0; i < detail::cuda_device_count(); ++i) out += device_line(Device::cuda(i));
   if (tape) {
     const TapeStats t = tape->stats();
-    out += "tape: " + std::to_string(t.records) + " records, " + std::to_string(t.variables) + " variables, " +
+    out += "tape: " + std::to_string(t.records) + " records (" + std::to_string(t.records_by_value) + " by value), " + std::to_string(t.variables) + " variables, " +
            std::to_string(tape->bytes()) + " bytes held (" + std::to_string(t.residual_bytes) +
            " of residuals for the reverse pass), last sweep's adjoints " + std::to_string(t.adjoint_buffers) +
            " buffers / " + std::to_string(t.adjoint_bytes) + " bytes\n";

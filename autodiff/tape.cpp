@@ -53,11 +53,13 @@ class SweepContext final : public VjpContext, public JvpContext {
   const Tensor& input(int i) const override {
     int slot = saved_slot(r_, all_, i);
     if (slot < 0) throw_not_saved(r_, i);
+    if (r_.lane_n != 0) return tape_.lane_saved(r_, i);
     return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
   }
   const Tensor& output() const override {
     int slot = saved_output_slot(r_, all_);
     if (slot < 0) throw_not_saved(r_, -1);
+    if (r_.lane_n != 0) return tape_.lane_saved(r_, -1);
     return tape_.saved()[static_cast<size_t>(r_.first_saved + slot)];
   }
   const Axes& input_axes(int i) const override {
@@ -128,10 +130,13 @@ void TapeArrays::clear() {
   records.clear();
   inputs.clear();
   saved.clear();
+  values_used = 0;
   vars.clear();
   axes.clear();
   attrs.clear();
   adjoints.clear();
+  lane_adjoints.clear();
+  arena.reset();
   lent.clear();
   partial.clear();
   sources.clear();
@@ -169,8 +174,8 @@ inline int32_t TapeImpl::intern_axes(const Axes& axes) {
   return push_axes(axes);
 }
 
-inline int32_t TapeImpl::new_var(const Tensor& t, int32_t record) {
-  a_.vars.push_back({intern_axes(t.axes()), t.dtype(), t.device(), record});
+inline int32_t TapeImpl::new_var(const Tensor& t, int32_t record, bool view) {
+  a_.vars.push_back({intern_axes(t.axes()), t.dtype(), view, t.device(), record});
   return static_cast<int32_t>(a_.vars.size() - 1);
 }
 
@@ -196,9 +201,9 @@ Tensor TapeImpl::watch(const Tensor& t) {
 void TapeImpl::check_adjoints(const Record& r) const {
   for (int i = 0; i < r.n_inputs; ++i) {
     const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + i)];
-    if (v < 0 || !a_.adjoints[static_cast<size_t>(v)].defined()) continue;
+    if (v < 0 || !a_.adjoints.defined(static_cast<size_t>(v))) continue;
     if (!a_.partial.empty() && partial_range(v)) continue;  // unwritten outside
-    check_finite_value(a_.adjoints[static_cast<size_t>(v)], r.op->name,
+    check_finite_value(a_.adjoints.get(static_cast<size_t>(v)), r.op->name,
                        "in the backward pass (the adjoint of its input " + std::to_string(i) + ")");
   }
 }
@@ -234,7 +239,7 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     attrs_index = static_cast<int32_t>(a_.attrs.size() - 1);
   }
   const auto first_input = static_cast<int32_t>(a_.inputs.size());
-  const auto first_saved = static_cast<int32_t>(a_.saved.size());
+  auto first_saved = static_cast<int32_t>(a_.saved.size());
   for (int i = 0; i < n; ++i) {
     const bool saved = keep_all_ || (i < 31 && (op.saves & (1u << i)));
     int32_t v = !(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1;
@@ -243,17 +248,25 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     if (v < 0 && !saved && !op.attr_free) v = -2 - intern_axes(in[i].axes());
     a_.inputs.push_back(v);
   }
-  const int32_t out_var = new_var(out, rid);
+  // Small contiguous elementwise calls keep their residuals by value (tape_lane.cpp).
+  uint16_t lane_n = 0;
+  uint8_t lane_scalars = 0;
+  const bool lane = op.lane && !keep_all_ && lane_call(in, a_.inputs.data() + first_input, out, lane_n, lane_scalars);
+  const int32_t out_var = new_var(out, rid, op.view);
   TensorAccess::set_var(out, out_var, serial_);
   if (g_source) a_.sources.emplace_back(rid, g_source);
-  for (int i = 0; i < n; ++i)
-    if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
-      a_.saved.push_back(in[i]);
-      residual_bytes_ += logical_bytes(in[i]);
+  if (lane) {
+    if (op.saves != 0) first_saved = save_lane(op, in, out, lane_n, lane_scalars);
+  } else {
+    for (int i = 0; i < n; ++i)
+      if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
+        a_.saved.push_back(in[i]);
+        residual_bytes_ += logical_bytes(in[i]);
+      }
+    if (keep_all_ || (op.saves & kSaveOutput)) {
+      a_.saved.push_back(out);
+      residual_bytes_ += logical_bytes(out);
     }
-  if (keep_all_ || (op.saves & kSaveOutput)) {
-    a_.saved.push_back(out);
-    residual_bytes_ += logical_bytes(out);
   }
   // Written field by field into place (a Record built whole beforehand and copied in was stored in
   // pieces and read back as one vector: a store-forwarding stall).
@@ -264,6 +277,9 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
   r.first_input = first_input;
   r.n_inputs = n;
   r.first_saved = first_saved;
+  r.lane_n = lane ? lane_n : 0;
+  lane_records_ += lane ? 1 : 0;
+  r.lane_scalars = lane_scalars;
 }
 
 namespace {
@@ -361,6 +377,7 @@ void TapeImpl::run_custom(const Record& r) {
   std::vector<Tensor> cot(static_cast<size_t>(c.n_out)), adj(static_cast<size_t>(r.n_inputs));
   bool any = false;
   for (int32_t k = 0; k < c.n_out; ++k) {
+    unlane(c.first_out + k);
     cot[static_cast<size_t>(k)] = a_.adjoints[static_cast<size_t>(c.first_out + k)];
     any |= cot[static_cast<size_t>(k)].defined();
   }
@@ -382,11 +399,16 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   std::vector<int32_t> wrt_vars;
   for (size_t k = 0; k < wrt.size(); ++k) wrt_vars.push_back(var_of(wrt[k], "a tensor to differentiate with respect to"));
   PauseRecording pause;
-  a_.adjoints.assign(a_.vars.size(), Tensor());
+  a_.adjoints.reset(a_.vars.size());
+  a_.lane_adjoints.assign(a_.vars.size(), nullptr);
+  a_.arena.reset();
   a_.lent.assign(a_.vars.size(), 0);
   a_.partial.clear();
   adjoint_buffers_ = adjoint_bytes_ = 0;
   batch_ = cotangent_batch_axes(output, cotangent);
+  // Rules that take batch axes, and the finite checks, see tensors: records by value then run
+  // their tensor rules on copies of their residuals.
+  lane_sweep_ = batch_.rank() == 0 && !check_finite_enabled();
   if (output.defined() && output.var() >= 0 && output.tape_serial() == serial_) {
     seed(output, cotangent);
     LocalSweep local;
@@ -394,6 +416,7 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   }
   std::vector<Tensor> out;
   for (int32_t v : wrt_vars) {
+    unlane(v);
     const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
     // A lent adjoint (a broadcast view) is handed out as a dense buffer of its own.
     out.push_back(a.defined() ? owned(v) : new_adjoint(v));
@@ -403,9 +426,12 @@ std::vector<Tensor> TapeImpl::gradient(const Tensor& output, const std::vector<T
   }
   partial_adjoints_ = static_cast<int64_t>(a_.partial.size());
   a_.adjoints.clear();
+  a_.lane_adjoints.clear();
+  a_.arena.reset();
   a_.lent.clear();
   a_.partial.clear();
   batch_ = Axes();
+  for (Tensor& t : lane_held_) t = Tensor();
   return out;
 }
 
@@ -450,12 +476,16 @@ void TapeImpl::sweep() {
   for (size_t k = a_.records.size(); k-- > 0;) {
     const Record& r = a_.records[k];
     try {
+      if (r.lane_n != 0 && lane_sweep_) {
+        lane_vjp(r);
+        continue;
+      }
       if (r.op == &kCustomOp) {
         run_custom(r);
         continue;
       }
       if (r.op->collective_vjp) (void)adjoint(r.out);  // every rank takes part, with zeros if need be
-      if (r.op->view || !a_.adjoints[static_cast<size_t>(r.out)].defined()) continue;
+      if (r.op->view || !has_adjoint(r.out)) continue;
       if (batch_.rank() > 0 && !r.op->batched_vjp)
         throw AutodiffError(std::string("[grad] the VJP of '") + r.op->name + "' cannot take the batch axes " +
                             batch_.describe() + " of the cotangent; compute one VJP per cotangent instead");
@@ -558,7 +588,7 @@ void TapeImpl::custom_tangent(const Record& r, std::vector<Tensor>& tan, const A
 
 TapeStats TapeImpl::stats() const {
   return {static_cast<int64_t>(a_.records.size()), static_cast<int64_t>(a_.vars.size()), residual_bytes_,
-          adjoint_buffers_, adjoint_bytes_, partial_adjoints_};
+          adjoint_buffers_, adjoint_bytes_, partial_adjoints_, lane_records_};
 }
 
 int64_t TapeImpl::bytes() const {

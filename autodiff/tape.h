@@ -22,6 +22,9 @@ struct TapeStats {
   /// Of those, adjoints the last sweep zeroed only in the slices a select took (a large tensor's,
   /// the stacked outputs of a scan whose final state is the result, say): no rule read them whole.
   int64_t partial_adjoints = 0;
+  /// Of the records, small elementwise calls kept by value: their residuals' elements copied, their
+  /// reverse rules run on pointers (docs/decisions.md "Records by value").
+  int64_t records_by_value = 0;
 };
 
 /// The default of Tape::set_residual_budget: 48 MiB for all scans of one tape (seed 002's

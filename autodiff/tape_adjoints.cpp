@@ -9,7 +9,24 @@
 
 namespace tenax::detail {
 
+void AdjointStore::clear() {
+  for (int32_t k = 0; k < used_; ++k) slot(k) = Tensor();
+  used_ = 0;
+  index_.clear();
+}
+
+int32_t AdjointStore::new_slot() {
+  if (used_ == static_cast<int32_t>(chunks_.size()) * kChunk) chunks_.push_back(std::make_unique<Tensor[]>(kChunk));
+  return used_++;
+}
+
+const Tensor& AdjointStore::get(std::size_t v) const {
+  static const Tensor none;
+  return index_[v] >= 0 ? slot(index_[v]) : none;
+}
+
 Tensor& TapeImpl::adjoint(int32_t v) {
+  unlane(v);
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (a.defined()) return owned(v);
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
@@ -52,7 +69,8 @@ Tensor& TapeImpl::owned(int32_t v) {
 }
 
 bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
-  if (a_.adjoints[static_cast<size_t>(v)].defined()) return false;
+  unlane(v);
+  if (a_.adjoints.defined(static_cast<size_t>(v))) return false;
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];
   if (info.record >= 0 && a_.records[static_cast<size_t>(info.record)].op->view) return false;
   if (!value.defined() || value.dtype() != info.dtype || value.device() != info.device) return false;
@@ -72,6 +90,7 @@ bool TapeImpl::lend_adjoint(int32_t v, const Tensor& value) {
 }
 
 const Tensor& TapeImpl::cotangent_of(int32_t v) {
+  unlane(v);
   const Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (!a.defined()) return adjoint(v);
   if (!a_.partial.empty()) make_whole(v);
@@ -80,6 +99,7 @@ const Tensor& TapeImpl::cotangent_of(int32_t v) {
 
 Tensor& TapeImpl::adjoint_to_write(int32_t v, bool& fresh) {
   fresh = false;
+  unlane(v);
   Tensor& a = a_.adjoints[static_cast<size_t>(v)];
   if (a.defined()) return owned(v);
   const VarInfo& info = a_.vars[static_cast<size_t>(v)];

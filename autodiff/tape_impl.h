@@ -1,6 +1,7 @@
 #pragma once
 // Library-internal: the flat tape (one record per op call, integer variable ids, residuals kept
 // per the op's declaration) and its reverse and forward sweeps.
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -18,13 +19,18 @@ struct Record {
   int32_t out;          ///< output variable
   int32_t first_input;  ///< into TapeImpl::inputs_ (variable ids; -1 for constants)
   int32_t n_inputs;
-  int32_t first_saved;  ///< into TapeImpl::saved_: the op's declared residuals, inputs then output
+  int32_t first_saved;  ///< into TapeArrays::saved (TapeArrays::values for a record by value)
+  /// A record by value (tape_lane.cpp): its element count; 0 for any other record.
+  uint16_t lane_n = 0;
+  /// Of a record by value, bit i: input i is a single element broadcast (its residual one value).
+  uint8_t lane_scalars = 0;
 };
 
 /// Per-variable facts the sweeps need without keeping the tensor alive.
 struct VarInfo {
   int32_t axes;    ///< into TapeImpl::axes_ (consecutive variables with equal axes share one entry)
   DType dtype;
+  bool view;  ///< made by a view op: its adjoint is a view of its parent's
   Device device;
   int32_t record;  ///< creating record, -1 for watched inputs
 };
@@ -36,6 +42,53 @@ struct CustomEntry {
   int32_t n_out;
   /// The sharding of its inputs when it took replicated inputs through varying aliases (0: none).
   uint16_t shard = 0;
+};
+
+/// Bump storage for the adjoints a reverse sweep keeps by value (records by value): 32-byte
+/// aligned slots in chunks that stay put, so a slot's address holds for the sweep. Its chunks are
+/// kept for the next sweep (and the next tape of the thread).
+class LaneArena {
+ public:
+  /// Room for `words` 8-byte words, unwritten.
+  double* alloc(std::size_t words);
+  void reset() { chunk_ = 0, used_ = 0; }
+  [[nodiscard]] std::size_t bytes() const { return chunks_.size() * kChunkWords * sizeof(double); }
+
+ private:
+  static constexpr std::size_t kChunkWords = 4096;
+  std::vector<std::unique_ptr<double[]>> chunks_;
+  std::size_t chunk_ = 0, used_ = 0;
+};
+
+/// The adjoint tensors of one sweep, by variable: a slot for each variable that gets one, in
+/// chunks that stay put (a reference holds while others are made), so that a sweep's set-up and
+/// clean-up touch only the variables it reached (a vector of all variables' tensors cost 200
+/// bytes written and destroyed per variable and sweep).
+class AdjointStore {
+ public:
+  /// Every variable's adjoint undefined, for `vars` variables.
+  void reset(std::size_t vars) {
+    clear();
+    index_.assign(vars, -1);
+  }
+  void clear();
+  /// v's adjoint, made undefined where it has none yet.
+  Tensor& operator[](std::size_t v) {
+    int32_t& k = index_[v];
+    if (k < 0) k = new_slot();
+    return slot(k);
+  }
+  [[nodiscard]] bool defined(std::size_t v) const { return index_[v] >= 0 && slot(index_[v]).defined(); }
+  /// v's adjoint, or an undefined tensor.
+  [[nodiscard]] const Tensor& get(std::size_t v) const;
+
+ private:
+  static constexpr int32_t kChunk = 64;
+  [[nodiscard]] Tensor& slot(int32_t k) const { return chunks_[size_t(k / kChunk)][size_t(k % kChunk)]; }
+  int32_t new_slot();
+  std::vector<int32_t> index_;
+  std::vector<std::unique_ptr<Tensor[]>> chunks_;
+  int32_t used_ = 0;
 };
 
 /// Bytes of a tensor's elements (what the tape's stats count).
@@ -51,10 +104,17 @@ struct TapeArrays {
   std::vector<Record> records;
   std::vector<int32_t> inputs;
   std::vector<Tensor> saved;
+  /// The residuals of records by value, copied (values_used of them written; grown, not shrunk).
+  std::vector<double> values;
+  std::size_t values_used = 0;
   std::vector<VarInfo> vars;
   std::vector<Axes> axes;
   std::vector<Attrs> attrs;
-  std::vector<Tensor> adjoints;
+  AdjointStore adjoints;
+  /// Per variable, during a sweep: its adjoint by value in `arena` (null: none, or a Tensor in
+  /// `adjoints`; never both).
+  std::vector<void*> lane_adjoints;
+  LaneArena arena;
   /// Per variable: its adjoint is lent (VjpContext::lend_adjoint), not a buffer of its own.
   std::vector<uint8_t> lent;
   /// Adjoints of which only some slices along one axis are written (TapeImpl::select_partial):
@@ -122,7 +182,7 @@ class TapeImpl final : public Recorder {
   void check_growth() const;
   void check_adjoints(const Record& r) const;
   [[noreturn]] void rethrow_with_source(int32_t record) const;
-  inline int32_t new_var(const Tensor& t, int32_t record);
+  inline int32_t new_var(const Tensor& t, int32_t record, bool view = false);
   inline int32_t intern_axes(const Axes& axes);
   [[gnu::noinline]] int32_t push_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
@@ -143,6 +203,35 @@ class TapeImpl final : public Recorder {
   void seed(const Tensor& output, const Tensor& cotangent);
   void sweep();
 
+  // Records by value (autodiff/tape_lane.cpp).
+  /// Whether a call records by value (vars: its inputs' variables, -1 untracked): its element
+  /// count, and bit i of `scalars` set where input i is a single untracked element.
+  [[nodiscard]] bool lane_call(Inputs in, const int32_t* vars, const Tensor& out, uint16_t& n,
+                               uint8_t& scalars) const;
+  /// Copies a call's declared residuals into the values; where they start.
+  int32_t save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n, uint8_t scalars);
+  /// The reverse rule of a record by value, on pointers.
+  void lane_vjp(const Record& r);
+  /// The cotangent of v as a pointer to its elements (null: none arrived) and the kernel's step
+  /// through them: 1 laid out as v, 0 one value broadcast.
+  void* lane_cotangent(int32_t v, int64_t& stride);
+  /// v's adjoint to add to (assign false) or to write whole (assign true).
+  void* lane_target(int32_t v, std::size_t bytes, bool& assign);
+  /// v's adjoint by value moved into a Tensor in `adjoints` (a no-op where it has none).
+  void unlane(int32_t v) {
+    if (!a_.lane_adjoints.empty() && a_.lane_adjoints[static_cast<size_t>(v)]) unlane_now(v);
+  }
+  void unlane_now(int32_t v);
+  [[nodiscard]] bool has_adjoint(int32_t v) const {
+    return a_.adjoints.defined(static_cast<size_t>(v)) || a_.lane_adjoints[static_cast<size_t>(v)];
+  }
+
+ public:
+  /// A residual of record by value r as a tensor (slot: input i, or -1 the output), for a sweep
+  /// whose rules run with tensors (batch axes, finite checks); valid until the next call.
+  const Tensor& lane_saved(const Record& r, int slot);
+
+ private:
   /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
   Tensor& own_adjoint(int32_t v, bool zeroed);
   /// v's adjoint as a buffer of its own (a lent one is copied into one first, a partial one
@@ -169,9 +258,11 @@ class TapeImpl final : public Recorder {
   uint32_t serial_;
   bool keep_all_ = false;
   Axes batch_;  ///< axes the cotangent has beyond the output's (several VJPs in one sweep)
+  bool lane_sweep_ = false;  ///< this sweep runs the records by value on pointers
+  Tensor lane_held_[4];      ///< lane_saved's tensors
   TapeArrays a_;
   std::unordered_map<int32_t, int32_t> varying_;  ///< variable -> its varying alias
-  int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0, partial_adjoints_ = 0;
+  int64_t adjoint_buffers_ = 0, adjoint_bytes_ = 0, residual_bytes_ = 0, partial_adjoints_ = 0, lane_records_ = 0;
   int64_t residual_budget_ = kDefaultResidualBudget;  ///< Tape::set_residual_budget
   int64_t residual_taken_ = 0;                        ///< what its scans kept
 };

@@ -5,6 +5,7 @@
 
 #include "expect_message.h"
 #include "op_check.h"
+#include "tenax/core/ops/dispatch.h"
 #include "tenax/core/ops/sampling.h"
 
 namespace tenax {
@@ -485,6 +486,180 @@ TEST(Threads, IndependentTapesPerTask) {
   for (int k = 0; k < tasks; ++k) serial[size_t(k)] = work(k);
   tbb::parallel_for(0, tasks, [&](int k) { parallel[size_t(k)] = work(k); });
   for (int k = 0; k < tasks; ++k) EXPECT_EQ(serial[size_t(k)], parallel[size_t(k)]) << k;
+}
+
+// ---- records by value: small contiguous elementwise calls (autodiff/tape_lane.cpp) ----------
+
+// Gradients of sum(op(in) * w) with respect to the inputs marked in `watch`, and how many records
+// the tape kept by value. With `tensor_rules` the sweep runs the ops' tensor rules on copies of the
+// residuals (as it does under the finite checks), which is the reference here.
+std::vector<Tensor> weighted_grads(const OpDef& op, const std::vector<Tensor>& in, const std::vector<bool>& watch,
+                                   const Tensor& w, bool tensor_rules, int64_t& by_value) {
+  const bool was = check_finite();
+  set_check_finite(tensor_rules);
+  Tape tape;
+  std::vector<Tensor> args, wrt;
+  for (size_t i = 0; i < in.size(); ++i) {
+    args.push_back(watch[i] ? tape.watch(in[i]) : in[i]);
+    if (watch[i]) wrt.push_back(args.back());
+  }
+  std::vector<Tensor> g = tape.gradient(sum(detail::apply(op, args, detail::kNoAttrs) * w), wrt);
+  by_value = tape.stats().records_by_value;
+  set_check_finite(was);
+  return g;
+}
+
+// A sample of `op` whose operands all have the same axes (contiguous, a few elements).
+std::vector<Tensor> same_axes_sample(const OpDef& op, DType dt) {
+  for (uint64_t seed = 1;; ++seed) {
+    std::mt19937_64 rng(seed);
+    OpSample s = op.sample(rng, dt);
+    bool same = true;
+    for (const Tensor& t : s.inputs) same = same && t.axes() == s.inputs[0].axes() && t.rank() > 0;
+    if (same) return s.inputs;
+  }
+}
+
+TEST(RecordsByValue, EveryOpWithARuleByValueMatchesItsTensorRuleAndFiniteDifferences) {
+  int ops = 0;
+  for (const OpDef* op : registered_ops()) {
+    if (!op->lane) continue;
+    ++ops;
+    for (DType dt : {DType::f64, DType::f32}) {
+      const std::vector<Tensor> in = same_axes_sample(*op, dt);
+      const Tensor w = randn(in[0].axes(), 17, dt);
+      const std::vector<bool> all(in.size(), true);
+      int64_t lane = 0, tensor = 0;
+      const std::vector<Tensor> g = weighted_grads(*op, in, all, w, false, lane);
+      const std::vector<Tensor> e = weighted_grads(*op, in, all, w, true, tensor);
+      EXPECT_EQ(lane, 2) << op->name;  // the op and the weighting's mul
+      EXPECT_EQ(tensor, 2) << op->name;
+      const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
+      for (size_t k = 0; k < in.size(); ++k)
+        EXPECT_LE(mismatch(g[k], e[k], tol, tol), 1.0) << op->name << " input " << k << " " << dtype_name(dt);
+      if (dt != DType::f64) continue;
+      for (size_t k = 0; k < in.size(); ++k)
+        for (int64_t i = 0; i < in[k].numel(); ++i) {
+          const double x0 = testing::get_flat(in[k], i), h = 1e-6;
+          auto f = [&](double x) {
+            testing::set_flat(in[k], i, x);
+            return sum(detail::apply(*op, in, detail::kNoAttrs) * w).item();
+          };
+          const double fd = (f(x0 + h) - f(x0 - h)) / (2 * h);
+          testing::set_flat(in[k], i, x0);
+          EXPECT_NEAR(testing::get_flat(g[k], i), fd, 1e-6 + 1e-6 * std::fabs(fd)) << op->name << " input " << k;
+        }
+    }
+  }
+  EXPECT_EQ(ops, 17);  // every unary and binary elementwise op of elementwise.def
+}
+
+// A single untracked element as an operand (x * 2.0) is broadcast from its one saved value; a
+// tracked one needs a sum over the output, so that call keeps tensors.
+TEST(RecordsByValue, ASingleElementOperandIsBroadcastFromItsSavedValue) {
+  for (const OpDef* op : registered_ops()) {
+    if (!op->lane || op->arity != 2) continue;
+    for (DType dt : {DType::f64, DType::f32}) {
+      std::vector<Tensor> in = same_axes_sample(*op, dt);
+      in[1] = full(Axes{}, testing::get_flat(in[1], 0), dt);
+      const Tensor w = randn(in[0].axes(), 5, dt);
+      int64_t lane = 0, tensor = 0;
+      const Tensor g = weighted_grads(*op, in, {true, false}, w, false, lane)[0];
+      const Tensor e = weighted_grads(*op, in, {true, false}, w, true, tensor)[0];
+      EXPECT_EQ(lane, 2) << op->name;
+      const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
+      EXPECT_LE(mismatch(g, e, tol, tol), 1.0) << op->name << " " << dtype_name(dt);
+      // Both tracked: the scalar's gradient is a sum over the output (a tensor record).
+      const std::vector<Tensor> both = weighted_grads(*op, in, {true, true}, w, false, lane);
+      const std::vector<Tensor> both_e = weighted_grads(*op, in, {true, true}, w, true, tensor);
+      EXPECT_EQ(lane, 1) << op->name;  // the weighting's mul only
+      EXPECT_LE(mismatch(both[1], both_e[1], tol, tol), 1.0) << op->name;
+    }
+  }
+}
+
+// An input taken twice, a cotangent lent to an operand and added to later, and the gradient with
+// respect to an intermediate whose adjoint was lent on: closed forms.
+TEST(RecordsByValue, SharedOperandsAndLentCotangentsAddUpAsClosedFormsSay) {
+  const Tensor x0 = tensor({0.5, -1.25, 2.0}, "i");
+  Tape tape;
+  const Tensor x = tape.watch(x0);
+  const Tensor y = x + x;                       // 2x
+  const Tensor z = y * y - x * x + (x - x);     // 3x²
+  const Tensor loss = sum(z + y);               // 3x² + 2x
+  const std::vector<Tensor> g = tape.gradient(loss, {x, y});
+  EXPECT_EQ(tape.stats().records_by_value, 7);
+  const std::vector<double> xs = x0.to_vector();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    // Through y: d/dy (y² + y) = 2y + 1 (x's own terms do not pass through y).
+    EXPECT_DOUBLE_EQ(g[1].to_vector()[i], 2 * (2 * xs[i]) + 1);
+    EXPECT_DOUBLE_EQ(g[0].to_vector()[i], 6 * xs[i] + 2);
+  }
+  // A cotangent held by value (w, not a broadcast) lent to x by y = x + x, then added to by
+  // y's second operand: x gets 2w, and y's own adjoint stays w.
+  Tape t2;
+  const Tensor x2 = t2.watch(x0);
+  const Tensor w = tensor({3.0, -1.0, 0.5}, "i");
+  const Tensor y2 = x2 + x2;
+  const std::vector<Tensor> g2 = t2.gradient(sum(y2 * w), {x2, y2});
+  EXPECT_EQ(g2[0].to_vector(), (std::vector<double>{6.0, -2.0, 1.0}));
+  EXPECT_EQ(g2[1].to_vector(), w.to_vector());
+}
+
+// Records by value and tensor records on one tape: views of a larger tensor (their adjoints are
+// views of the parent's), transposes and reductions between small elementwise calls.
+TEST(RecordsByValue, MixWithTensorRecordsAndViewsOnOneTape) {
+  const Tensor x0 = randn(Axes{{"i", 3}, {"j", 4}}, 21);
+  auto f = [](const std::vector<Tensor>& p) {
+    const Tensor& x = p[0];
+    const Tensor row = select(x, "i", 1);                   // a view: kept as a tensor record
+    const Tensor t = contiguous(transpose(x, {"j", "i"}));  // by value again after the copy
+    const Tensor a = tanh(x) * x + exp(row) * 0.5;
+    return sum(a * a) + sum(t * t * x);
+  };
+  const Tensor g = grad(f, {x0})[0];
+  for (int64_t e = 0; e < x0.numel(); ++e) {
+    const double h = 1e-6;
+    auto at = [&](double d) {
+      Tensor x = x0 + 0.0;
+      testing::set_flat(x, e, testing::get_flat(x0, e) + d);
+      return f({x}).item();
+    };
+    const double fd = (at(h) - at(-h)) / (2 * h);
+    EXPECT_NEAR(testing::get_flat(g, e), fd, 1e-6 * (1 + std::fabs(fd)));
+  }
+}
+
+// Sweeps whose rules see tensors — batch axes (jacobian) and the finite checks — run the records
+// by value through their tensor rules on copies of the residuals.
+TEST(RecordsByValue, JacobiansAndFiniteChecksRunTheTensorRulesOnCopies) {
+  const Tensor c = tensor({1.5, -0.5, 2.0}, "i");
+  const Tensor x0 = tensor({0.25, 1.0, -2.0}, "i");
+  const Tensor jac = jacobian([&](const std::vector<Tensor>& p) { return p[0] * p[0] * c; }, {x0})[0];
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t k = 0; k < 3; ++k) {
+      const double want = r == k ? 2 * x0.to_vector()[size_t(r)] * c.to_vector()[size_t(r)] : 0.0;
+      EXPECT_DOUBLE_EQ(testing::get_flat(jac, r * 3 + k), want);
+    }
+  set_check_finite(true);
+  const std::string m = testing::error_message<NumericError>(
+      [] { (void)grad([](const std::vector<Tensor>& p) { return sum(sqrt(p[0])); }, {tensor({0.0, 1.0}, "i")}); });
+  set_check_finite(false);
+  EXPECT_MESSAGE(m, "sqrt");
+  EXPECT_MESSAGE(m, "backward");
+}
+
+// The residuals kept by value are counted like tensors' (an odd float32 count included).
+TEST(RecordsByValue, ResidualBytesCountTheValuesKept) {
+  Tape tape;
+  const Tensor x = tape.watch(tensor(std::vector<float>{0.5F, 1.5F, -1.0F}, Axes{{"i", 3}}));
+  const Tensor y = exp(x);  // saves its output: 12 bytes
+  const Tensor z = y * x;   // saves both: 24 bytes
+  EXPECT_EQ(tape.stats().records_by_value, 2);
+  EXPECT_EQ(tape.stats().residual_bytes, 36);
+  const Tensor g = tape.gradient(sum(z), {x})[0];  // d/dx x eˣ = (1 + x) eˣ
+  const std::vector<double> xs = {0.5, 1.5, -1.0};
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(g.to_vector()[i], (1 + xs[i]) * std::exp(xs[i]), 1e-5);
 }
 
 }  // namespace

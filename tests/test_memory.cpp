@@ -212,7 +212,8 @@ TEST(MemoryFigures, OneReportGivesTheAllocatorsAndTheTape) {
   EXPECT_MESSAGE(report, "cpu: " + std::to_string(a.bytes_in_use) + " bytes in use, peak " +
                              std::to_string(a.peak_bytes) + ", " + std::to_string(a.allocations) + " buffers / " +
                              std::to_string(a.allocated_bytes) + " bytes allocated since the last reset, budget none");
-  EXPECT_MESSAGE(report, "tape: " + std::to_string(t.records) + " records, " + std::to_string(t.variables) +
+  EXPECT_MESSAGE(report, "tape: " + std::to_string(t.records) + " records (" + std::to_string(t.records_by_value) +
+                             " by value), " + std::to_string(t.variables) +
                              " variables, " + std::to_string(tape.bytes()) + " bytes held (" +
                              std::to_string(t.residual_bytes) + " of residuals for the reverse pass)");
   EXPECT_GE(t.residual_bytes, steps * int64_t{8});  // the scan's stored carries

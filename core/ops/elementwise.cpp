@@ -11,6 +11,7 @@
 #include "tenax/core/ops/collective.h"
 #include "tenax/core/ops/complex.h"
 #include "tenax/core/ops/dispatch.h"
+#include "tenax/core/ops/lane.h"
 #include "tenax/core/ops/sampling.h"
 #include "tenax/named/align.h"
 
@@ -259,6 +260,35 @@ bool binary_vjp_flat(int side, bool assign, const Tensor& g, const Tensor& dst, 
   return true;
 }
 
+// The reverse rules by value (core/ops/lane.h): the derivative kernels' flat twins for float64
+// and float32, looked up once per kernel.
+template <int D>
+FlatFn lane_deriv_of(bool assign, int dt) {
+  static const auto table = [] {
+    std::array<std::array<FlatFn, 2>, 2> t{};
+    const KernelTable& k = real_kernels(0);
+    for (int d = 0; d < 2; ++d) {
+      t[0][size_t(d)] = host_flat(k.deriv_acc[D][d]);
+      t[1][size_t(d)] = host_flat(k.deriv_set[D][d]);
+    }
+    return t;
+  }();
+  return table[assign ? 1 : 0][size_t(dt)];
+}
+template <UnaryOp U>
+FlatFn unary_lane_deriv(int, bool assign, int dt) {
+  return lane_deriv_of<int(DerivOp::unary_neg) + int(U)>(assign, dt);
+}
+template <BinaryOp B>
+FlatFn binary_lane_deriv(int side, bool assign, int dt) {
+  return deriv_flat_fn<B>(side, assign, dt);
+}
+template <UnaryOp U>
+constexpr LaneRule kUnaryLane{unary_lane_deriv<U>, 0};
+// a + b passes the cotangent to both operands, a - b to its first.
+template <BinaryOp B>
+constexpr LaneRule kBinaryLane{binary_lane_deriv<B>, B == BinaryOp::add ? uint8_t{3} : B == BinaryOp::sub ? uint8_t{1} : uint8_t{0}};
+
 template <BinaryOp B, uint32_t S>
 void binary_vjp(VjpContext& c) {
   const Tensor& g = c.cotangent();
@@ -411,6 +441,7 @@ Tensor apply_direct(const OpDef& op, Inputs in) {
                          .saves = kSaves##saves_,                                                         \
                          .sample = [](SampleRng& r, DType d) { return unary_sample(UnaryOp::id, r, d); }, \
                          .attr_free = true,                                                               \
+                         .lane = &kUnaryLane<UnaryOp::id>,                                                \
                          .complex = unary_complex(UnaryOp::id),                                           \
                          .doc = "elementwise y = " #f "; dy/dx = " #df};
 #include "tenax/core/ops/elementwise.def"
@@ -423,6 +454,7 @@ Tensor apply_direct(const OpDef& op, Inputs in) {
                          .saves = kSaves##saves_,                                                           \
                          .sample = [](SampleRng& r, DType d) { return binary_sample(BinaryOp::id, r, d); }, \
                          .attr_free = true,                                                                 \
+                         .lane = &kBinaryLane<BinaryOp::id>,                                                \
                          .complex = binary_complex(BinaryOp::id),                                           \
                          .doc = "elementwise y = " #f "; dy/da = " #dfa ", dy/db = " #dfb};
 #include "tenax/core/ops/elementwise.def"

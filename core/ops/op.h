@@ -10,6 +10,8 @@
 
 namespace tenax {
 
+struct LaneRule;  // core/ops/lane.h
+
 /// The inputs of one op call: pointers, so dispatch copies no tensor handle (no refcount traffic).
 struct Inputs {
   const Tensor* const* p = nullptr;
@@ -151,6 +153,8 @@ struct OpDef {
   OpSample (*sample)(SampleRng& rng, DType dtype) = nullptr;
   /// The op reads no attributes, so the tape stores none for it (the hot elementwise ops).
   bool attr_free = false;
+  /// The reverse rule by value, for small contiguous host calls (core/ops/lane.h); null: none.
+  const LaneRule* lane = nullptr;
   /// The VJP rule accepts a cotangent with batch axes beyond the output's (several VJPs in one
   /// sweep: jacobian). Rules that loop over the output's own layout set this to false.
   bool batched_vjp = true;
