@@ -166,14 +166,6 @@ int32_t TapeImpl::push_axes(const Axes& axes) {
   return static_cast<int32_t>(a_.axes.size() - 1);
 }
 
-// (Inline, with the push out of line: consecutive variables mostly share their axes, and the
-// push's registers were saved and restored on every call.)
-inline int32_t TapeImpl::intern_axes(const Axes& axes) {
-  if (!a_.axes.empty() && a_.axes.back() == axes) [[likely]]
-    return static_cast<int32_t>(a_.axes.size() - 1);
-  return push_axes(axes);
-}
-
 inline int32_t TapeImpl::new_var(const Tensor& t, int32_t record, bool view) {
   a_.vars.push_back({intern_axes(t.axes()), t.dtype(), view, t.device(), record});
   return static_cast<int32_t>(a_.vars.size() - 1);
@@ -239,7 +231,7 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     attrs_index = static_cast<int32_t>(a_.attrs.size() - 1);
   }
   const auto first_input = static_cast<int32_t>(a_.inputs.size());
-  auto first_saved = static_cast<int32_t>(a_.saved.size());
+  const auto first_saved = static_cast<int32_t>(a_.saved.size());
   for (int i = 0; i < n; ++i) {
     const bool saved = keep_all_ || (i < 31 && (op.saves & (1u << i)));
     int32_t v = !(i < 31 && (op.nondiff & (1u << i))) && is_tracked(in[i]) ? in[i].var() : -1;
@@ -248,25 +240,17 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
     if (v < 0 && !saved && !op.attr_free) v = -2 - intern_axes(in[i].axes());
     a_.inputs.push_back(v);
   }
-  // Small contiguous elementwise calls keep their residuals by value (tape_lane.cpp).
-  uint16_t lane_n = 0;
-  uint8_t lane_scalars = 0;
-  const bool lane = op.lane && !keep_all_ && lane_call(in, a_.inputs.data() + first_input, out, lane_n, lane_scalars);
   const int32_t out_var = new_var(out, rid, op.view);
   TensorAccess::set_var(out, out_var, serial_);
   if (g_source) a_.sources.emplace_back(rid, g_source);
-  if (lane) {
-    if (op.saves != 0) first_saved = save_lane(op, in, out, lane_n, lane_scalars);
-  } else {
-    for (int i = 0; i < n; ++i)
-      if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
-        a_.saved.push_back(in[i]);
-        residual_bytes_ += logical_bytes(in[i]);
-      }
-    if (keep_all_ || (op.saves & kSaveOutput)) {
-      a_.saved.push_back(out);
-      residual_bytes_ += logical_bytes(out);
+  for (int i = 0; i < n; ++i)
+    if (keep_all_ || (i < 31 && (op.saves & (1u << i)))) {
+      a_.saved.push_back(in[i]);
+      residual_bytes_ += logical_bytes(in[i]);
     }
+  if (keep_all_ || (op.saves & kSaveOutput)) {
+    a_.saved.push_back(out);
+    residual_bytes_ += logical_bytes(out);
   }
   // Written field by field into place (a Record built whole beforehand and copied in was stored in
   // pieces and read back as one vector: a store-forwarding stall).
@@ -277,9 +261,6 @@ inline void TapeImpl::append(const OpDef& op, Inputs in, const Attrs& attrs, Ten
   r.first_input = first_input;
   r.n_inputs = n;
   r.first_saved = first_saved;
-  r.lane_n = lane ? lane_n : 0;
-  lane_records_ += lane ? 1 : 0;
-  r.lane_scalars = lane_scalars;
 }
 
 namespace {
@@ -310,6 +291,7 @@ Tensor TapeImpl::varying(const Tensor& t, uint16_t id) {
 }
 
 void TapeImpl::record(const OpDef& op, Inputs in, const Attrs& attrs, Tensor& out) {
+  if (op.lane && append_lane(op, in, out)) return;  // small contiguous elementwise calls (tape_lane.cpp)
   const uint16_t id = sharding_of_call(in.p, in.n);
   if (id == 0) [[likely]] {
     append(op, in, attrs, out);

@@ -183,7 +183,13 @@ class TapeImpl final : public Recorder {
   void check_adjoints(const Record& r) const;
   [[noreturn]] void rethrow_with_source(int32_t record) const;
   inline int32_t new_var(const Tensor& t, int32_t record, bool view = false);
-  inline int32_t intern_axes(const Axes& axes);
+  // (Inline, with the push out of line: consecutive variables mostly share their axes, and the
+  // push's registers were saved and restored on every call.)
+  int32_t intern_axes(const Axes& axes) {
+    if (!a_.axes.empty() && a_.axes.back() == axes) [[likely]]
+      return static_cast<int32_t>(a_.axes.size() - 1);
+    return push_axes(axes);
+  }
   [[gnu::noinline]] int32_t push_axes(const Axes& axes);
   int32_t var_of(const Tensor& t, const char* what) const;
   void run_custom(const Record& r);
@@ -204,10 +210,8 @@ class TapeImpl final : public Recorder {
   void sweep();
 
   // Records by value (autodiff/tape_lane.cpp).
-  /// Whether a call records by value (vars: its inputs' variables, -1 untracked): its element
-  /// count, and bit i of `scalars` set where input i is a single untracked element.
-  [[nodiscard]] bool lane_call(Inputs in, const int32_t* vars, const Tensor& out, uint16_t& n,
-                               uint8_t& scalars) const;
+  /// Records a call by value where it qualifies (core/ops/lane.h); false, nothing recorded, where not.
+  bool append_lane(const OpDef& op, Inputs in, Tensor& out);
   /// Copies a call's declared residuals into the values; where they start.
   int32_t save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n, uint8_t scalars);
   /// The reverse rule of a record by value, on pointers.

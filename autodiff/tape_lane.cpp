@@ -13,8 +13,9 @@
 namespace tenax::detail {
 namespace {
 
-// What an absent operand of a flat kernel points at (read only).
-const double kAbsent[2] = {0.0, 0.0};
+// What an absent operand of a flat kernel points at (read only): zeros for a whole call, stepped
+// through like the other operands, so that the kernels take their unit-stride loop.
+constexpr double kAbsent[kLaneElements] = {};
 
 constexpr std::size_t words_of(std::size_t bytes) { return (bytes + 7) / 8; }
 
@@ -53,50 +54,89 @@ double* LaneArena::alloc(std::size_t words) {
   return p;
 }
 
-// (The op ran, so its operands share the output's device.)
-bool TapeImpl::lane_call(Inputs in, const int32_t* vars, const Tensor& out, uint16_t& n, uint8_t& scalars) const {
+// The checks and the record in one pass. (The op ran, so its operands share the output's device;
+// the ops with a LaneRule take one or two inputs and mark none non-differentiable.)
+bool TapeImpl::append_lane(const OpDef& op, Inputs in, Tensor& out) {
   const DType dt = out.dtype();
-  if ((dt != DType::f64 && dt != DType::f32) || out.shard_id() != 0 || !on_host(out)) return false;
+  if (keep_all_ || (dt != DType::f64 && dt != DType::f32) || out.shard_id() != 0 || !on_host(out) || in.n > 2)
+    return false;
   const int64_t count = lane_numel(out);
   if (count == 0) return false;
   const Axes& ax = out.axes();
   const int rank = ax.rank();
-  uint8_t sc = 0;
+  int32_t vars[2] = {-1, -1};
+  int32_t axes_index = -1;
+  uint8_t scalars = 0;
   for (int i = 0; i < in.n; ++i) {
     const Tensor& t = in[i];
-    if (t.dtype() != dt) return false;
-    const int32_t v = vars[i];
+    if (t.dtype() != dt || t.shard_id() != 0) return false;
+    const int32_t v = is_tracked(t) ? t.var() : -1;
+    vars[i] = v;
     if (t.rank() == 0 && rank != 0) {
       if (v >= 0) return false;  // its adjoint would be a sum over the output
-      sc = static_cast<uint8_t>(sc | (1u << i));
+      scalars = static_cast<uint8_t>(scalars | (1u << i));
       continue;
     }
     if (!(t.axes() == ax)) return false;
     for (int d = 0; d < rank; ++d)  // laid out as the (contiguous) output
       if (t.strides()[d] != out.strides()[d] && ax.size(d) != 1) return false;
-    if (v >= 0 && a_.vars[static_cast<size_t>(v)].view) return false;  // its adjoint: a view of its parent's
+    if (v >= 0) {
+      const VarInfo& info = a_.vars[static_cast<size_t>(v)];
+      if (info.view) return false;  // its adjoint is a view of its parent's
+      axes_index = info.axes;       // the output's axes too
+    }
   }
-  n = static_cast<uint16_t>(count);
-  scalars = sc;
+  if (a_.records.size() == a_.records.capacity()) check_growth();
+  const auto rid = static_cast<int32_t>(a_.records.size());
+  const auto first_input = static_cast<int32_t>(a_.inputs.size());
+  for (int i = 0; i < in.n; ++i) a_.inputs.push_back(vars[i]);
+  a_.vars.push_back({axes_index >= 0 ? axes_index : intern_axes(ax), dt, false, out.device(), rid});
+  const auto out_var = static_cast<int32_t>(a_.vars.size() - 1);
+  TensorAccess::set_var(out, out_var, serial_);
+  if (g_source) a_.sources.emplace_back(rid, g_source);
+  const int32_t first_saved = op.saves != 0 ? save_lane(op, in, out, count, scalars) : 0;
+  Record& r = a_.records.emplace_back();
+  r.op = &op;
+  r.attrs = -1;
+  r.out = out_var;
+  r.first_input = first_input;
+  r.n_inputs = in.n;
+  r.first_saved = first_saved;
+  r.lane_n = static_cast<uint16_t>(count);
+  r.lane_scalars = scalars;
+  ++lane_records_;
   return true;
 }
 
 // Words are copied as words (a residual's few elements: a library memcpy per residual cost more
 // than the copy), a float32 tensor's odd last element by itself.
-inline void copy_words(double* to, const void* from, std::size_t bytes) {
-  const auto* f = static_cast<const double*>(from);
+// (GCC turns the loop into a memcpy call unless told not to.)
+[[gnu::optimize("no-tree-loop-distribute-patterns")]] inline void copy_words(double* __restrict to,
+                                                                           const double* __restrict from,
+                                                                           std::size_t bytes) {
   const std::size_t whole = bytes / 8;
-  for (std::size_t k = 0; k < whole; ++k) std::memcpy(to + k, f + k, 8);
-  if (bytes % 8 != 0) std::memcpy(to + whole, f + whole, 4);
+  for (std::size_t k = 0; k < whole; ++k) to[k] = from[k];
+  if (bytes % 8 != 0) std::memcpy(to + whole, from + whole, 4);
 }
 
 int32_t TapeImpl::save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n, uint8_t scalars) {
+  // The residuals, in order: the saved inputs, then the output.
+  const void* from[3];
+  std::size_t bytes[3];
+  int k = 0;
   const std::size_t item = itemsize(out.dtype()), whole = static_cast<std::size_t>(n) * item;
-  const std::size_t whole_words = words_of(whole);
   const uint32_t s = op.saves;
-  std::size_t words = (s & kSaveOutput) ? whole_words : 0;
   for (int i = 0; i < in.n; ++i)
-    if (s & (1u << i)) words += (scalars >> i) & 1u ? 1 : whole_words;
+    if (s & (1u << i)) {
+      from[k] = in[i].data_ptr();
+      bytes[k++] = (scalars >> i) & 1u ? item : whole;
+    }
+  if (s & kSaveOutput) {
+    from[k] = out.data_ptr();
+    bytes[k++] = whole;
+  }
+  std::size_t words = 0;
+  for (int j = 0; j < k; ++j) words += words_of(bytes[j]);
   std::vector<double>& v = a_.values;
   if (a_.values_used + words > v.size()) [[unlikely]] {
     const std::size_t grown = std::max<std::size_t>({2 * v.size(), a_.values_used + words, 1024});
@@ -106,16 +146,10 @@ int32_t TapeImpl::save_lane(const OpDef& op, Inputs in, const Tensor& out, int64
   }
   const auto first = static_cast<int32_t>(a_.values_used);
   double* to = v.data() + a_.values_used;
-  for (int i = 0; i < in.n; ++i)
-    if (s & (1u << i)) {
-      const bool scalar = (scalars >> i) & 1u;
-      copy_words(to, in[i].data_ptr(), scalar ? item : whole);
-      to += scalar ? 1 : whole_words;
-      residual_bytes_ += static_cast<int64_t>(scalar ? item : whole);
-    }
-  if (s & kSaveOutput) {
-    copy_words(to, out.data_ptr(), whole);
-    residual_bytes_ += static_cast<int64_t>(whole);
+  for (int j = 0; j < k; ++j) {
+    copy_words(to, static_cast<const double*>(from[j]), bytes[j]);
+    to += words_of(bytes[j]);
+    residual_bytes_ += static_cast<int64_t>(bytes[j]);
   }
   a_.values_used += words;
   return first;
@@ -186,7 +220,7 @@ void TapeImpl::lane_vjp(const Record& r) {
   const int64_t n = r.lane_n;
   const std::size_t bytes = static_cast<std::size_t>(n) * (dt == 0 ? 8 : 4), words = words_of(bytes);
   auto* absent = const_cast<double*>(kAbsent);
-  FlatArg args[5] = {{nullptr, 1, 0}, {g, g_stride, 0}, {absent, 0, 0}, {absent, 0, 0}, {absent, 0, 0}};
+  FlatArg args[5] = {{nullptr, 1, 0}, {g, g_stride, 0}, {absent, 1, 0}, {absent, 1, 0}, {absent, 1, 0}};
   const double* p = a_.values.data() + r.first_saved;
   const uint32_t s = r.op->saves;
   const int inputs = r.n_inputs;
@@ -198,6 +232,7 @@ void TapeImpl::lane_vjp(const Record& r) {
     }
   if (s & kSaveOutput) args[2 + inputs] = {const_cast<double*>(p), 1, 0};
   const LaneRule& rule = *r.op->lane;
+  const LaneKernels& kernels = rule.kernels();
   for (int side = 0; side < inputs; ++side) {
     const int32_t v = a_.inputs[static_cast<size_t>(r.first_input + side)];
     if (v < 0) continue;
@@ -214,7 +249,7 @@ void TapeImpl::lane_vjp(const Record& r) {
     }
     bool assign = false;
     args[0].data = slot && !a_.lent[static_cast<size_t>(v)] ? slot : lane_target(v, bytes, assign);
-    rule.deriv(side, assign, dt)(1, n, args);
+    kernels.f[dt][side][assign ? 1 : 0](1, n, args);
   }
 }
 

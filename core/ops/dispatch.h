@@ -157,9 +157,11 @@ void register_live_tape(uint32_t serial);
 void unregister_live_tape(uint32_t serial);
 /// Throws AutodiffError when `t` is tracked by a live tape of another thread.
 void check_tape_owner(const Tensor& t, const char* op, int input);
-/// check_tape_owner for tensors a tape ever recorded (a constant costs two compares).
+/// check_tape_owner for tensors a tape ever recorded and this thread's session does not track (a
+/// constant costs two compares, a variable of this thread's tape no call).
 inline void check_tape_thread(const Tensor& t, const char* op, int input) {
-  if (t.tape_serial() != 0 && t.var() >= 0) check_tape_owner(t, op, input);
+  if (t.tape_serial() != 0 && t.var() >= 0) [[unlikely]]  // (out of the constants' path)
+    if (!is_tracked(t)) check_tape_owner(t, op, input);
 }
 
 /// Where this thread is inside a scan or map, for error messages ("scan step", 12); what = null

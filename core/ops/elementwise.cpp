@@ -261,33 +261,27 @@ bool binary_vjp_flat(int side, bool assign, const Tensor& g, const Tensor& dst, 
 }
 
 // The reverse rules by value (core/ops/lane.h): the derivative kernels' flat twins for float64
-// and float32, looked up once per kernel.
-template <int D>
-FlatFn lane_deriv_of(bool assign, int dt) {
-  static const auto table = [] {
-    std::array<std::array<FlatFn, 2>, 2> t{};
-    const KernelTable& k = real_kernels(0);
-    for (int d = 0; d < 2; ++d) {
-      t[0][size_t(d)] = host_flat(k.deriv_acc[D][d]);
-      t[1][size_t(d)] = host_flat(k.deriv_set[D][d]);
-    }
+// and float32, looked up once per op.
+template <int First, int Sides>
+const LaneKernels& lane_kernels_of() {
+  static const LaneKernels k = [] {
+    LaneKernels t;
+    const KernelTable& table = real_kernels(0);
+    for (int d = 0; d < 2; ++d)
+      for (int side = 0; side < Sides; ++side) {
+        t.f[d][side][0] = host_flat(table.deriv_acc[First + side][d]);
+        t.f[d][side][1] = host_flat(table.deriv_set[First + side][d]);
+      }
     return t;
   }();
-  return table[assign ? 1 : 0][size_t(dt)];
+  return k;
 }
 template <UnaryOp U>
-FlatFn unary_lane_deriv(int, bool assign, int dt) {
-  return lane_deriv_of<int(DerivOp::unary_neg) + int(U)>(assign, dt);
-}
-template <BinaryOp B>
-FlatFn binary_lane_deriv(int side, bool assign, int dt) {
-  return deriv_flat_fn<B>(side, assign, dt);
-}
-template <UnaryOp U>
-constexpr LaneRule kUnaryLane{unary_lane_deriv<U>, 0};
+constexpr LaneRule kUnaryLane{lane_kernels_of<int(DerivOp::unary_neg) + int(U), 1>, 0};
 // a + b passes the cotangent to both operands, a - b to its first.
 template <BinaryOp B>
-constexpr LaneRule kBinaryLane{binary_lane_deriv<B>, B == BinaryOp::add ? uint8_t{3} : B == BinaryOp::sub ? uint8_t{1} : uint8_t{0}};
+constexpr LaneRule kBinaryLane{lane_kernels_of<deriv_index(B, 0), 2>,
+                               B == BinaryOp::add ? uint8_t{3} : B == BinaryOp::sub ? uint8_t{1} : uint8_t{0}};
 
 template <BinaryOp B, uint32_t S>
 void binary_vjp(VjpContext& c) {

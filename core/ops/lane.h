@@ -13,11 +13,17 @@ namespace tenax {
 /// The largest call, in elements, that a tape records by value.
 inline constexpr int64_t kLaneElements = 64;
 
+/// An op's flat derivative kernels: [dt][side][assign] — dt 0 float64, 1 float32; the kernel for
+/// input `side` writes its adjoint (assign) or adds to it. Their operands: the adjoint, the
+/// cotangent, the op's inputs, its output (each a residual's values where the op saves it, else
+/// absent).
+struct LaneKernels {
+  detail::FlatFn f[2][2][2] = {};
+};
+
 struct LaneRule {
-  /// The flat derivative kernel for input `side`: it writes the adjoint (assign) or adds to it;
-  /// dt 0 is float64, 1 float32. Its operands: the adjoint, the cotangent, the op's inputs, its
-  /// output (each a residual's values where the op saves it, else absent).
-  detail::FlatFn (*deriv)(int side, bool assign, int dt) = nullptr;
+  /// The op's kernels (looked up once, on first use).
+  const LaneKernels& (*kernels)() = nullptr;
   /// Bit i: the output's derivative by input i is 1, so the cotangent itself is lent to that
   /// input as its adjoint.
   uint8_t identity = 0;
