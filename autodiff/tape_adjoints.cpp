@@ -1,6 +1,7 @@
 // The tape's adjoint store: a variable's adjoint allocated on first use (zeroed, or unwritten for
 // a rule that writes it whole), a view's adjoint the same view of its parent's, and a value lent
 // as an adjoint until another contribution needs a buffer of its own.
+#include <memory>
 #include <optional>
 
 #include "tenax/autodiff/tape_impl.h"
@@ -9,14 +10,26 @@
 
 namespace tenax::detail {
 
+// Slots once made stay made: clearing one drops its storage (TensorAccess::release), and the next
+// sweep takes it as it is, undefined.
 void AdjointStore::clear() {
-  for (int32_t k = 0; k < used_; ++k) slot(k) = Tensor();
+  for (int32_t k = 0; k < used_; ++k) TensorAccess::release(slot(k));
   used_ = 0;
   index_.clear();
 }
 
+void AdjointStore::destroy() {
+  clear();
+  for (int32_t k = 0; k < made_; ++k) std::destroy_at(&slot(k));
+  made_ = 0;
+}
+
 int32_t AdjointStore::new_slot() {
-  if (used_ == static_cast<int32_t>(chunks_.size()) * kChunk) chunks_.push_back(std::make_unique<Tensor[]>(kChunk));
+  if (used_ < made_) return used_++;
+  if (made_ == static_cast<int32_t>(chunks_.size()) * kChunk) chunks_.push_back(std::make_unique<Room[]>(kChunk));
+  Room& room = chunks_[size_t(made_ / kChunk)][size_t(made_ % kChunk)];
+  std::construct_at(reinterpret_cast<Tensor*>(room.bytes));
+  ++made_;
   return used_++;
 }
 

@@ -2,6 +2,7 @@
 // Library-internal: the flat tape (one record per op call, integer variable ids, residuals kept
 // per the op's declaration) and its reverse and forward sweeps.
 #include <memory>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -72,7 +73,7 @@ class AdjointStore {
     index_.assign(vars, -1);
   }
   void clear();
-  /// v's adjoint, made undefined where it has none yet.
+  /// v's adjoint, made undefined where it has none yet (its axes then unset: check defined()).
   Tensor& operator[](std::size_t v) {
     int32_t& k = index_[v];
     if (k < 0) k = new_slot();
@@ -81,14 +82,39 @@ class AdjointStore {
   [[nodiscard]] bool defined(std::size_t v) const { return index_[v] >= 0 && slot(index_[v]).defined(); }
   /// v's adjoint, or an undefined tensor.
   [[nodiscard]] const Tensor& get(std::size_t v) const;
+  AdjointStore() = default;
+  AdjointStore(const AdjointStore&) = delete;
+  AdjointStore& operator=(const AdjointStore&) = delete;
+  AdjointStore(AdjointStore&& other) noexcept
+      : index_(std::move(other.index_)),
+        chunks_(std::move(other.chunks_)),
+        used_(std::exchange(other.used_, 0)),
+        made_(std::exchange(other.made_, 0)) {}
+  AdjointStore& operator=(AdjointStore&& other) noexcept {
+    destroy();
+    index_ = std::move(other.index_);
+    chunks_ = std::move(other.chunks_);
+    used_ = std::exchange(other.used_, 0);
+    made_ = std::exchange(other.made_, 0);
+    return *this;
+  }
+  ~AdjointStore() { destroy(); }
 
  private:
   static constexpr int32_t kChunk = 64;
-  [[nodiscard]] Tensor& slot(int32_t k) const { return chunks_[size_t(k / kChunk)][size_t(k % kChunk)]; }
+  // Raw room for tensors: a slot's tensor is made when the slot is taken and destroyed by clear().
+  struct alignas(Tensor) Room {
+    std::byte bytes[sizeof(Tensor)];
+  };
+  [[nodiscard]] Tensor& slot(int32_t k) const {
+    return *std::launder(reinterpret_cast<Tensor*>(chunks_[size_t(k / kChunk)][size_t(k % kChunk)].bytes));
+  }
   int32_t new_slot();
+  void destroy();
   std::vector<int32_t> index_;
-  std::vector<std::unique_ptr<Tensor[]>> chunks_;
-  int32_t used_ = 0;
+  std::vector<std::unique_ptr<Room[]>> chunks_;
+  int32_t used_ = 0;  ///< slots taken by this sweep
+  int32_t made_ = 0;  ///< slots holding a tensor (taken by some sweep)
 };
 
 /// Bytes of a tensor's elements (what the tape's stats count).
@@ -226,6 +252,12 @@ class TapeImpl final : public Recorder {
     if (!a_.lane_adjoints.empty() && a_.lane_adjoints[static_cast<size_t>(v)]) unlane_now(v);
   }
   void unlane_now(int32_t v);
+  /// Whether v's adjoint is best kept by value: v is watched or made by a record by value (a
+  /// tensor record's rule reads its output's adjoint as a tensor).
+  [[nodiscard]] bool lane_home(int32_t v) const {
+    const int32_t rec = var(v).record;
+    return rec < 0 || a_.records[static_cast<size_t>(rec)].lane_n != 0;
+  }
   [[nodiscard]] bool has_adjoint(int32_t v) const {
     return a_.adjoints.defined(static_cast<size_t>(v)) || a_.lane_adjoints[static_cast<size_t>(v)];
   }

@@ -203,6 +203,10 @@ void* TapeImpl::lane_target(int32_t v, std::size_t bytes, bool& assign) {
     a_.lent[static_cast<size_t>(v)] = 0;
     slot = own;
   } else {
+    if (!lane_home(v)) {  // one tensor from the start
+      assign = true;
+      return own_adjoint(v, false).data_ptr();
+    }
     assign = true;
     slot = a_.arena.alloc(words_of(bytes));
   }

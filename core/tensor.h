@@ -116,6 +116,14 @@ struct TensorAccess {
   static int64_t* strides(Tensor& t) { return t.strides_; }
   static Axes& axes(Tensor& t) { return t.axes_; }
   static int64_t& offset(Tensor& t) { return t.offset_; }
+  /// Makes `t` undefined by dropping its storage and tape identity only (its axes and strides stay
+  /// as they were): for a store of tensors that reads none without checking defined() first.
+  static void release(Tensor& t) {
+    t.storage_ = StoragePtr();
+    t.var_ = -1;
+    t.tape_ = 0;
+    t.shard_ = 0;
+  }
   /// A view the caller knows to lie within `storage` (a buffer it just allocated for it).
   static Tensor fresh(StoragePtr storage, const Axes& axes, const int64_t* strides, DType dtype) {
     return Tensor(Tensor::Unchecked{}, std::move(storage), 0, axes, strides, dtype);
