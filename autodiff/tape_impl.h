@@ -50,13 +50,21 @@ struct CustomEntry {
 /// kept for the next sweep (and the next tape of the thread).
 class LaneArena {
  public:
-  /// Room for `words` 8-byte words, unwritten.
-  double* alloc(std::size_t words);
+  /// Room for `words` 8-byte words (at most a chunk's), unwritten.
+  double* alloc(std::size_t words) {
+    words = (words + 3) & ~std::size_t{3};
+    if (chunk_ >= chunks_.size() || used_ + words > kChunkWords) [[unlikely]]
+      next_chunk();
+    double* p = chunks_[chunk_].get() + used_;
+    used_ += words;
+    return p;
+  }
   void reset() { chunk_ = 0, used_ = 0; }
   [[nodiscard]] std::size_t bytes() const { return chunks_.size() * kChunkWords * sizeof(double); }
 
  private:
   static constexpr std::size_t kChunkWords = 4096;
+  void next_chunk();
   std::vector<std::unique_ptr<double[]>> chunks_;
   std::size_t chunk_ = 0, used_ = 0;
 };
@@ -240,8 +248,10 @@ class TapeImpl final : public Recorder {
   bool append_lane(const OpDef& op, Inputs in, Tensor& out);
   /// Copies a call's declared residuals into the values; where they start.
   int32_t save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n, uint8_t scalars);
-  /// The reverse rule of a record by value, on pointers.
+  /// The reverse rule of a record by value, on pointers (lane_vjp_of: for its number of inputs).
   void lane_vjp(const Record& r);
+  template <int Inputs>
+  void lane_vjp_of(const Record& r);
   /// The cotangent of v as a pointer to its elements (null: none arrived) and the kernel's step
   /// through them: 1 laid out as v, 0 one value broadcast.
   void* lane_cotangent(int32_t v, int64_t& stride);

@@ -45,13 +45,10 @@ inline bool on_host(const Tensor& t) { return t.storage()->device().kind == Devi
 
 }  // namespace
 
-double* LaneArena::alloc(std::size_t words) {
-  words = (words + 3) & ~std::size_t{3};
-  if (chunk_ < chunks_.size() && used_ + words > kChunkWords) ++chunk_, used_ = 0;
+// The next chunk, made where the arena has none left (the current one, a fresh arena's first).
+void LaneArena::next_chunk() {
+  if (chunk_ < chunks_.size()) ++chunk_, used_ = 0;
   if (chunk_ == chunks_.size()) chunks_.push_back(std::make_unique_for_overwrite<double[]>(kChunkWords));
-  double* p = chunks_[chunk_].get() + used_;
-  used_ += words;
-  return p;
 }
 
 // The checks and the record in one pass. (The op ran, so its operands share the output's device;
@@ -70,7 +67,7 @@ bool TapeImpl::append_lane(const OpDef& op, Inputs in, Tensor& out) {
   for (int i = 0; i < in.n; ++i) {
     const Tensor& t = in[i];
     if (t.dtype() != dt || t.shard_id() != 0) return false;
-    const int32_t v = is_tracked(t) ? t.var() : -1;
+    const int32_t v = t.var() >= 0 && t.tape_serial() == serial_ ? t.var() : -1;  // this tape's variable
     vars[i] = v;
     if (t.rank() == 0 && rank != 0) {
       if (v >= 0) return false;  // its adjoint would be a sum over the output
@@ -110,16 +107,17 @@ bool TapeImpl::append_lane(const OpDef& op, Inputs in, Tensor& out) {
 
 // Words are copied as words (a residual's few elements: a library memcpy per residual cost more
 // than the copy), a float32 tensor's odd last element by itself.
-// (GCC turns the loop into a memcpy call unless told not to.)
-[[gnu::optimize("no-tree-loop-distribute-patterns")]] inline void copy_words(double* __restrict to,
-                                                                           const double* __restrict from,
-                                                                           std::size_t bytes) {
+// (GCC turns the loop into a memcpy call unless told not to: here and in save_lane, which inlines it.)
+[[gnu::optimize("no-tree-loop-distribute-patterns"), gnu::always_inline]] inline void copy_words(
+    double* __restrict to, const double* __restrict from, std::size_t bytes) {
   const std::size_t whole = bytes / 8;
   for (std::size_t k = 0; k < whole; ++k) to[k] = from[k];
   if (bytes % 8 != 0) std::memcpy(to + whole, from + whole, 4);
 }
 
-int32_t TapeImpl::save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n, uint8_t scalars) {
+[[gnu::optimize("no-tree-loop-distribute-patterns")]] int32_t TapeImpl::save_lane(const OpDef& op, Inputs in,
+                                                                                 const Tensor& out, int64_t n,
+                                                                                 uint8_t scalars) {
   // The residuals, in order: the saved inputs, then the output.
   const void* from[3];
   std::size_t bytes[3];
@@ -217,6 +215,14 @@ void* TapeImpl::lane_target(int32_t v, std::size_t bytes, bool& assign) {
 
 // The operands: [0] the adjoint, [1] the cotangent, [2 + i] input i's residual, [2 + n] the output's.
 void TapeImpl::lane_vjp(const Record& r) {
+  if (r.n_inputs == 2)
+    lane_vjp_of<2>(r);
+  else
+    lane_vjp_of<1>(r);
+}
+
+template <int Inputs>
+void TapeImpl::lane_vjp_of(const Record& r) {
   int64_t g_stride = 1;
   void* g = a_.lane_adjoints[static_cast<size_t>(r.out)];
   if (!g && !(g = lane_cotangent(r.out, g_stride))) return;
@@ -227,7 +233,7 @@ void TapeImpl::lane_vjp(const Record& r) {
   FlatArg args[5] = {{nullptr, 1, 0}, {g, g_stride, 0}, {absent, 1, 0}, {absent, 1, 0}, {absent, 1, 0}};
   const double* p = a_.values.data() + r.first_saved;
   const uint32_t s = r.op->saves;
-  const int inputs = r.n_inputs;
+  constexpr int inputs = Inputs;
   for (int i = 0; i < inputs; ++i)
     if (s & (1u << i)) {
       const bool scalar = (r.lane_scalars >> i) & 1u;
