@@ -45,8 +45,8 @@ struct CustomEntry {
   uint16_t shard = 0;
 };
 
-/// Bump storage for the adjoints a reverse sweep keeps by value (records by value): 32-byte
-/// aligned slots in chunks that stay put, so a slot's address holds for the sweep. Its chunks are
+/// Bump storage for the adjoints a reverse sweep keeps by value (records by value): slots of whole
+/// 32-byte units in chunks that stay put, so a slot's address holds for the sweep. Its chunks are
 /// kept for the next sweep (and the next tape of the thread).
 class LaneArena {
  public:
@@ -60,7 +60,6 @@ class LaneArena {
     return p;
   }
   void reset() { chunk_ = 0, used_ = 0; }
-  [[nodiscard]] std::size_t bytes() const { return chunks_.size() * kChunkWords * sizeof(double); }
 
  private:
   static constexpr std::size_t kChunkWords = 4096;
@@ -110,7 +109,8 @@ class AdjointStore {
 
  private:
   static constexpr int32_t kChunk = 64;
-  // Raw room for tensors: a slot's tensor is made when the slot is taken and destroyed by clear().
+  // Raw room for tensors: a slot's tensor is made when the slot is first taken, made undefined by
+  // clear() and destroyed with the store.
   struct alignas(Tensor) Room {
     std::byte bytes[sizeof(Tensor)];
   };
@@ -203,6 +203,9 @@ class TapeImpl final : public Recorder {
   [[nodiscard]] const Axes& var_axes(int32_t v) const { return a_.axes[static_cast<size_t>(var(v).axes)]; }
   [[nodiscard]] const Axes& axes_at(int32_t k) const { return a_.axes[static_cast<size_t>(k)]; }
   [[nodiscard]] const Attrs& attrs_of(const Record& r) const;
+  /// A residual of record by value r as a tensor (slot: input i, or -1 the output), for a sweep
+  /// whose rules run with tensors (batch axes, finite checks); valid until the next call.
+  const Tensor& lane_saved(const Record& r, int slot);
 
  private:
   /// record() of a call with sharded inputs: replicated tracked inputs through their aliases.
@@ -272,12 +275,6 @@ class TapeImpl final : public Recorder {
     return a_.adjoints.defined(static_cast<size_t>(v)) || a_.lane_adjoints[static_cast<size_t>(v)];
   }
 
- public:
-  /// A residual of record by value r as a tensor (slot: input i, or -1 the output), for a sweep
-  /// whose rules run with tensors (batch axes, finite checks); valid until the next call.
-  const Tensor& lane_saved(const Record& r, int slot);
-
- private:
   /// A new adjoint buffer for v, stored as its adjoint and counted in the stats.
   Tensor& own_adjoint(int32_t v, bool zeroed);
   /// v's adjoint as a buffer of its own (a lent one is copied into one first, a partial one

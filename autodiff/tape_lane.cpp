@@ -105,19 +105,26 @@ bool TapeImpl::append_lane(const OpDef& op, Inputs in, Tensor& out) {
   return true;
 }
 
+// GCC turns a loop of word copies into a memcpy call unless told not to, here and in save_lane,
+// which inlines it (clang has no such per-function switch and needs none).
+#if defined(__GNUC__) && !defined(__clang__)
+#define TENAX_NO_MEMCPY_IDIOM [[gnu::optimize("no-tree-loop-distribute-patterns")]]
+#else
+#define TENAX_NO_MEMCPY_IDIOM
+#endif
+
 // Words are copied as words (a residual's few elements: a library memcpy per residual cost more
 // than the copy), a float32 tensor's odd last element by itself.
-// (GCC turns the loop into a memcpy call unless told not to: here and in save_lane, which inlines it.)
-[[gnu::optimize("no-tree-loop-distribute-patterns"), gnu::always_inline]] inline void copy_words(
-    double* __restrict to, const double* __restrict from, std::size_t bytes) {
+TENAX_NO_MEMCPY_IDIOM [[gnu::always_inline]] inline void copy_words(double* __restrict to,
+                                                                   const double* __restrict from,
+                                                                   std::size_t bytes) {
   const std::size_t whole = bytes / 8;
   for (std::size_t k = 0; k < whole; ++k) to[k] = from[k];
   if (bytes % 8 != 0) std::memcpy(to + whole, from + whole, 4);
 }
 
-[[gnu::optimize("no-tree-loop-distribute-patterns")]] int32_t TapeImpl::save_lane(const OpDef& op, Inputs in,
-                                                                                 const Tensor& out, int64_t n,
-                                                                                 uint8_t scalars) {
+TENAX_NO_MEMCPY_IDIOM int32_t TapeImpl::save_lane(const OpDef& op, Inputs in, const Tensor& out, int64_t n,
+                                                 uint8_t scalars) {
   // The residuals, in order: the saved inputs, then the output.
   const void* from[3];
   std::size_t bytes[3];
