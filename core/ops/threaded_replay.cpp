@@ -41,6 +41,10 @@ constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kMat = 
 // loop) streams its records and plans from beyond L2, and the loads through their pointers are
 // ones the hardware prefetcher cannot guess.
 constexpr int kAhead = 8;
+// From how many records on a program's handlers do that: a shorter one's records and operands stay
+// in L2, where the prefetches (~2.5 instructions per record) buy nothing (the compiled chain of
+// 2 000 small ops: 49 instructions per op with them).
+constexpr size_t kAheadFrom = 8192;
 constexpr bool keeps_last(int shape) { return shape == 0 || shape == 2; }
 
 // The kind index and shape of inline call c, or -1 (its own run through `go`).
@@ -92,11 +96,13 @@ inline void four_last(double* o, const double* a, const double* b, V2& l0, V2& l
 void KernelProgram::lower_threaded() const {
   threaded_.clear();
   from_last_ = 0;
-  static const void* const* table = [this] {
+  static const void* const* tables = [this] {
     const void* const* t = nullptr;
     run_threaded(nullptr, 0, 0, &t);
     return t;
   }();
+  // The handlers with the look-ahead, or without it (the second table).
+  const void* const* table = tables + (hot_.size() >= kAheadFrom ? 0 : kEnd + 1);
   threaded_.reserve(hot_.size() + kAhead + 1);
   int last_shape = -1;           // the shape of the previous record, where it keeps its result
   const double* last = nullptr;  // and what it wrote
@@ -152,51 +158,73 @@ void KernelProgram::lower_threaded() const {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpedantic"
 
-#define TENAX_NEXT                      \
+// Each handler twice: P = a with the look-ahead, n without.
+#define TENAX_NEXT_a                    \
   __builtin_prefetch((op + kAhead)->o); \
   __builtin_prefetch((op + kAhead)->a); \
   goto*(++op)->handler
+#define TENAX_NEXT_n goto*(++op)->handler
 #define TENAX_FORGET \
   last = 0, last0 = last1 = V2 { 0, 0 }
-#define TENAX_SHAPE(k, s, N, B)                                               \
-  l_##k##_##s##_0 : inline_detail::fixed_on<K::k, N, B>(op->o, op->a, op->b); \
-  TENAX_NEXT;
-#define TENAX_ONE(k, m)                                         \
-  l_##k##_0_##m : one_last<K::k, m>(op->o, op->a, op->b, last); \
-  TENAX_NEXT;
-#define TENAX_FOUR(k, m)                                                 \
-  l_##k##_2_##m : four_last<K::k, m>(op->o, op->a, op->b, last0, last1); \
-  TENAX_NEXT;
-#define TENAX_MASKS(H, k) H(k, 0) H(k, 1) H(k, 2) H(k, 3) H(k, 4) H(k, 5) H(k, 6) H(k, 7)
-#define TENAX_KIND(k)          \
-  TENAX_MASKS(TENAX_ONE, k)    \
-  TENAX_SHAPE(k, 1, 2, false)  \
-  TENAX_MASKS(TENAX_FOUR, k)   \
-  TENAX_SHAPE(k, 3, 8, false)  \
-  TENAX_SHAPE(k, 4, 16, false) \
-  TENAX_SHAPE(k, 5, 2, true) TENAX_SHAPE(k, 6, 4, true) TENAX_SHAPE(k, 7, 8, true) TENAX_SHAPE(k, 8, 16, true)
+#define TENAX_SHAPE(P, k, s, N, B)                                                 \
+  l##P##_##k##_##s##_0 : inline_detail::fixed_on<K::k, N, B>(op->o, op->a, op->b); \
+  TENAX_NEXT_##P;
+#define TENAX_ONE(P, k, m)                                           \
+  l##P##_##k##_0_##m : one_last<K::k, m>(op->o, op->a, op->b, last); \
+  TENAX_NEXT_##P;
+#define TENAX_FOUR(P, k, m)                                                   \
+  l##P##_##k##_2_##m : four_last<K::k, m>(op->o, op->a, op->b, last0, last1); \
+  TENAX_NEXT_##P;
+#define TENAX_MASKS(H, P, k) \
+  H(P, k, 0) H(P, k, 1) H(P, k, 2) H(P, k, 3) H(P, k, 4) H(P, k, 5) H(P, k, 6) H(P, k, 7)
+#define TENAX_KIND(P, k)                                                                  \
+  TENAX_MASKS(TENAX_ONE, P, k)                                                            \
+  TENAX_SHAPE(P, k, 1, 2, false)                                                          \
+  TENAX_MASKS(TENAX_FOUR, P, k)                                                           \
+  TENAX_SHAPE(P, k, 3, 8, false)                                                          \
+  TENAX_SHAPE(P, k, 4, 16, false)                                                         \
+  TENAX_SHAPE(P, k, 5, 2, true) TENAX_SHAPE(P, k, 6, 4, true) TENAX_SHAPE(P, k, 7, 8, true) \
+  TENAX_SHAPE(P, k, 8, 16, true)
 // Per kind and shape, 8 addresses (by the previous-result bits; shapes that keep no result repeat
 // their one handler).
-#define TENAX_EIGHT(k, s)                                                                        \
-  &&l_##k##_##s##_0, &&l_##k##_##s##_1, &&l_##k##_##s##_2, &&l_##k##_##s##_3, &&l_##k##_##s##_4, \
-      &&l_##k##_##s##_5, &&l_##k##_##s##_6, &&l_##k##_##s##_7,
-#define TENAX_SAME(k, s)                                                                         \
-  &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0, \
-      &&l_##k##_##s##_0, &&l_##k##_##s##_0, &&l_##k##_##s##_0,
-#define TENAX_ADDRESSES(k) \
-  TENAX_EIGHT(k, 0)        \
-  TENAX_SAME(k, 1)         \
-  TENAX_EIGHT(k, 2)        \
-  TENAX_SAME(k, 3) TENAX_SAME(k, 4) TENAX_SAME(k, 5) TENAX_SAME(k, 6) TENAX_SAME(k, 7) TENAX_SAME(k, 8)
+#define TENAX_EIGHT(P, k, s)                                                                   \
+  &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_1, &&l##P##_##k##_##s##_2, &&l##P##_##k##_##s##_3, \
+      &&l##P##_##k##_##s##_4, &&l##P##_##k##_##s##_5, &&l##P##_##k##_##s##_6, &&l##P##_##k##_##s##_7,
+#define TENAX_SAME(P, k, s)                                                                    \
+  &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, \
+      &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0,
+#define TENAX_ADDRESSES(P, k)                                                                 \
+  TENAX_EIGHT(P, k, 0)                                                                        \
+  TENAX_SAME(P, k, 1)                                                                         \
+  TENAX_EIGHT(P, k, 2)                                                                        \
+  TENAX_SAME(P, k, 3) TENAX_SAME(P, k, 4) TENAX_SAME(P, k, 5) TENAX_SAME(P, k, 6) TENAX_SAME(P, k, 7) \
+  TENAX_SAME(P, k, 8)
+#define TENAX_TABLE(P)                                                                                 \
+  TENAX_ADDRESSES(P, copy) TENAX_ADDRESSES(P, acc) TENAX_ADDRESSES(P, neg) TENAX_ADDRESSES(P, acc_neg) \
+  TENAX_ADDRESSES(P, add) TENAX_ADDRESSES(P, sub) TENAX_ADDRESSES(P, mul) TENAX_ADDRESSES(P, mul_acc)  \
+  &&l##P##_go, &&l##P##_flat, &&l##P##_record, &&l##P##_mat, &&l_end,
+// No call after the generic handlers reads the previous result (lower_threaded): clearing it after
+// the call keeps the compiler from saving it around the call.
+#define TENAX_GENERIC(P)                                                                                \
+  l##P##_go : op->go->run(*op->go);                                                                     \
+  TENAX_FORGET;                                                                                         \
+  TENAX_NEXT_##P;                                                                                       \
+  l##P##_flat : op->flat(static_cast<int64_t>(static_cast<uint64_t>(op->rows) >> 32), op->rows & 0xffffffff, \
+                         op->args);                                                                     \
+  TENAX_FORGET;                                                                                         \
+  TENAX_NEXT_##P;                                                                                       \
+  l##P##_record : run_record(*op->hot, what, position, index);                                          \
+  TENAX_FORGET;                                                                                         \
+  TENAX_NEXT_##P;                                                                                       \
+  l##P##_mat : if (op->mat->run(*op->mat) >= 0) matrix_failed(*op->mat_hot, what, position);            \
+  TENAX_FORGET;                                                                                         \
+  TENAX_NEXT_##P;
 
-// With `table` set, hands out the handlers' addresses (for lower_threaded) and runs nothing.
+// With `table` set, hands out the handlers' addresses (for lower_threaded: two tables of kEnd + 1,
+// with the look-ahead and without) and runs nothing.
 void KernelProgram::run_threaded(const char* what, int64_t position, int64_t index,
                                  const void* const** table) const {
-  static const void* const handlers[kEnd + 1] = {
-      TENAX_ADDRESSES(copy) TENAX_ADDRESSES(acc) TENAX_ADDRESSES(neg) TENAX_ADDRESSES(acc_neg)
-              TENAX_ADDRESSES(add) TENAX_ADDRESSES(sub) TENAX_ADDRESSES(mul) TENAX_ADDRESSES(mul_acc) &&
-          l_go,
-      &&l_flat, &&l_record, &&l_mat, &&l_end};
+  static const void* const handlers[2 * (kEnd + 1)] = {TENAX_TABLE(a) TENAX_TABLE(n)};
   if (table) {
     *table = handlers;
     return;
@@ -206,36 +234,30 @@ void KernelProgram::run_threaded(const char* what, int64_t position, int64_t ind
   V2 last0 = {0, 0}, last1 = {0, 0};
   const Threaded* op = threaded_.data();
   goto * op->handler;
-  TENAX_KIND(copy)
-  TENAX_KIND(acc)
-  TENAX_KIND(neg)
-  TENAX_KIND(acc_neg)
-  TENAX_KIND(add)
-  TENAX_KIND(sub)
-  TENAX_KIND(mul)
-  TENAX_KIND(mul_acc)
-  // No call after these reads the previous result (lower_threaded): clearing it after the call
-  // keeps the compiler from saving it around the call.
-l_go:
-  op->go->run(*op->go);
-  TENAX_FORGET;
-  TENAX_NEXT;
-l_flat:
-  op->flat(static_cast<int64_t>(static_cast<uint64_t>(op->rows) >> 32), op->rows & 0xffffffff, op->args);
-  TENAX_FORGET;
-  TENAX_NEXT;
-l_record:
-  run_record(*op->hot, what, position, index);
-  TENAX_FORGET;
-  TENAX_NEXT;
-l_mat:
-  if (op->mat->run(*op->mat) >= 0) matrix_failed(*op->mat_hot, what, position);
-  TENAX_FORGET;
-  TENAX_NEXT;
+  TENAX_KIND(a, copy)
+  TENAX_KIND(a, acc)
+  TENAX_KIND(a, neg)
+  TENAX_KIND(a, acc_neg)
+  TENAX_KIND(a, add)
+  TENAX_KIND(a, sub)
+  TENAX_KIND(a, mul)
+  TENAX_KIND(a, mul_acc)
+  TENAX_GENERIC(a)
+  TENAX_KIND(n, copy)
+  TENAX_KIND(n, acc)
+  TENAX_KIND(n, neg)
+  TENAX_KIND(n, acc_neg)
+  TENAX_KIND(n, add)
+  TENAX_KIND(n, sub)
+  TENAX_KIND(n, mul)
+  TENAX_KIND(n, mul_acc)
+  TENAX_GENERIC(n)
 l_end:
   return;
 }
 
+#undef TENAX_GENERIC
+#undef TENAX_TABLE
 #undef TENAX_ADDRESSES
 #undef TENAX_SAME
 #undef TENAX_EIGHT
@@ -245,7 +267,8 @@ l_end:
 #undef TENAX_ONE
 #undef TENAX_SHAPE
 #undef TENAX_FORGET
-#undef TENAX_NEXT
+#undef TENAX_NEXT_n
+#undef TENAX_NEXT_a
 #pragma GCC diagnostic pop
 
 #else
