@@ -39,9 +39,9 @@ TEST(Compile, ReplaysGiveTheEagerValues) {
 // A loop of small matrix steps, unrolled by the trace into a program many times longer than the
 // replay's look-ahead: Cholesky factors and triangular solves (planned matrix calls), elementwise
 // calls and sums, each step reading the last. Values and gradients as eager on every call.
-Tensor matrix_loop(const std::vector<Tensor>& a) {
+Tensor matrix_loop_of(const std::vector<Tensor>& a, int steps) {
   Tensor x = a[0], p = a[1], loss = scalar(0.0);
-  for (int k = 0; k < 24; ++k) {
+  for (int k = 0; k < steps; ++k) {
     const Tensor l = cholesky(p + a[2], "r", "c");
     const Tensor z = rename(triangular_solve(l, x, "r", "c"), "c", "r");
     loss = loss + sum(z * z) + sum(l);
@@ -50,18 +50,28 @@ Tensor matrix_loop(const std::vector<Tensor>& a) {
   }
   return loss;
 }
+Tensor matrix_loop(const std::vector<Tensor>& a) { return matrix_loop_of(a, 24); }
+// Long enough that its programs take the handlers with the look-ahead prefetch (8 192 records or
+// more; 24 steps take those without it).
+Tensor long_matrix_loop(const std::vector<Tensor>& a) { return matrix_loop_of(a, 1000); }
 
-TEST(Compile, ALongLoopOfMatrixStepsReplaysTheEagerValuesAndGradients) {
-  const CompiledFunction f = compile([](const std::vector<Tensor>& a) { return std::vector<Tensor>{matrix_loop(a)}; });
+void expect_compiled_matches_eager(Tensor (*loop)(const std::vector<Tensor>&)) {
+  const CompiledFunction f = compile([loop](const std::vector<Tensor>& a) { return std::vector<Tensor>{loop(a)}; });
   for (uint64_t s = 0; s < 3; ++s) {
     const Tensor spd = tensor({{2.0 + 0.1 * double(s), 0.5}, {0.5, 1.0}}, "r", "c");
     const std::vector<Tensor> a = {randn(Axes{{"r", 2}}, 40 + s), spd, spd * 0.5};
     const auto [v, g] = value_and_grad([&](const std::vector<Tensor>& q) { return f(q)[0]; }, a);
-    const auto [ve, ge] = value_and_grad(matrix_loop, a);
+    const auto [ve, ge] = value_and_grad(loop, a);
     EXPECT_LE(mismatch(v, ve, 1e-14, 1e-14), 1.0) << "call " << s;
     for (size_t k = 0; k < a.size(); ++k) EXPECT_LE(mismatch(g[k], ge[k], 1e-12, 1e-13), 1.0) << "call " << s << " arg " << k;
   }
   EXPECT_EQ(f.stats().traces, 1);
+}
+
+TEST(Compile, ALongLoopOfMatrixStepsReplaysTheEagerValuesAndGradients) { expect_compiled_matches_eager(matrix_loop); }
+
+TEST(Compile, AVeryLongLoopReplaysTheEagerValuesAndGradientsWithTheLookAhead) {
+  expect_compiled_matches_eager(long_matrix_loop);
 }
 
 TEST(Compile, OutputsAreTheCallersOwn) {
