@@ -70,6 +70,23 @@ void general(const InlineCall& c) {
   for (int64_t i = 0; i < n; ++i) o[i * so] = apply<k>(o[i * so], a[i * sa], b[i * sb]);
 }
 
+/// A copy with a strided operand (a gather or scatter: a scan's slice of an inner axis), four
+/// elements a round, each element's load and store in general's order, so that overlapping operands
+/// read what its loop reads: 3.25 instructions per element against 7.
+inline void strided_copy(const InlineCall& c) {
+  double* o = c.o;
+  const double* a = c.a;
+  const int64_t n = c.n, so = c.so, sa = c.sa;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4, o += 4 * so, a += 4 * sa) {
+    o[0] = a[0];
+    o[so] = a[sa];
+    o[2 * so] = a[2 * sa];
+    o[3 * so] = a[3 * sa];
+  }
+  for (; i < n; ++i, o += so, a += sa) *o = *a;
+}
+
 /// Several rows (R x C when fixed, else c.outer x c.n), element by element in the kernel's order:
 /// a transposed operand may read elements an earlier element of the call wrote (in place), which
 /// then reads what the kernel's loop reads.
@@ -115,6 +132,8 @@ ReplayFn pick(const InlineCall& c) {
   ReplayFn f = nullptr;
   if (c.so == 1 && c.sa == 1 && c.sb == 1) f = fixed_for<k, false>(c.n);
   if (c.so == 1 && c.sa == 1 && c.sb == 0) f = fixed_for<k, true>(c.n);
+  if constexpr (k == K::copy)
+    if (!f && c.n >= 8 && (c.so != 1 || c.sa != 1)) f = as_run<strided_copy>;
   return f ? f : as_run<general<k>>;
 }
 
