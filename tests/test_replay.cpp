@@ -55,7 +55,8 @@ TEST(CopyForwarding, ReadsTheSourceOnlyWhereThatGivesTheSameValues) {
 // the one before it wrote (through a, b or both), at every length with a handler of its own (1,
 // 2, 4, 8, 16; 3 runs its own loop), a scalar broadcast, copies: replayed after the inputs
 // changed, the outputs hold the eager ops' bits, and the calls at lengths 1 and 4 did read the
-// previous result from registers.
+// previous result from registers. Both builds of the handlers: the AVX2 one where the CPU has it,
+// the baseline's under TENAX_CPU_AVX2=0 (test_replay_baseline).
 TEST(ThreadedReplay, CallsReadingThePreviousResultGiveTheEagerBits) {
   for (const int64_t n : {1, 2, 3, 4, 8, 16}) {
     SCOPED_TRACE("length " + std::to_string(n));

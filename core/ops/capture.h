@@ -207,12 +207,26 @@ class KernelProgram {
   /// Host programs without chains or graphs: hot_ as threaded code, each handler jumping to the
   /// next one's (where the compiler has labels as values; else threaded_ stays empty).
   void lower_threaded() const;
-  void run_threaded(const char* what, int64_t position, int64_t index, const void* const** table) const;
+  /// The handler table's last entry (the end), and how many records ahead a handler asks for what
+  /// that record reads first (Threaded's o and a: an inline call's output and first operand, a plan
+  /// and its first operand, a flat call's arguments; for a flat call o is its kernel's address): a
+  /// long program (a compiled function's unrolled loop) streams its records and plans from beyond
+  /// L2, and the loads through their pointers are ones the hardware prefetcher cannot guess.
+  static constexpr int kThreadedEnd = 8 * 9 * 8 + 4, kThreadedAhead = 8;
+  /// Runs the threaded records from `op`, or with `table` set hands out the handlers' addresses.
+  /// The baseline build's handlers, and the AVX2 build's (threaded_replay_avx2.cpp), which
+  /// lower_threaded picks where the CPU has AVX2 (threaded_avx2_).
+  void run_threaded(const Threaded* op, const char* what, int64_t position, int64_t index,
+                    const void* const** table) const;
+  void run_threaded_avx2(const Threaded* op, const char* what, int64_t position, int64_t index,
+                         const void* const** table) const;
   void run_all(const char* what, int64_t position, int64_t index) const {
-    if (!threaded_.empty())
-      run_threaded(what, position, index, nullptr);
-    else
+    if (threaded_.empty())
       run_calls(0, hot_.size(), what, position, index);
+    else if (threaded_avx2_)
+      run_threaded_avx2(threaded_.data(), what, position, index, nullptr);
+    else
+      run_threaded(threaded_.data(), what, position, index, nullptr);
   }
   void plan_segments() const;
   void plan_chains() const;
@@ -252,6 +266,7 @@ class KernelProgram {
   mutable std::vector<Hot> hot_;                       ///< likewise
   mutable std::vector<InlineCall> inline_;             ///< likewise: the inline calls hot_ points at
   mutable std::vector<Threaded> threaded_;             ///< likewise: hot_ lowered (lower_threaded), or empty
+  mutable bool threaded_avx2_ = false;                 ///< threaded_ holds the AVX2 build's handlers
   mutable bool planned_ = false;
   /// Whether a replay may wait on a device (a record other than an inline, flat, planned
   /// contraction or planned matrix call, or a graph): only then does it run inside a

@@ -140,51 +140,9 @@ ReplayFn pick(const InlineCall& c) {
 }  // namespace inline_detail
 
 /// The loop for c's kind, length and strides (null for Kind::call and the moving kinds).
-inline ReplayFn inline_run(const InlineCall& c) {
-  using inline_detail::pick;
-  using K = ScalarLoop::Kind;
-  switch (c.kind) {
-    case K::copy:
-      return pick<K::copy>(c);
-    case K::acc:
-      return pick<K::acc>(c);
-    case K::neg:
-      return pick<K::neg>(c);
-    case K::acc_neg:
-      return pick<K::acc_neg>(c);
-    case K::add:
-      return pick<K::add>(c);
-    case K::sub:
-      return pick<K::sub>(c);
-    case K::mul:
-      return pick<K::mul>(c);
-    case K::mul_acc:
-      return pick<K::mul_acc>(c);
-    default:
-      return nullptr;
-  }
-}
+ReplayFn inline_run(const InlineCall& c);
 
 /// The InlineCall of `outer` rows of n elements of a call in form `f` on its flat arguments.
-inline InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t outer, int64_t n) {
-  const FlatArg& o = args[f.operand[0]];
-  const FlatArg& a = args[f.operand[1]];
-  const FlatArg& b = args[f.arity > 2 ? f.operand[2] : f.operand[1]];
-  InlineCall c;
-  c.o = static_cast<double*>(o.data);
-  c.a = static_cast<const double*>(a.data);
-  c.b = static_cast<const double*>(b.data);
-  c.so = o.stride;
-  c.sa = a.stride;
-  c.sb = b.stride;
-  c.n = n;
-  c.outer = outer;
-  c.oo = o.outer_stride;
-  c.oa = a.outer_stride;
-  c.ob = b.outer_stride;
-  c.kind = f.kind;
-  c.run = inline_run(c);
-  return c;
-}
+InlineCall resolve_form(const ScalarLoop::Form& f, const FlatArg* args, int64_t outer, int64_t n);
 
 }  // namespace tenax::detail

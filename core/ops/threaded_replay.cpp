@@ -6,6 +6,7 @@
 // (the previous result), not through a store and a load.
 #include <utility>
 
+#include "tenax/backends/cpu/avx2.h"
 #include "tenax/core/ops/capture.h"
 
 namespace tenax::detail {
@@ -13,6 +14,16 @@ namespace tenax::detail {
 #if defined(__GNUC__)
 
 namespace {
+
+// Whether the replay runs the AVX2 build's handlers (threaded_replay_avx2.cpp: four doubles per
+// vector where the baseline's take two): where it exists and the CPU backend's AVX2 builds run.
+bool avx2_handlers() {
+#if defined(TENAX_HAVE_AVX2_KERNELS)
+  return cpu::cpu_avx2();
+#else
+  return false;
+#endif
+}
 
 using K = ScalarLoop::Kind;
 using inline_detail::as_run;
@@ -35,15 +46,9 @@ constexpr K kKinds[] = {K::copy, K::acc, K::neg, K::acc_neg, K::add, K::sub, K::
 // planned matrix call, end.
 constexpr int kInline = 8 * kShapes * 8;
 constexpr int kGo = kInline, kFlat = kInline + 1, kRecord = kInline + 2, kMat = kInline + 3, kEnd = kInline + 4;
-// How many records ahead a handler asks for what that record reads first (Threaded's o and a: an
-// inline call's output and first operand, a plan and its first operand, a flat call's arguments;
-// for a flat call o is its kernel's address): a long program (a compiled function's unrolled
-// loop) streams its records and plans from beyond L2, and the loads through their pointers are
-// ones the hardware prefetcher cannot guess.
-constexpr int kAhead = 8;
-// From how many records on a program's handlers do that: a shorter one's records and operands stay
-// in L2, where the prefetches (~2.5 instructions per record) buy nothing (the compiled chain of
-// 2 000 small ops: 49 instructions per op with them).
+// From how many records on a program's handlers look ahead (KernelProgram::kThreadedAhead): a
+// shorter one's records and operands stay in L2, where the prefetches (~2.5 instructions per
+// record) buy nothing (the compiled chain of 2 000 small ops: 49 instructions per op with them).
 constexpr size_t kAheadFrom = 8192;
 constexpr bool keeps_last(int shape) { return shape == 0 || shape == 2; }
 
@@ -63,7 +68,8 @@ std::pair<int, int> inline_shape(const InlineCall& c, std::index_sequence<I...>)
 
 bool reads_output(K k) { return k == K::acc || k == K::acc_neg || k == K::mul_acc; }
 
-// Two doubles, computed lane by lane as doubles (the same bits as the scalar form).
+// The baseline's arithmetic for the handlers (threaded_handlers.inc): two doubles per vector, each
+// lane computed as a double (the same bits as the scalar form).
 typedef double V2 __attribute__((vector_size(16)));
 inline V2 load2(const double* p) {
   V2 v;
@@ -80,28 +86,48 @@ inline void one_last(double* o, const double* a, const double* b, double& last) 
   last = r;
 }
 // On four contiguous elements, the previous result in two vectors.
+struct Last4 {
+  V2 l0, l1;
+};
 template <K k, unsigned M>
-inline void four_last(double* o, const double* a, const double* b, V2& l0, V2& l1) {
-  const V2 r0 = apply_form_as<k, V2>(M & 1u ? l0 : load2(o), M & 2u ? l0 : load2(a), M & 4u ? l0 : load2(b));
-  const V2 r1 = apply_form_as<k, V2>(M & 1u ? l1 : load2(o + 2), M & 2u ? l1 : load2(a + 2),
-                                     M & 4u ? l1 : load2(b + 2));
+inline void four_last(double* o, const double* a, const double* b, Last4& l) {
+  const V2 r0 =
+      apply_form_as<k, V2>(M & 1u ? l.l0 : load2(o), M & 2u ? l.l0 : load2(a), M & 4u ? l.l0 : load2(b));
+  const V2 r1 = apply_form_as<k, V2>(M & 1u ? l.l1 : load2(o + 2), M & 2u ? l.l1 : load2(a + 2),
+                                     M & 4u ? l.l1 : load2(b + 2));
   store2(o, r0);
   store2(o + 2, r1);
-  l0 = r0;
-  l1 = r1;
+  l.l0 = r0;
+  l.l1 = r1;
+}
+template <K k, int N, bool B>
+inline void shape_on(double* o, const double* a, const double* b) {
+  inline_detail::fixed_on<k, N, B>(o, a, b);
 }
 
 }  // namespace
 
+#define TENAX_RUN_THREADED run_threaded
+#include "tenax/core/ops/threaded_handlers.inc"
+#undef TENAX_RUN_THREADED
+
 void KernelProgram::lower_threaded() const {
+  static_assert(kEnd == kThreadedEnd, "the handler table's layout (threaded_handlers.inc)");
+  constexpr int kAhead = kThreadedAhead;
   threaded_.clear();
   from_last_ = 0;
+  // The baseline build's handlers, or the AVX2 build's (one table layout: threaded_handlers.inc),
+  // each with the look-ahead or without it (the second table).
+  static const bool wide = avx2_handlers();
   static const void* const* tables = [this] {
     const void* const* t = nullptr;
-    run_threaded(nullptr, 0, 0, &t);
+    if (wide)
+      run_threaded_avx2(nullptr, nullptr, 0, 0, &t);
+    else
+      run_threaded(nullptr, nullptr, 0, 0, &t);
     return t;
   }();
-  // The handlers with the look-ahead, or without it (the second table).
+  threaded_avx2_ = wide;
   const void* const* table = tables + (hot_.size() >= kAheadFrom ? 0 : kEnd + 1);
   threaded_.reserve(hot_.size() + kAhead + 1);
   int last_shape = -1;           // the shape of the previous record, where it keeps its result
@@ -155,130 +181,22 @@ void KernelProgram::lower_threaded() const {
   threaded_.insert(threaded_.end(), kAhead + 1, end);
 }
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
-
-// Each handler twice: P = a with the look-ahead, n without.
-#define TENAX_NEXT_a                    \
-  __builtin_prefetch((op + kAhead)->o); \
-  __builtin_prefetch((op + kAhead)->a); \
-  goto*(++op)->handler
-#define TENAX_NEXT_n goto*(++op)->handler
-#define TENAX_FORGET \
-  last = 0, last0 = last1 = V2 { 0, 0 }
-#define TENAX_SHAPE(P, k, s, N, B)                                                 \
-  l##P##_##k##_##s##_0 : inline_detail::fixed_on<K::k, N, B>(op->o, op->a, op->b); \
-  TENAX_NEXT_##P;
-#define TENAX_ONE(P, k, m)                                           \
-  l##P##_##k##_0_##m : one_last<K::k, m>(op->o, op->a, op->b, last); \
-  TENAX_NEXT_##P;
-#define TENAX_FOUR(P, k, m)                                                   \
-  l##P##_##k##_2_##m : four_last<K::k, m>(op->o, op->a, op->b, last0, last1); \
-  TENAX_NEXT_##P;
-#define TENAX_MASKS(H, P, k) \
-  H(P, k, 0) H(P, k, 1) H(P, k, 2) H(P, k, 3) H(P, k, 4) H(P, k, 5) H(P, k, 6) H(P, k, 7)
-#define TENAX_KIND(P, k)                                                                  \
-  TENAX_MASKS(TENAX_ONE, P, k)                                                            \
-  TENAX_SHAPE(P, k, 1, 2, false)                                                          \
-  TENAX_MASKS(TENAX_FOUR, P, k)                                                           \
-  TENAX_SHAPE(P, k, 3, 8, false)                                                          \
-  TENAX_SHAPE(P, k, 4, 16, false)                                                         \
-  TENAX_SHAPE(P, k, 5, 2, true) TENAX_SHAPE(P, k, 6, 4, true) TENAX_SHAPE(P, k, 7, 8, true) \
-  TENAX_SHAPE(P, k, 8, 16, true)
-// Per kind and shape, 8 addresses (by the previous-result bits; shapes that keep no result repeat
-// their one handler).
-#define TENAX_EIGHT(P, k, s)                                                                   \
-  &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_1, &&l##P##_##k##_##s##_2, &&l##P##_##k##_##s##_3, \
-      &&l##P##_##k##_##s##_4, &&l##P##_##k##_##s##_5, &&l##P##_##k##_##s##_6, &&l##P##_##k##_##s##_7,
-#define TENAX_SAME(P, k, s)                                                                    \
-  &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, \
-      &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0, &&l##P##_##k##_##s##_0,
-#define TENAX_ADDRESSES(P, k)                                                                 \
-  TENAX_EIGHT(P, k, 0)                                                                        \
-  TENAX_SAME(P, k, 1)                                                                         \
-  TENAX_EIGHT(P, k, 2)                                                                        \
-  TENAX_SAME(P, k, 3) TENAX_SAME(P, k, 4) TENAX_SAME(P, k, 5) TENAX_SAME(P, k, 6) TENAX_SAME(P, k, 7) \
-  TENAX_SAME(P, k, 8)
-#define TENAX_TABLE(P)                                                                                 \
-  TENAX_ADDRESSES(P, copy) TENAX_ADDRESSES(P, acc) TENAX_ADDRESSES(P, neg) TENAX_ADDRESSES(P, acc_neg) \
-  TENAX_ADDRESSES(P, add) TENAX_ADDRESSES(P, sub) TENAX_ADDRESSES(P, mul) TENAX_ADDRESSES(P, mul_acc)  \
-  &&l##P##_go, &&l##P##_flat, &&l##P##_record, &&l##P##_mat, &&l_end,
-// No call after the generic handlers reads the previous result (lower_threaded): clearing it after
-// the call keeps the compiler from saving it around the call.
-#define TENAX_GENERIC(P)                                                                                \
-  l##P##_go : op->go->run(*op->go);                                                                     \
-  TENAX_FORGET;                                                                                         \
-  TENAX_NEXT_##P;                                                                                       \
-  l##P##_flat : op->flat(static_cast<int64_t>(static_cast<uint64_t>(op->rows) >> 32), op->rows & 0xffffffff, \
-                         op->args);                                                                     \
-  TENAX_FORGET;                                                                                         \
-  TENAX_NEXT_##P;                                                                                       \
-  l##P##_record : run_record(*op->hot, what, position, index);                                          \
-  TENAX_FORGET;                                                                                         \
-  TENAX_NEXT_##P;                                                                                       \
-  l##P##_mat : if (op->mat->run(*op->mat) >= 0) matrix_failed(*op->mat_hot, what, position);            \
-  TENAX_FORGET;                                                                                         \
-  TENAX_NEXT_##P;
-
-// With `table` set, hands out the handlers' addresses (for lower_threaded: two tables of kEnd + 1,
-// with the look-ahead and without) and runs nothing.
-void KernelProgram::run_threaded(const char* what, int64_t position, int64_t index,
-                                 const void* const** table) const {
-  static const void* const handlers[2 * (kEnd + 1)] = {TENAX_TABLE(a) TENAX_TABLE(n)};
-  if (table) {
-    *table = handlers;
-    return;
-  }
-  // The previous inline call's result (one element; four), for the calls that read it.
-  double last = 0;
-  V2 last0 = {0, 0}, last1 = {0, 0};
-  const Threaded* op = threaded_.data();
-  goto * op->handler;
-  TENAX_KIND(a, copy)
-  TENAX_KIND(a, acc)
-  TENAX_KIND(a, neg)
-  TENAX_KIND(a, acc_neg)
-  TENAX_KIND(a, add)
-  TENAX_KIND(a, sub)
-  TENAX_KIND(a, mul)
-  TENAX_KIND(a, mul_acc)
-  TENAX_GENERIC(a)
-  TENAX_KIND(n, copy)
-  TENAX_KIND(n, acc)
-  TENAX_KIND(n, neg)
-  TENAX_KIND(n, acc_neg)
-  TENAX_KIND(n, add)
-  TENAX_KIND(n, sub)
-  TENAX_KIND(n, mul)
-  TENAX_KIND(n, mul_acc)
-  TENAX_GENERIC(n)
-l_end:
-  return;
-}
-
-#undef TENAX_GENERIC
-#undef TENAX_TABLE
-#undef TENAX_ADDRESSES
-#undef TENAX_SAME
-#undef TENAX_EIGHT
-#undef TENAX_KIND
-#undef TENAX_MASKS
-#undef TENAX_FOUR
-#undef TENAX_ONE
-#undef TENAX_SHAPE
-#undef TENAX_FORGET
-#undef TENAX_NEXT_n
-#undef TENAX_NEXT_a
-#pragma GCC diagnostic pop
-
 #else
 
 void KernelProgram::lower_threaded() const {
   threaded_.clear();
   from_last_ = 0;
 }
-void KernelProgram::run_threaded(const char*, int64_t, int64_t, const void* const**) const {}
+void KernelProgram::run_threaded(const Threaded*, const char*, int64_t, int64_t, const void* const**) const {}
 
+#endif
+
+#if !defined(__GNUC__) || !defined(TENAX_HAVE_AVX2_KERNELS)
+// Never called: lower_threaded sets threaded_avx2_ only where the AVX2 build exists.
+void KernelProgram::run_threaded_avx2(const Threaded* op, const char* what, int64_t position, int64_t index,
+                                      const void* const** table) const {
+  run_threaded(op, what, position, index, table);
+}
 #endif
 
 }  // namespace tenax::detail
