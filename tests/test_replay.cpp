@@ -89,6 +89,35 @@ TEST(ThreadedReplay, CallsReadingThePreviousResultGiveTheEagerBits) {
   }
 }
 
+// Lowering swaps adjacent calls that commute where more calls then read the previous result:
+// y3 reads y1 but follows y2, which reads neither; after the swap y3 and the copy of y2 take their
+// operands from registers (two reads; none in the recorded order), with the recorded order's bits.
+TEST(ThreadedReplay, IndependentCallsSwapToReadThePreviousResult) {
+  const Tensor x = randn(Axes{{"i", 4}}, 7), w = randn(Axes{{"i", 4}}, 8), v = randn(Axes{{"i", 4}}, 9);
+  auto calls = [&] {
+    const Tensor y1 = x * w;
+    const Tensor y2 = v + w;
+    const Tensor y3 = y1 * x;
+    return std::pair{y2, y3};
+  };
+  const Tensor out2 = zeros(Axes{{"i", 4}}), out3 = zeros(Axes{{"i", 4}});
+  detail::KernelProgram program;
+  detail::capture_into(program, [&] {
+    const auto [y2, y3] = calls();
+    detail::copy_into(out2, y2);
+    detail::copy_into(out3, y3);
+  });
+  detail::copy_into(x, randn(Axes{{"i", 4}}, 10));
+  detail::copy_into(v, randn(Axes{{"i", 4}}, 11));
+  program.run("test", 0);
+  EXPECT_EQ(program.previous_result_reads(), 2u);
+  const auto [y2, y3] = calls();
+  for (const auto& [got, want] : {std::pair{out2, y2}, std::pair{out3, y3}}) {
+    const std::vector<double> g = got.to_vector(), e = want.to_vector();
+    EXPECT_EQ(std::memcmp(g.data(), e.data(), g.size() * sizeof(double)), 0);
+  }
+}
+
 // The same for a compiled function's reverse program, whose calls accumulate (acc, acc_neg,
 // mul_acc) into adjoints the call before wrote: its gradient holds the eager gradient's bits.
 TEST(ThreadedReplay, ACompiledReverseProgramGivesTheEagerGradientsBits) {

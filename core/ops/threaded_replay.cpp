@@ -4,7 +4,9 @@
 // one indirect jump, not a loop's tests and a call through a function pointer. An inline call of
 // one or four elements that reads what the call before it wrote takes those values from registers
 // (the previous result), not through a store and a load.
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "tenax/backends/cpu/avx2.h"
 #include "tenax/core/ops/capture.h"
@@ -68,6 +70,54 @@ std::pair<int, int> inline_shape(const InlineCall& c, std::index_sequence<I...>)
 
 bool reads_output(K k) { return k == K::acc || k == K::acc_neg || k == K::mul_acc; }
 
+// A record as the lowering sees it: an inline call with a handler (kind >= 0: its kind index and
+// shape), or anything else.
+struct Lowering {
+  size_t record = 0;  // its index in the program's records
+  const InlineCall* c = nullptr;
+  int kind = -1, shape = -1;
+};
+
+// The elements an inline call of `shape` touches through o (0), a (1) or b (2).
+int64_t extent(int shape, int operand) {
+  if (shape == 0 || (operand == 2 && shape > 4)) return 1;
+  return int64_t{2} << ((shape - 1) % 4);
+}
+bool overlap(const double* p, int64_t n, const double* q, int64_t m) { return p < q + m && q < p + n; }
+
+// Whether two inline calls may run in either order: neither writes an element the other touches.
+bool commute(const Lowering& x, const Lowering& y) {
+  auto into = [](const Lowering& w, const Lowering& r) {
+    const int64_t n = extent(w.shape, 0);
+    return overlap(w.c->o, n, r.c->o, extent(r.shape, 0)) || overlap(w.c->o, n, r.c->a, extent(r.shape, 1)) ||
+           overlap(w.c->o, n, r.c->b, extent(r.shape, 2));
+  };
+  return x.kind >= 0 && y.kind >= 0 && !into(x, y) && !into(y, x);
+}
+
+// Which operands of `c` (bits: o, a, b) are the result `prev` keeps in registers.
+unsigned last_mask(const Lowering& prev, const Lowering& c) {
+  if (prev.kind < 0 || c.kind < 0 || !keeps_last(c.shape) || c.shape != prev.shape) return 0;
+  const double* last = prev.c->o;
+  return (reads_output(c.c->kind) && c.c->o == last ? 1u : 0u) | (c.c->a == last ? 2u : 0u) |
+         (c.c->b == last ? 4u : 0u);
+}
+
+// Swaps two adjacent inline calls that commute where more calls then read the previous result. In
+// a reverse program the calls that accumulate into one adjoint are often one call apart (the
+// product y c: c̄ += ḡ, ȳ = ḡ c, c̄ += ḡ y): after the swap the second accumulation takes c̄ from
+// registers, and the dependent chain through memory that bounds such a program's time is shorter.
+// Each call computes what it did; only independent calls change places.
+void bring_together(std::vector<Lowering>& l) {
+  auto reads = [&l](size_t i, size_t j) { return j < l.size() && last_mask(l[i], l[j]) != 0 ? 1 : 0; };
+  for (size_t k = 0; k + 2 < l.size(); ++k) {
+    if (!commute(l[k + 1], l[k + 2])) continue;
+    const int before = reads(k, k + 1) + reads(k + 2, k + 3);
+    std::swap(l[k + 1], l[k + 2]);
+    if (reads(k, k + 1) + reads(k + 1, k + 2) + reads(k + 2, k + 3) <= before) std::swap(l[k + 1], l[k + 2]);
+  }
+}
+
 // The baseline's arithmetic for the handlers (threaded_handlers.inc): two doubles per vector, each
 // lane computed as a double (the same bits as the scalar form).
 typedef double V2 __attribute__((vector_size(16)));
@@ -130,12 +180,20 @@ void KernelProgram::lower_threaded() const {
   threaded_avx2_ = wide;
   const void* const* table = tables + (hot_.size() >= kAheadFrom ? 0 : kEnd + 1);
   threaded_.reserve(hot_.size() + kAhead + 1);
+  std::vector<Lowering> order(hot_.size());
+  for (size_t i = 0; i < hot_.size(); ++i) {
+    Lowering& r = order[i];
+    r.record = i;
+    r.c = hot_[i].inl;
+    if (r.c) std::tie(r.kind, r.shape) = inline_shape(*r.c, std::make_index_sequence<8>{});
+  }
+  bring_together(order);
   int last_shape = -1;           // the shape of the previous record, where it keeps its result
   const double* last = nullptr;  // and what it wrote
-  for (const Hot& h : hot_) {
+  for (const Lowering& r : order) {
+    const Hot& h = hot_[r.record];
     Threaded t{};
-    const auto [kind, shape] =
-        h.inl ? inline_shape(*h.inl, std::make_index_sequence<8>{}) : std::pair{-1, -1};
+    const int kind = r.kind, shape = r.shape;
     if (kind >= 0) {
       unsigned mask = 0;
       if (keeps_last(shape) && shape == last_shape) {
