@@ -477,5 +477,31 @@ TEST(TiledLoops, BlockedTransposingCopiesPutEveryElementInPlace) {
   check(astype(randn(Axes{{"i", 2100}, {"j", 2050}}, 12), DType::f32), 1, 2100, 2050);
 }
 
+// Copies of long rows into strided places (a concat along the inner axis; rows_copy in
+// backends/cpu/transpose_copy.cpp) copy each row whole, streamed from 16 MiB: every element of the
+// concatenation checked against its input's, for rows whose offsets are not 16-byte aligned (the
+// row copied without streaming), a batch axis outside the rows, float32 and a streamed size.
+TEST(TiledLoops, ConcatAlongTheInnerAxisPutsEveryRowInPlace) {
+  auto check = [](const std::vector<Tensor>& xs) {  // each (.., i, j) row-major, joined along j
+    const Tensor got = concat(xs, "j");
+    const std::vector<double> out = got.to_vector();
+    const int64_t width = got.size("j"), rows = got.numel() / width;
+    int64_t off = 0;
+    for (const Tensor& x : xs) {
+      const std::vector<double> in = x.to_vector();
+      const int64_t n = x.size("j");
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(out[size_t(r * width + off + j)], in[size_t(r * n + j)]) << "row " << r << " column " << off + j;
+      off += n;
+    }
+  };
+  check({randn(Axes{{"i", 300}, {"j", 64}}, 1), randn(Axes{{"i", 300}, {"j", 100}}, 2)});
+  check({randn(Axes{{"i", 601}, {"j", 33}}, 3), randn(Axes{{"i", 601}, {"j", 41}}, 4), randn(Axes{{"i", 601}, {"j", 35}}, 5)});
+  check({randn(Axes{{"b", 3}, {"i", 80}, {"j", 90}}, 6), randn(Axes{{"b", 3}, {"i", 80}, {"j", 77}}, 7)});
+  check({astype(randn(Axes{{"i", 129}, {"j", 515}}, 8), DType::f32), astype(randn(Axes{{"i", 129}, {"j", 131}}, 9), DType::f32)});
+  check({randn(Axes{{"i", 1500}, {"j", 1450}}, 10), randn(Axes{{"i", 1500}, {"j", 1401}}, 11)});  // 17 MB each: streamed
+}
+
 }  // namespace
 }  // namespace tenax

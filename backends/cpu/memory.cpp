@@ -118,7 +118,8 @@ struct Fill {
   }
 };
 
-// Copies: a transposing copy of floats runs in blocked tiles (transpose_copy.h), others as loops.
+// Copies: a transposing copy of floats runs in blocked tiles, one of long strided rows row by row
+// (transpose_copy.h), others as loops.
 template <class T>
 struct CopyKernel {
   static void run(const LoopDims& d, const LoopArg* a) {
@@ -127,7 +128,7 @@ struct CopyKernel {
       return;
     }
     if constexpr (std::is_floating_point_v<T>)
-      if (transpose_copy<T>(d, a)) return;
+      if (transpose_copy<T>(d, a) || rows_copy<T>(d, a)) return;
     for_each<T, T>(d, a, Copy<T>{});
   }
   static void into(detail::KernelTable& t, detail::ElementwiseFn& entry) {

@@ -1,10 +1,13 @@
-// Copies that move an axis as blocked tiles (transpose_copy.h).
+// Copies that move an axis as blocked tiles, and copies of whole rows into strided places
+// (transpose_copy.h).
 //
 // A tile of 32 x 32 elements is read as 32 input rows of 32 elements (whole cache lines), moved
 // into an L1 buffer transposed, and written as 32 output rows of 32 elements (whole lines). The
 // tiles of one block of input rows run along those rows, so each input row is read in order.
 // Large outputs are written with streaming stores: a transposing copy has no use for the lines
 // of its output in the cache, and a plain store first reads each output line (a third stream).
+// A copy of rows that are not back to back (a concat along an inner axis, a slice's rows) copies
+// each row whole, streamed the same way.
 #include "tenax/backends/cpu/transpose_copy.h"
 
 #include <tbb/blocked_range.h>
@@ -25,6 +28,8 @@ namespace {
 constexpr int64_t kBlock = 32;
 /// Outputs of at least this many bytes are streamed past the caches.
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
+/// Rows of at least this many bytes are copied whole (rows_copy); shorter ones by the generic loop.
+constexpr int64_t kRowBytes = 256;
 
 struct Layout {
   int64_t ni = 0, nj = 0;        // output rows (input-contiguous dim) and columns (output-contiguous)
@@ -150,7 +155,46 @@ bool transpose_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
   return true;
 }
 
+template <class T>
+bool rows_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
+  // The row: the innermost dim both operands hold contiguously; every other dim a batch of rows.
+  int row = -1;
+  for (int d = dims.rank - 1; d >= 0 && row < 0; --d)
+    if (dims.sizes[d] > 1) row = args[0].strides[d] == 1 && args[1].strides[d] == 1 ? d : -2;
+  if (row < 0 || dims.sizes[row] * int64_t(sizeof(T)) < kRowBytes) return false;
+  Layout l;
+  l.nj = dims.sizes[row];
+  for (int d = 0; d < dims.rank; ++d) {
+    if (d == row || dims.sizes[d] == 1) continue;
+    if (args[0].strides[d] <= 0 || args[1].strides[d] <= 0) return false;  // a broadcast: not a plain copy
+    l.batch_sizes[l.batch_rank] = dims.sizes[d];
+    l.batch_out[l.batch_rank] = args[0].strides[d];
+    l.batch_in[l.batch_rank] = args[1].strides[d];
+    l.batch_count *= dims.sizes[d];
+    ++l.batch_rank;
+  }
+  const int64_t total = l.nj * l.batch_count;
+  if (total < kTileMin || overlap<T>(dims, args)) return false;
+  const bool stream = total * int64_t(sizeof(T)) >= kStreamBytes;
+  T* out = static_cast<T*>(args[0].data);
+  const T* in = static_cast<const T*>(args[1].data);
+  const int64_t grain = total < 2 * kParallelGrain ? l.batch_count : task_grain((kParallelGrain + l.nj - 1) / l.nj);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.batch_count, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t b = r.begin(); b < r.end(); ++b) {
+      int64_t out_off = 0, in_off = 0;
+      batch_offsets(l, b, out_off, in_off);
+      put_row(out + out_off, in + in_off, l.nj, stream);
+    }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#endif
+  });
+  return true;
+}
+
 template bool transpose_copy<double>(const detail::LoopDims&, const detail::LoopArg*);
 template bool transpose_copy<float>(const detail::LoopDims&, const detail::LoopArg*);
+template bool rows_copy<double>(const detail::LoopDims&, const detail::LoopArg*);
+template bool rows_copy<float>(const detail::LoopDims&, const detail::LoopArg*);
 
 }  // namespace tenax::cpu
