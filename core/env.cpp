@@ -32,8 +32,8 @@ constexpr EnvVariable kEnvironment[] = {
      "0: forward mode through a host scan runs each step's ops and JVP rules op by op instead of replaying "
      "kernel programs captured at the first steps"},
     {"TENAX_CPU_AVX2", K::flag, "1 (where the CPU has AVX2 and FMA)",
-     "0: the CPU kernels that have an AVX2 + FMA build (tridiagonal solves, small contractions) run their SSE2 "
-     "build"},
+     "0: the CPU code that has an AVX2 build (tridiagonal solves, small contractions, complex products, the "
+     "unary ops' vector forms, the replay's handlers) runs its SSE2 build"},
     {"TENAX_TRIDIAGONAL_FETCH", K::flag, "by size: on where a call's arrays pass half the last-level cache",
      "1 / 0: rows-inner tridiagonal panels prefetch / do not prefetch the next panel's operands"},
     {"TENAX_TRIDIAGONAL_CHUNKS", K::flag, "1",
