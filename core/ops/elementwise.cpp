@@ -213,20 +213,27 @@ Tensor binary_forward(Inputs in, const Attrs&) {
 // What an absent operand of a flat twin points at (read only, whatever its dtype).
 const double kAbsent[2] = {0.0, 0.0};
 
-// The flat twin of a binary op's derivative kernel: [side][assign][dtype index].
-template <BinaryOp B>
-FlatFn deriv_flat_fn(int side, bool assign, int dt) {
-  static const auto table = [] {
-    std::array<std::array<std::array<FlatFn, kNumeric>, 2>, 2> t{};
-    const KernelTable& k = real_kernels(0);
-    for (int s = 0; s < 2; ++s)
-      for (int d = 0; d < kNumeric; ++d) {
-        t[size_t(s)][0][size_t(d)] = host_flat(k.deriv_acc[deriv_index(B, s)][d]);
-        t[size_t(s)][1][size_t(d)] = host_flat(k.deriv_set[deriv_index(B, s)][d]);
+// The flat twins of an op's derivative kernels (core/ops/lane.h), looked up once per op: what the
+// reverse rules by value and the eager VJP's flat path (binary_vjp_flat) run.
+template <int First, int Sides>
+const LaneKernels& lane_kernels_of() {
+  static const LaneKernels k = [] {
+    LaneKernels t;
+    const KernelTable& table = real_kernels(0);
+    for (int d = 0; d < kNumeric; ++d)
+      for (int side = 0; side < Sides; ++side) {
+        t.f[d][side][0] = host_flat(table.deriv_acc[First + side][d]);
+        t.f[d][side][1] = host_flat(table.deriv_set[First + side][d]);
       }
     return t;
   }();
-  return table[size_t(side)][assign ? 1 : 0][size_t(dt)];
+  return k;
+}
+
+// The flat twin of a binary op's derivative kernel for input `side`, by dtype index.
+template <BinaryOp B>
+FlatFn deriv_flat_fn(int side, bool assign, int dt) {
+  return lane_kernels_of<deriv_index(B, 0), 2>().f[dt][side][assign ? 1 : 0];
 }
 
 // The VJP's eager fast path (as binary_lane): the cotangent a small contiguous host tensor, not
@@ -260,22 +267,7 @@ bool binary_vjp_flat(int side, bool assign, const Tensor& g, const Tensor& dst, 
   return true;
 }
 
-// The reverse rules by value (core/ops/lane.h): the derivative kernels' flat twins for float64
-// and float32, looked up once per op.
-template <int First, int Sides>
-const LaneKernels& lane_kernels_of() {
-  static const LaneKernels k = [] {
-    LaneKernels t;
-    const KernelTable& table = real_kernels(0);
-    for (int d = 0; d < 2; ++d)
-      for (int side = 0; side < Sides; ++side) {
-        t.f[d][side][0] = host_flat(table.deriv_acc[First + side][d]);
-        t.f[d][side][1] = host_flat(table.deriv_set[First + side][d]);
-      }
-    return t;
-  }();
-  return k;
-}
+// The reverse rules by value (core/ops/lane.h).
 template <UnaryOp U>
 constexpr LaneRule kUnaryLane{lane_kernels_of<int(DerivOp::unary_neg) + int(U), 1>, 0};
 // a + b passes the cotangent to both operands, a - b to its first.

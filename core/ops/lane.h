@@ -13,12 +13,13 @@ namespace tenax {
 /// The largest call, in elements, that a tape records by value.
 inline constexpr int64_t kLaneElements = 64;
 
-/// An op's flat derivative kernels: [dt][side][assign] — dt 0 float64, 1 float32; the kernel for
-/// input `side` writes its adjoint (assign) or adds to it. Their operands: the adjoint, the
+/// An op's flat derivative kernels: [dt][side][assign] — dt 0 float64, 1 float32, 2 complex128,
+/// 3 complex64 (records by value take the first two; the eager VJP's flat path all four); the kernel
+/// for input `side` writes its adjoint (assign) or adds to it. Their operands: the adjoint, the
 /// cotangent, the op's inputs, its output (each a residual's values where the op saves it, else
 /// absent).
 struct LaneKernels {
-  detail::FlatFn f[2][2][2] = {};
+  detail::FlatFn f[detail::kNumeric][2][2] = {};
 };
 
 struct LaneRule {
