@@ -48,7 +48,7 @@ inline void store(double* p, V v) {
 }
 template <class V>
 inline V splat(double x) {
-  V v;
+  V v{};
   for (size_t i = 0; i < sizeof v / sizeof x; ++i) v[i] = x;
   return v;
 }
