@@ -41,6 +41,21 @@ struct Layout {
   int64_t batch_count = 1;
 };
 
+// Every dim of size > 1 but `skip0` and `skip1` as l's batch; false where an operand broadcasts
+// along one (not a plain copy).
+bool batch_dims(const detail::LoopDims& dims, const detail::LoopArg* args, int skip0, int skip1, Layout& l) {
+  for (int d = 0; d < dims.rank; ++d) {
+    if (d == skip0 || d == skip1 || dims.sizes[d] == 1) continue;
+    if (args[0].strides[d] <= 0 || args[1].strides[d] <= 0) return false;
+    l.batch_sizes[l.batch_rank] = dims.sizes[d];
+    l.batch_out[l.batch_rank] = args[0].strides[d];
+    l.batch_in[l.batch_rank] = args[1].strides[d];
+    l.batch_count *= dims.sizes[d];
+    ++l.batch_rank;
+  }
+  return true;
+}
+
 // The copy as a batch of transposes, or false. Each of the two dims spans at least a cache line
 // (`item`: bytes per element); the tiles are up to kBlock wide, narrower at the edges.
 bool layout_of(const detail::LoopDims& dims, const detail::LoopArg* args, int64_t item, Layout& l) {
@@ -56,16 +71,7 @@ bool layout_of(const detail::LoopDims& dims, const detail::LoopArg* args, int64_
   l.out_row = args[0].strides[q];
   l.in_col = args[1].strides[o];
   if (l.ni * item < 64 || l.nj * item < 64) return false;
-  for (int d = 0; d < dims.rank; ++d) {
-    if (d == o || d == q || dims.sizes[d] == 1) continue;
-    if (args[0].strides[d] <= 0 || args[1].strides[d] <= 0) return false;  // a broadcast: not a plain copy
-    l.batch_sizes[l.batch_rank] = dims.sizes[d];
-    l.batch_out[l.batch_rank] = args[0].strides[d];
-    l.batch_in[l.batch_rank] = args[1].strides[d];
-    l.batch_count *= dims.sizes[d];
-    ++l.batch_rank;
-  }
-  return true;
+  return batch_dims(dims, args, o, q, l);
 }
 
 // The byte ranges the two operands span intersect (an in-place copy is left to the generic loop).
@@ -127,6 +133,21 @@ void batch_offsets(const Layout& l, int64_t b, int64_t& out_off, int64_t& in_off
   }
 }
 
+// job(k) for k in [0, jobs) of `per_job` elements each (`total` in all) on oneTBB's threads, one
+// task below two grains; with `stream`, each task's streamed lines are visible before it ends.
+template <class F>
+void each_job(int64_t jobs, int64_t total, int64_t per_job, bool stream, const F& job) {
+  const int64_t grain = total < 2 * kParallelGrain ? jobs : task_grain((kParallelGrain + per_job - 1) / per_job);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, grain), [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t k = r.begin(); k < r.end(); ++k) job(k);
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();
+#else
+    (void)stream;
+#endif
+  });
+}
+
 }  // namespace
 
 template <class T>
@@ -140,17 +161,11 @@ bool transpose_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
   const T* in = static_cast<const T*>(args[1].data);
   const int64_t blocks = (l.nj + kBlock - 1) / kBlock, jobs = blocks * l.batch_count;
   const int64_t per_job = kBlock * l.ni;
-  const int64_t grain = total < 2 * kParallelGrain ? jobs : task_grain((kParallelGrain + per_job - 1) / per_job);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, jobs, grain), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t job = r.begin(); job < r.end(); ++job) {
-      int64_t out_off = 0, in_off = 0;
-      batch_offsets(l, job / blocks, out_off, in_off);
-      const int64_t j0 = job % blocks * kBlock;
-      rows<T>(l, out + out_off, in + in_off, j0, std::min(l.nj, j0 + kBlock), stream);
-    }
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();  // the streamed lines are visible before the task ends
-#endif
+  each_job(jobs, total, per_job, stream, [&](int64_t job) {
+    int64_t out_off = 0, in_off = 0;
+    batch_offsets(l, job / blocks, out_off, in_off);
+    const int64_t j0 = job % blocks * kBlock;
+    rows<T>(l, out + out_off, in + in_off, j0, std::min(l.nj, j0 + kBlock), stream);
   });
   return true;
 }
@@ -164,30 +179,16 @@ bool rows_copy(const detail::LoopDims& dims, const detail::LoopArg* args) {
   if (row < 0 || dims.sizes[row] * int64_t(sizeof(T)) < kRowBytes) return false;
   Layout l;
   l.nj = dims.sizes[row];
-  for (int d = 0; d < dims.rank; ++d) {
-    if (d == row || dims.sizes[d] == 1) continue;
-    if (args[0].strides[d] <= 0 || args[1].strides[d] <= 0) return false;  // a broadcast: not a plain copy
-    l.batch_sizes[l.batch_rank] = dims.sizes[d];
-    l.batch_out[l.batch_rank] = args[0].strides[d];
-    l.batch_in[l.batch_rank] = args[1].strides[d];
-    l.batch_count *= dims.sizes[d];
-    ++l.batch_rank;
-  }
+  if (!batch_dims(dims, args, row, row, l)) return false;
   const int64_t total = l.nj * l.batch_count;
   if (total < kTileMin || overlap<T>(dims, args)) return false;
   const bool stream = total * int64_t(sizeof(T)) >= kStreamBytes;
   T* out = static_cast<T*>(args[0].data);
   const T* in = static_cast<const T*>(args[1].data);
-  const int64_t grain = total < 2 * kParallelGrain ? l.batch_count : task_grain((kParallelGrain + l.nj - 1) / l.nj);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, l.batch_count, grain), [&](const tbb::blocked_range<int64_t>& r) {
-    for (int64_t b = r.begin(); b < r.end(); ++b) {
-      int64_t out_off = 0, in_off = 0;
-      batch_offsets(l, b, out_off, in_off);
-      put_row(out + out_off, in + in_off, l.nj, stream);
-    }
-#if defined(__SSE2__)
-    if (stream) _mm_sfence();
-#endif
+  each_job(l.batch_count, total, l.nj, stream, [&](int64_t b) {
+    int64_t out_off = 0, in_off = 0;
+    batch_offsets(l, b, out_off, in_off);
+    put_row(out + out_off, in + in_off, l.nj, stream);
   });
   return true;
 }

@@ -35,10 +35,12 @@ using inline_detail::fixed;
 // contiguous or with b broadcast — the loops inline_run picks for them (compared by address, so
 // that a handler computes exactly what the call's own loop would).
 constexpr int kShapes = 9;
+// The elements of a shape: 1 (shape 0), then 2, 4, 8, 16 contiguous, twice (b broadcast from 5 on).
+constexpr int64_t shape_length(int shape) { return shape == 0 ? 1 : int64_t{2} << ((shape - 1) % 4); }
 template <K k>
 ReplayFn shape_run(int shape) {
   if (shape == 0) return as_run<fixed<k, 1, false>>;
-  const int64_t n = int64_t{2} << ((shape - 1) % 4);  // 2, 4, 8, 16
+  const int64_t n = shape_length(shape);
   return shape <= 4 ? inline_detail::fixed_for<k, false>(n) : inline_detail::fixed_for<k, true>(n);
 }
 
@@ -79,10 +81,7 @@ struct Lowering {
 };
 
 // The elements an inline call of `shape` touches through o (0), a (1) or b (2).
-int64_t extent(int shape, int operand) {
-  if (shape == 0 || (operand == 2 && shape > 4)) return 1;
-  return int64_t{2} << ((shape - 1) % 4);
-}
+int64_t extent(int shape, int operand) { return operand == 2 && shape > 4 ? 1 : shape_length(shape); }
 bool overlap(const double* p, int64_t n, const double* q, int64_t m) { return p < q + m && q < p + n; }
 
 // Whether two inline calls may run in either order: neither writes an element the other touches.
