@@ -19,7 +19,7 @@ constexpr EnvVariable kEnvironment[] = {
     {"TENAX_CHECK_FINITE", K::flag, "0",
      "1: every op's output and every adjoint is checked; the first NaN/Inf raises NumericError naming the op"},
     {"TENAX_HOST_CACHE_MB", K::integer, "1024",
-     "MiB of freed host blocks over 16 MiB kept for reuse (0: none kept)", 0, int64_t{1} << 40},
+     "MiB of freed host blocks kept for reuse process-wide: those over 16 MiB, and those from 256 KiB that a thread's own lists do not keep; the oldest go first (0: none kept)", 0, int64_t{1} << 40},
     {"TENAX_SCALAR_LOOPS", K::flag, "1",
      "0: scans over single elements replay call by call instead of as one fused loop of scalar instructions"},
     {"TENAX_SCALAR_JIT", K::flag, "1",

@@ -3,6 +3,8 @@
 
 #include <bit>
 #include <cstdlib>
+#include <iterator>
+#include <list>
 #include <map>
 #include <mutex>
 #include <new>
@@ -19,16 +21,41 @@ using namespace pool;
 // Blocks above the largest class are rounded to 2 MiB and kept in one process-wide cache bounded
 // by TENAX_HOST_CACHE_MB (default 1024): reusing them avoids re-faulting every page of a large
 // temporary (a fresh 64 MiB output costs more in page faults than the op that fills it; a
-// gradient of 10^7-element operands frees and re-takes half a GiB of adjoints per call).
+// gradient of 10^7-element operands frees and re-takes half a GiB of adjoints per call). Blocks
+// of the classes from kSharedFrom on that a thread's full list cannot keep go there too (a scan
+// in blocks holds hundreds of its blocks' buffers until the reverse pass: past the lists' 32 MiB
+// per class each came from the system, its pages faulted and zeroed again every call).
 constexpr std::size_t kLargeRound = std::size_t(2) << 20;
+constexpr std::size_t kSharedFrom = std::size_t(256) << 10;
 
+// The blocks in the order they were kept (oldest first), found by size: a block that does not fit
+// under the limit pushes out the oldest ones, so that the sizes a program uses now are the ones
+// kept (the first blocks kept stayed for good before, and every later size missed).
 struct LargeCache {
+  using Order = std::list<std::pair<std::size_t, void*>>;
   std::mutex mutex;
-  std::multimap<std::size_t, void*> blocks;
+  Order order;
+  std::multimap<std::size_t, Order::iterator> by_size;
   std::size_t bytes = 0;
   std::size_t limit = 0;
   LargeCache() {
     limit = std::size_t(detail::env_integer("TENAX_HOST_CACHE_MB").value_or(1024)) << 20;
+  }
+  // Removes the block `it` points at from both indexes (not freed).
+  void forget(std::multimap<std::size_t, Order::iterator>::iterator it) {
+    bytes -= it->first;
+    order.erase(it->second);
+    by_size.erase(it);
+  }
+  void evict_oldest() {
+    auto [from, to] = by_size.equal_range(order.front().first);
+    for (auto it = from; it != to; ++it)
+      if (it->second == order.begin()) {
+        void* p = it->second->second;
+        forget(it);
+        std::free(p);
+        return;
+      }
   }
 };
 LargeCache& large_cache() {
@@ -36,23 +63,31 @@ LargeCache& large_cache() {
   return *c;
 }
 
+// The most recently kept block of `rounded` bytes, or null.
 void* take_large(std::size_t rounded) {
   LargeCache& c = large_cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  auto it = c.blocks.find(rounded);
-  if (it == c.blocks.end()) return nullptr;
-  void* p = it->second;
-  c.blocks.erase(it);
-  c.bytes -= rounded;
+  auto [from, to] = c.by_size.equal_range(rounded);
+  if (from == to) return nullptr;
+  const auto it = std::prev(to);
+  void* p = it->second->second;
+  c.forget(it);
   return p;
 }
 
 bool keep_large(void* p, std::size_t rounded) {
   LargeCache& c = large_cache();
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.bytes + rounded > c.limit) return false;
+  if (rounded > c.limit) return false;
+  while (c.bytes + rounded > c.limit && !c.order.empty()) c.evict_oldest();
   try {
-    c.blocks.emplace(rounded, p);
+    c.order.emplace_back(rounded, p);
+    try {
+      c.by_size.emplace(rounded, std::prev(c.order.end()));
+    } catch (const std::bad_alloc&) {
+      c.order.pop_back();
+      return false;
+    }
   } catch (const std::bad_alloc&) {
     return false;
   }
@@ -109,8 +144,10 @@ void PoolAllocator::flush() noexcept {
 void* PoolAllocator::allocate_uncached(std::size_t bytes) {
   if (bytes <= (std::size_t(1) << kMaxShift)) {
     const std::size_t rounded = std::size_t(1) << (size_class(bytes) + kMinShift);
-    void* p = system_alloc(rounded);
-    counted(int64_t(rounded), 1);
+    void* p = rounded >= kSharedFrom ? take_large(rounded) : nullptr;
+    const bool fresh = !p;
+    if (fresh) p = system_alloc(rounded);
+    counted(int64_t(rounded), fresh ? 1 : 0);
     return p;
   }
   const std::size_t rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
@@ -135,6 +172,8 @@ void PoolAllocator::deallocate_uncached(void* ptr, std::size_t bytes) noexcept {
       b->next = t.head[cls];
       t.head[cls] = b;
       ++t.count[cls];
+      ptr = nullptr;
+    } else if (rounded >= kSharedFrom && keep_large(ptr, rounded)) {
       ptr = nullptr;
     }
   } else {
