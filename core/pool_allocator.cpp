@@ -47,15 +47,18 @@ struct LargeCache {
     order.erase(it->second);
     by_size.erase(it);
   }
-  void evict_oldest() {
+  // Frees the oldest block; false when there is none (or, which cannot happen, it is not indexed).
+  bool evict_oldest() {
+    if (order.empty()) return false;
     auto [from, to] = by_size.equal_range(order.front().first);
     for (auto it = from; it != to; ++it)
       if (it->second == order.begin()) {
         void* p = it->second->second;
         forget(it);
         std::free(p);
-        return;
+        return true;
       }
+    return false;
   }
 };
 LargeCache& large_cache() {
@@ -79,7 +82,8 @@ bool keep_large(void* p, std::size_t rounded) {
   LargeCache& c = large_cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   if (rounded > c.limit) return false;
-  while (c.bytes + rounded > c.limit && !c.order.empty()) c.evict_oldest();
+  while (c.bytes + rounded > c.limit)
+    if (!c.evict_oldest()) return false;
   try {
     c.order.emplace_back(rounded, p);
     try {

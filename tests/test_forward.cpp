@@ -395,40 +395,6 @@ TEST(Memory, SmallOpsAreServedFromThePool) {
   EXPECT_EQ(after.system_allocations, before.system_allocations);
 }
 
-// More live buffers of one class than a thread's list keeps (32 MiB of 512 KiB blocks: 64), all
-// freed, then taken again: the ones past the list come back from the shared cache, not the system
-// (a scan in blocks holds hundreds of such buffers until its reverse pass).
-TEST(Memory, BuffersPastAThreadsListAreReusedNotReallocated) {
-  auto round = [] {
-    std::vector<Tensor> held;
-    for (int k = 0; k < 100; ++k) held.push_back(zeros(Axes{{"i", 60000}}));  // 480 KB: the 512 KiB class
-    return held.size();
-  };
-  (void)round();  // the first takes them from the system
-  const AllocatorStats before = allocator_stats();
-  EXPECT_EQ(round(), 100u);
-  const AllocatorStats after = allocator_stats();
-  EXPECT_EQ(after.allocations - before.allocations, 100);
-  EXPECT_EQ(after.system_allocations, before.system_allocations);
-}
-
-// The shared cache (TENAX_HOST_CACHE_MB, 1 GiB by default) filled with blocks of one size, then a
-// block of another size freed: it pushes out the oldest and is kept, so taking it again does not
-// reach the system (the first blocks kept used to stay for good and every later size missed).
-TEST(Memory, TheHostCacheKeepsTheSizesInUseNow) {
-  constexpr int64_t kOld = int64_t{20} << 17, kNew = int64_t{30} << 17;  // doubles: 20 and 30 MiB
-  {
-    std::vector<Tensor> old;
-    for (int k = 0; k < 60; ++k) old.push_back(empty(Axes{{"i", kOld}}));  // 1200 MiB, never touched
-  }
-  (void)empty(Axes{{"i", kNew}});  // from the system, then kept in place of the oldest
-  const AllocatorStats before = allocator_stats();
-  (void)empty(Axes{{"i", kNew}});
-  const AllocatorStats after = allocator_stats();
-  EXPECT_EQ(after.allocations - before.allocations, 1);
-  EXPECT_EQ(after.system_allocations, before.system_allocations);
-}
-
 }  // namespace
 }  // namespace tenax
 
