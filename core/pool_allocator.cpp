@@ -86,13 +86,13 @@ bool keep_large(void* p, std::size_t rounded) {
     if (!c.evict_oldest()) return false;
   try {
     c.order.emplace_back(rounded, p);
-    try {
-      c.by_size.emplace(rounded, std::prev(c.order.end()));
-    } catch (const std::bad_alloc&) {
-      c.order.pop_back();
-      return false;
-    }
   } catch (const std::bad_alloc&) {
+    return false;
+  }
+  try {
+    c.by_size.emplace(rounded, std::prev(c.order.end()));
+  } catch (const std::bad_alloc&) {
+    c.order.pop_back();
     return false;
   }
   c.bytes += rounded;
@@ -144,18 +144,20 @@ void PoolAllocator::flush() noexcept {
   }
 }
 
-// A class's list was empty, or the block is past the largest class.
+namespace {
+// The bytes a block of `bytes` takes: its class's size, or past the largest class a multiple of
+// kLargeRound.
+std::size_t rounded_size(std::size_t bytes) {
+  if (bytes <= (std::size_t(1) << kMaxShift)) return std::size_t(1) << (size_class(bytes) + kMinShift);
+  return (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
+}
+}  // namespace
+
+// A class's list was empty, or the block is past the largest class: the shared cache's block of
+// that size where it holds one (blocks from kSharedFrom on), else the system's.
 void* PoolAllocator::allocate_uncached(std::size_t bytes) {
-  if (bytes <= (std::size_t(1) << kMaxShift)) {
-    const std::size_t rounded = std::size_t(1) << (size_class(bytes) + kMinShift);
-    void* p = rounded >= kSharedFrom ? take_large(rounded) : nullptr;
-    const bool fresh = !p;
-    if (fresh) p = system_alloc(rounded);
-    counted(int64_t(rounded), fresh ? 1 : 0);
-    return p;
-  }
-  const std::size_t rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
-  void* p = take_large(rounded);
+  const std::size_t rounded = rounded_size(bytes);
+  void* p = rounded >= kSharedFrom ? take_large(rounded) : nullptr;
   const bool fresh = !p;
   if (fresh) p = system_alloc(rounded);
   counted(int64_t(rounded), fresh ? 1 : 0);
@@ -163,12 +165,12 @@ void* PoolAllocator::allocate_uncached(std::size_t bytes) {
 }
 
 // A class's list is full, its thread's cleanup is not armed yet (the first free), or the thread's
-// lists are gone; or the block is past the largest class.
+// lists are gone; or the block is past the largest class. What no list keeps goes to the shared
+// cache (blocks from kSharedFrom on) or back to the system.
 void PoolAllocator::deallocate_uncached(void* ptr, std::size_t bytes) noexcept {
-  std::size_t rounded;
+  const std::size_t rounded = rounded_size(bytes);
   if (bytes <= (std::size_t(1) << kMaxShift)) {
     const int cls = size_class(bytes);
-    rounded = std::size_t(1) << (cls + kMinShift);
     ThreadLists& t = t_lists;
     if (!t.gone && !t.cleanup_armed) arm_cleanup();
     if (!t.gone && t.count[cls] < kept_blocks(cls)) {
@@ -177,14 +179,9 @@ void PoolAllocator::deallocate_uncached(void* ptr, std::size_t bytes) noexcept {
       t.head[cls] = b;
       ++t.count[cls];
       ptr = nullptr;
-    } else if (rounded >= kSharedFrom && keep_large(ptr, rounded)) {
-      ptr = nullptr;
     }
-  } else {
-    rounded = (bytes + kLargeRound - 1) / kLargeRound * kLargeRound;
-    if (keep_large(ptr, rounded)) ptr = nullptr;
   }
-  if (ptr) std::free(ptr);
+  if (ptr && !(rounded >= kSharedFrom && keep_large(ptr, rounded))) std::free(ptr);
   released(int64_t(rounded));
 }
 
